@@ -1,0 +1,132 @@
+//! Shared helpers of the ntbdk benchmark harnesses: core pinning, timing, and
+//! the side-by-side table every harness prints.
+//!
+//! Every harness measures ntbdk and its peers in one process and one run, so
+//! the figures that matter are the ratios between rows, not the absolute times
+//! (the machines these run on are shared and noisy).
+
+use std::time::{Duration, Instant};
+
+/// Pins the calling thread to `core` (an index into the cores this process may
+/// use). Returns `false`, and leaves the thread unpinned, when that core does
+/// not exist.
+pub fn pin(core: usize) -> bool {
+    match core_affinity::get_core_ids() {
+        Some(ids) if !ids.is_empty() => {
+            let id = ids[core % ids.len()];
+            core_affinity::set_for_current(id)
+        }
+        _ => false,
+    }
+}
+
+/// The two cores a producer/consumer pair runs on: the first two usable cores,
+/// or `(0, 0)` on a single-core machine (the figures are then meaningless, and
+/// [`describe_machine`] says so).
+pub fn core_pair() -> (usize, usize) {
+    match core_affinity::get_core_ids() {
+        Some(ids) if ids.len() >= 2 => (0, 1),
+        _ => (0, 0),
+    }
+}
+
+/// One line of a side-by-side table: a name, how many operations ran, and how
+/// long they took.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// What was measured, e.g. `ntbdk SPSC burst 32`.
+    pub name: String,
+    /// Operations (items, objects, messages) completed.
+    pub ops: u64,
+    /// Wall-clock time they took.
+    pub elapsed: Duration,
+}
+
+impl Row {
+    /// Millions of operations per second.
+    pub fn mops(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+
+    /// Nanoseconds per operation.
+    pub fn ns_per_op(&self) -> f64 {
+        self.elapsed.as_nanos() as f64 / self.ops.max(1) as f64
+    }
+}
+
+/// Runs `f` and returns how long it took.
+pub fn time<F: FnOnce() -> R, R>(f: F) -> (R, Duration) {
+    let t = Instant::now();
+    let r = f();
+    (r, t.elapsed())
+}
+
+/// Returns the median of `runs` by throughput: benchmarks repeat each case a
+/// few times and keep the median so one descheduled run does not decide.
+pub fn median(mut runs: Vec<Row>) -> Row {
+    assert!(!runs.is_empty(), "median of no runs");
+    runs.sort_by(|a, b| a.mops().total_cmp(&b.mops()));
+    runs.swap_remove(runs.len() / 2)
+}
+
+/// Prints `rows` as a Markdown table with Mops/s and ns/op.
+pub fn print_table(title: &str, rows: &[Row]) {
+    println!("\n### {title}\n");
+    println!("| case | Mops/s | ns/op |");
+    println!("| --- | ---: | ---: |");
+    for r in rows {
+        println!("| {} | {:.2} | {:.2} |", r.name, r.mops(), r.ns_per_op());
+    }
+}
+
+/// A floor from an issue: `ours` must be at least `min` times `peer`
+/// (throughput ratio). Printed as a Markdown table row; returns whether it held.
+pub fn check_floor(label: &str, ours: &Row, peer: &Row, min: f64) -> bool {
+    let ratio = ours.mops() / peer.mops();
+    let ok = ratio >= min;
+    println!(
+        "| {label} | {} / {} | {ratio:.2}x | >= {min}x | {} |",
+        ours.name,
+        peer.name,
+        if ok { "met" } else { "MISSED" }
+    );
+    ok
+}
+
+/// Prints the header of the floor table [`check_floor`] fills.
+pub fn print_floor_header() {
+    println!("\n### Ratios (same run)\n");
+    println!("| floor | ours / peer | ratio | floor | status |");
+    println!("| --- | --- | ---: | ---: | --- |");
+}
+
+/// A one-line description of this machine (CPU model, cores, kernel) and the
+/// date, for `bench/RESULTS.md`.
+pub fn describe_machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = core_affinity::get_core_ids().map_or(0, |v| v.len());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let warn = if cores < 2 {
+        " (single core: pinned pairs share it, figures are not meaningful)"
+    } else {
+        ""
+    };
+    format!("{cpu}, {cores} usable cores, Linux {kernel}, {date}{warn}")
+}

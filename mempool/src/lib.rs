@@ -1,0 +1,1 @@
+//! Hugepage memory zones, IOVA and fixed-size object pools.

@@ -1,0 +1,1 @@
+//! The poll-mode NTB driver.

@@ -1,0 +1,1 @@
+//! Lock-free bounded rings in the spirit of DPDK's `rte_ring`.

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the whole ntbdk test suite: every crate's unit, integration,
+# multi-process and property tests, the doc examples, then the loom model
+# checks (which need their own build with `--cfg loom`).
+#
+# Usage: scripts/test.sh [extra cargo test args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test --workspace (release: the multi-process stress tests need real speed)"
+cargo test --workspace --release "$@"
+
+echo "== loom model checks"
+RUSTFLAGS="--cfg loom ${RUSTFLAGS:-}" CARGO_TARGET_DIR=target/loom \
+    cargo test -p ntbdk-ring --release --test loom "$@"
