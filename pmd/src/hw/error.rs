@@ -1,0 +1,88 @@
+//! The device layer's error type.
+
+use thiserror::Error;
+
+/// What can go wrong at the device layer. Every variant says what failed and,
+/// where there is one, what to do about it.
+#[derive(Debug, Error)]
+pub enum HwError {
+    /// An access would fall outside a memory window. Nothing was written.
+    #[error(
+        "access out of bounds: offset {offset} + length {len} exceeds the {window_len}-byte window"
+    )]
+    OutOfBounds {
+        /// Requested offset.
+        offset: usize,
+        /// Requested length.
+        len: usize,
+        /// Size of the window.
+        window_len: usize,
+    },
+    /// An atomic store or load at an offset not aligned to its size.
+    #[error("misaligned {size}-byte access at offset {offset}")]
+    Misaligned {
+        /// Requested offset.
+        offset: usize,
+        /// Access size in bytes.
+        size: usize,
+    },
+    /// The peer (slot/port) number does not exist on this fabric or is our own.
+    #[error("no such peer: port {peer} (this fabric has {ports} ports; own port {own})")]
+    NoSuchPeer {
+        /// Requested peer.
+        peer: u16,
+        /// Ports on the fabric.
+        ports: usize,
+        /// Our own port.
+        own: u16,
+    },
+    /// The link to the peer is down (the peer is absent or has left).
+    #[error("link to port {peer} is down")]
+    LinkDown {
+        /// The peer.
+        peer: u16,
+    },
+    /// A memory window index that the device does not have.
+    #[error("no memory window {mw} (the device has {count})")]
+    NoSuchWindow {
+        /// Requested window.
+        mw: usize,
+        /// Windows the device has.
+        count: usize,
+    },
+    /// A scratchpad index that the device does not have.
+    #[error("no scratchpad {index} (the device has {count})")]
+    NoSuchSpad {
+        /// Requested scratchpad.
+        index: usize,
+        /// Scratchpads the device has.
+        count: usize,
+    },
+    /// A non-posted read found every requester-ID look-up table entry taken.
+    #[error(
+        "non-posted read refused: all {entries} R-LUT entries are in use (posted writes do not need one)"
+    )]
+    RlutExhausted {
+        /// Entries in the R-LUT.
+        entries: usize,
+    },
+    /// An argument the device cannot accept (bad geometry, bad translation).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The fabric or device is not in a usable state (wrong version, geometry
+    /// mismatch, corrupted control data, all slots taken...).
+    #[error("{0}")]
+    Fabric(String),
+    /// An operating-system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Shorthand for device-layer results.
+pub type Result<T, E = HwError> = std::result::Result<T, E>;

@@ -1,0 +1,141 @@
+//! The device layer: what NTB hardware offers, and nothing of the transport.
+//!
+//! [`NtbDevice`] is modelled on the Linux `ntb.h` API and DPDK's NTB raw
+//! device ops: an own port, peers and their links, memory windows, doorbells,
+//! scratchpads and inbound translation. Backends implement it: the emulated
+//! fabric in shared memory (the default everywhere), and real hardware through
+//! vfio-pci.
+//!
+//! The outbound handle onto a peer's window, [`PeerWindow`], offers posted
+//! writes only. The one non-posted access, [`NtbDevice::non_posted_read`], is
+//! separately named, takes an R-LUT entry for its duration and is counted, so
+//! [`NtbDevice::counters`] proves what the transport does not do.
+
+mod counters;
+mod error;
+mod window;
+
+pub use counters::{CounterSnapshot, DeviceCounters};
+pub use error::{HwError, Result};
+pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
+
+/// A port (the emulated fabric calls it a slot): a host's number on the
+/// fabric. Peers are named by their port.
+pub type Port = u16;
+
+/// The state of the link to one peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkState {
+    /// Whether the peer is present and its link is up.
+    pub up: bool,
+    /// The peer's join generation: it changes every time the peer (re)joins,
+    /// so a reconnect is never mistaken for the old connection.
+    pub generation: u64,
+}
+
+/// A change of a peer's link, as reported by [`NtbDevice::poll_link_events`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The peer joined (or rejoined) with this generation.
+    Up {
+        /// The peer.
+        peer: Port,
+        /// Its new generation.
+        generation: u64,
+    },
+    /// The peer left, died or was declared dead; `generation` is the one that
+    /// went away.
+    Down {
+        /// The peer.
+        peer: Port,
+        /// The generation that ended.
+        generation: u64,
+    },
+}
+
+/// Geometry of one memory window (as `ntb_mw_get_align` reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwGeometry {
+    /// Size of the window in bytes.
+    pub size: usize,
+    /// Required alignment of the inbound translation address.
+    pub addr_align: usize,
+    /// Required granularity of the translated size.
+    pub size_align: usize,
+}
+
+/// An NTB device: one host's view of the bridge or multi-peer switch.
+///
+/// All methods take `&self`: one device is shared by the polling cores of a
+/// host (wrap it in an `Arc`).
+pub trait NtbDevice: Send + Sync {
+    /// Our own port number.
+    fn port(&self) -> Port;
+    /// Ports on the fabric (ours included).
+    fn port_count(&self) -> usize;
+    /// Every port other than ours, whether or not its link is up.
+    fn peer_ports(&self) -> Vec<Port> {
+        let own = self.port();
+        (0..self.port_count() as Port).filter(|&p| p != own).collect()
+    }
+    /// Our own join generation (what peers see in [`LinkState::generation`]).
+    fn generation(&self) -> u64;
+    /// The link state of `peer`.
+    fn link(&self, peer: Port) -> Result<LinkState>;
+    /// Appends link changes seen since the last call to `out`; returns how many.
+    fn poll_link_events(&self, out: &mut Vec<LinkEvent>) -> usize;
+    /// Housekeeping the backend needs from the polling loop (heartbeat,
+    /// dead-peer detection). Cheap; call it every few thousand polls or more
+    /// often than the dead-peer timeout.
+    fn service(&self) -> Result<()>;
+
+    /// Number of memory windows.
+    fn mw_count(&self) -> usize;
+    /// Geometry of window `mw`.
+    fn mw_geometry(&self, mw: usize) -> Result<MwGeometry>;
+    /// Our own inbound window `mw`, read-write.
+    fn local_window(&self, mw: usize) -> Result<LocalWindow>;
+    /// The outbound, write-only handle onto `peer`'s inbound window `mw`.
+    fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow>;
+    /// Points inbound window `mw` at `size` bytes of local memory at bus
+    /// address `iova` (the translation and limit registers on hardware).
+    fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()>;
+
+    /// The doorbell bits this device implements.
+    fn db_valid_mask(&self) -> u64;
+    /// Our pending doorbell bits (masked bits included).
+    fn db_read(&self) -> u64;
+    /// Clears `bits` of our doorbell.
+    fn db_clear(&self, bits: u64);
+    /// Our doorbell mask (set bits do not signal).
+    fn db_mask(&self) -> u64;
+    /// Sets `bits` in our doorbell mask.
+    fn db_set_mask(&self, bits: u64);
+    /// Clears `bits` from our doorbell mask.
+    fn db_clear_mask(&self, bits: u64);
+    /// Rings `bits` on `peer`'s doorbell (a posted write).
+    fn peer_db_set(&self, peer: Port, bits: u64) -> Result<()>;
+
+    /// Number of scratchpad registers per port.
+    fn spad_count(&self) -> usize;
+    /// Reads our own scratchpad `index` (local, not through the bridge).
+    fn spad_read(&self, index: usize) -> Result<u32>;
+    /// Writes our own scratchpad `index`.
+    fn spad_write(&self, index: usize, value: u32) -> Result<()>;
+    /// Writes `peer`'s scratchpad `index` (a posted write).
+    fn peer_spad_write(&self, peer: Port, index: usize, value: u32) -> Result<()>;
+    /// Reads `peer`'s scratchpad `index`: a **non-posted** read through the
+    /// bridge, counted and subject to the R-LUT like
+    /// [`non_posted_read`](Self::non_posted_read).
+    fn peer_spad_read(&self, peer: Port, index: usize) -> Result<u32>;
+
+    /// Reads `dst.len()` bytes at `offset` of `peer`'s window `mw` through the
+    /// bridge: a **non-posted** read. It waits a round trip, holds one R-LUT
+    /// entry while it does, fails with [`HwError::RlutExhausted`] when none is
+    /// free, and is counted. Exists for completeness and diagnostics; the
+    /// transport never uses it.
+    fn non_posted_read(&self, peer: Port, mw: usize, offset: usize, dst: &mut [u8]) -> Result<()>;
+
+    /// Traffic counters of this device.
+    fn counters(&self) -> CounterSnapshot;
+}

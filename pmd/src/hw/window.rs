@@ -1,0 +1,375 @@
+//! Memory-window handles: the local inbound window (read-write, ours) and the
+//! outbound handle onto a peer's inbound window (**posted writes only**).
+//!
+//! A write through an NTB is a posted PCIe transaction: fire and forget,
+//! ordered, cheap. A read is non-posted: it waits a round trip and occupies a
+//! requester-ID look-up table (R-LUT) entry. [`PeerWindow`] therefore has no
+//! read method at all; the one non-posted read is
+//! [`NtbDevice::non_posted_read`](super::NtbDevice::non_posted_read), separately
+//! named and counted.
+//!
+//! Every access is bounds-checked here: an offset or length outside the window
+//! is an [`HwError::OutOfBounds`], never a stray write.
+//!
+//! # Memory model
+//! Window memory is shared with other processes (or, on hardware, with another
+//! host). Bulk copies are plain copies; ordering between a payload and the flag
+//! that publishes it comes from [`PeerWindow::write_u64`] /
+//! [`PeerWindow::write_u32`] (release stores) on the writer side and
+//! [`LocalWindow::load_u64`] (acquire loads) on the reader side, as in any
+//! single-producer message-passing protocol.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+use super::counters::DeviceCounters;
+use super::error::{HwError, Result};
+
+/// Keeps a mapping alive for as long as any handle onto it exists.
+pub type Keepalive = Arc<dyn Any + Send + Sync>;
+
+#[inline]
+fn check(offset: usize, len: usize, window_len: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= window_len => Ok(()),
+        _ => Err(HwError::OutOfBounds {
+            offset,
+            len,
+            window_len,
+        }),
+    }
+}
+
+#[inline]
+fn check_aligned(offset: usize, size: usize, window_len: usize) -> Result<()> {
+    check(offset, size, window_len)?;
+    if offset % size != 0 {
+        return Err(HwError::Misaligned { offset, size });
+    }
+    Ok(())
+}
+
+/// The outbound handle onto one peer's inbound window: posted writes only.
+///
+/// Cheap to clone (it shares the mapping). There is deliberately no way to
+/// read through it.
+///
+/// # Example
+/// ```
+/// use std::sync::Arc;
+/// use ntbdk_pmd::hw::{DeviceCounters, PeerWindow};
+///
+/// // A window over plain memory, as a backend would build one over a mapping.
+/// let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 512]); // 4 KiB, 8-byte aligned
+/// let counters = Arc::new(DeviceCounters::default());
+/// // SAFETY: `mem` is 4096 bytes, lives as long as the handle (it is the
+/// // keepalive) and is only accessed through this handle.
+/// let win = unsafe {
+///     PeerWindow::from_raw(mem.as_ptr() as *mut u8, 4096, 1, counters.clone(), mem.clone())
+/// };
+/// win.write(0, b"hello").unwrap();
+/// win.write_u64(8, 42).unwrap();
+/// assert!(win.write(4090, b"too long").is_err()); // bounds-checked, nothing written
+/// assert_eq!(counters.snapshot().posted_writes, 2);
+/// assert_eq!(counters.snapshot().non_posted_reads, 0);
+/// ```
+#[derive(Clone)]
+pub struct PeerWindow {
+    base: *mut u8,
+    len: usize,
+    peer: u16,
+    counters: Arc<DeviceCounters>,
+    _keep: Keepalive,
+}
+
+// SAFETY: the handle only performs writes into a mapping kept alive by `_keep`;
+// concurrent writers to disjoint or racing bytes are the protocol's concern
+// (as on real hardware), and no references into the mapping are ever created.
+unsafe impl Send for PeerWindow {}
+// SAFETY: as for Send; every method takes `&self` and uses raw-pointer writes or
+// atomics only.
+unsafe impl Sync for PeerWindow {}
+
+impl std::fmt::Debug for PeerWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerWindow")
+            .field("peer", &self.peer)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerWindow {
+    /// Builds a handle over `len` bytes at `base`, the mapping of `peer`'s
+    /// inbound window, counting into `counters`.
+    ///
+    /// # Safety
+    /// `base..base+len` must be a valid writable mapping for as long as `keep`
+    /// is alive, and must be at least 8-byte aligned.
+    pub unsafe fn from_raw(
+        base: *mut u8,
+        len: usize,
+        peer: u16,
+        counters: Arc<DeviceCounters>,
+        keep: Keepalive,
+    ) -> Self {
+        debug_assert_eq!(base as usize % 8, 0, "window base must be 8-byte aligned");
+        Self {
+            base,
+            len,
+            peer,
+            counters,
+            _keep: keep,
+        }
+    }
+
+    /// Size of the window in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window has no bytes (never true for a real window).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The peer (port/slot) whose window this is.
+    #[inline]
+    pub fn peer(&self) -> u16 {
+        self.peer
+    }
+
+    /// Copies `src` to `offset` in the peer's window (posted writes).
+    #[inline]
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check(offset, src.len(), self.len)?;
+        // SAFETY: bounds checked above; the mapping is valid while `_keep`
+        // lives; `src` is ordinary memory that cannot overlap a mapping we only
+        // hold raw pointers to unless the caller built one from it, in which
+        // case `copy` (memmove) still holds.
+        unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
+        self.counters.posted(src.len());
+        Ok(())
+    }
+
+    /// Like [`write`](Self::write), with non-temporal (cache-bypassing)
+    /// stores where the CPU has them, for large copies the writer will not
+    /// touch again. Ends with a store fence, so a following release store is
+    /// ordered after the data.
+    #[inline]
+    pub fn write_nt(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check(offset, src.len(), self.len)?;
+        // SAFETY: bounds checked above; the mapping is valid while `_keep` lives.
+        unsafe { nt_copy(self.base.add(offset), src) };
+        self.counters.posted(src.len());
+        Ok(())
+    }
+
+    /// Stores `v` at `offset` (4-byte aligned) with release ordering: every
+    /// write this thread made before it is visible to a reader that sees `v`.
+    #[inline]
+    pub fn write_u32(&self, offset: usize, v: u32) -> Result<()> {
+        check_aligned(offset, 4, self.len)?;
+        // SAFETY: in bounds and 4-byte aligned (base is 8-byte aligned); the
+        // mapping lives while `_keep` does; AtomicU32 has u32's layout.
+        let a = unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) };
+        a.store(v, Ordering::Release);
+        self.counters.posted(4);
+        Ok(())
+    }
+
+    /// Stores `v` at `offset` (8-byte aligned) with release ordering: every
+    /// write this thread made before it is visible to a reader that sees `v`.
+    #[inline]
+    pub fn write_u64(&self, offset: usize, v: u64) -> Result<()> {
+        check_aligned(offset, 8, self.len)?;
+        // SAFETY: in bounds and 8-byte aligned (base is 8-byte aligned); the
+        // mapping lives while `_keep` does; AtomicU64 has u64's layout.
+        let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
+        a.store(v, Ordering::Release);
+        self.counters.posted(8);
+        Ok(())
+    }
+
+    /// Write barrier: orders every earlier write (including non-temporal
+    /// ones) before every later one.
+    #[inline]
+    pub fn wmb(&self) {
+        store_fence();
+    }
+}
+
+/// Orders all earlier stores, non-temporal ones included, before later ones.
+#[inline]
+pub fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no preconditions; SSE is baseline on x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+    fence(Ordering::Release);
+}
+
+/// Copies `src` to `dst` with non-temporal stores where available, then fences.
+///
+/// # Safety
+/// `dst..dst+src.len()` must be valid for writes.
+unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let mut i = 0;
+        let n = src.len();
+        // Head: plain copy up to 16-byte alignment of the destination.
+        let head = (dst as usize).wrapping_neg() % 16;
+        let head = head.min(n);
+        // SAFETY: `head <= n`; both ranges are valid per the caller.
+        unsafe { std::ptr::copy(src.as_ptr(), dst, head) };
+        i += head;
+        while i + 16 <= n {
+            // SAFETY: `i + 16 <= n` keeps both accesses in bounds; dst+i is
+            // 16-byte aligned after the head; the load is unaligned-safe.
+            unsafe {
+                let v = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+                _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+            }
+            i += 16;
+        }
+        // SAFETY: the tail `i..n` is in bounds of both ranges.
+        unsafe { std::ptr::copy(src.as_ptr().add(i), dst.add(i), n - i) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: per the caller.
+    unsafe {
+        std::ptr::copy(src.as_ptr(), dst, src.len())
+    };
+    store_fence();
+}
+
+/// Our own inbound window: the memory peers write into. Only its owner reads
+/// it. Cheap to clone (it shares the mapping).
+///
+/// Peers write it concurrently and are untrusted: read what they wrote with
+/// [`read`](Self::read) / [`load_u64`](Self::load_u64) into local memory,
+/// then validate the copy (never validate in place and use it again).
+#[derive(Clone)]
+pub struct LocalWindow {
+    base: *mut u8,
+    len: usize,
+    iova: u64,
+    _keep: Keepalive,
+}
+
+// SAFETY: the handle performs raw-pointer and atomic accesses to a mapping kept
+// alive by `_keep`; it never creates references into it.
+unsafe impl Send for LocalWindow {}
+// SAFETY: as for Send.
+unsafe impl Sync for LocalWindow {}
+
+impl std::fmt::Debug for LocalWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalWindow")
+            .field("len", &self.len)
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalWindow {
+    /// Builds a handle over `len` bytes at `base` whose bus address is `iova`.
+    ///
+    /// # Safety
+    /// `base..base+len` must be a valid read-write mapping for as long as
+    /// `keep` is alive, at least 8-byte aligned.
+    pub unsafe fn from_raw(base: *mut u8, len: usize, iova: u64, keep: Keepalive) -> Self {
+        debug_assert_eq!(base as usize % 8, 0, "window base must be 8-byte aligned");
+        Self {
+            base,
+            len,
+            iova,
+            _keep: keep,
+        }
+    }
+
+    /// Size in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window has no bytes (never true for a real window).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bus (I/O virtual) address of the window's first byte, as the inbound
+    /// translation registers see it.
+    #[inline]
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Raw pointer to `offset`, checked to leave `len` bytes in the window.
+    /// For direct placement (DMA into a registered region) and zero-copy reads.
+    #[inline]
+    pub fn ptr_at(&self, offset: usize, len: usize) -> Result<*mut u8> {
+        check(offset, len, self.len)?;
+        // SAFETY: offset is within the mapping (checked above).
+        Ok(unsafe { self.base.add(offset) })
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the window.
+    #[inline]
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check(offset, dst.len(), self.len)?;
+        // SAFETY: bounds checked; the mapping is valid while `_keep` lives;
+        // `dst` is a unique borrow, so it does not alias the window's bytes
+        // through a reference.
+        unsafe { std::ptr::copy(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` to `offset` in our own window (the owner may write it, e.g.
+    /// to initialise queues or to place data locally).
+    #[inline]
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check(offset, src.len(), self.len)?;
+        // SAFETY: bounds checked; the mapping is valid while `_keep` lives.
+        unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// Acquire load of the u64 at `offset` (8-byte aligned): pairs with a
+    /// peer's [`PeerWindow::write_u64`].
+    #[inline]
+    pub fn load_u64(&self, offset: usize) -> Result<u64> {
+        check_aligned(offset, 8, self.len)?;
+        // SAFETY: in bounds and aligned; AtomicU64 has u64's layout; the
+        // mapping lives while `_keep` does.
+        let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
+        Ok(a.load(Ordering::Acquire))
+    }
+
+    /// Acquire load of the u32 at `offset` (4-byte aligned).
+    #[inline]
+    pub fn load_u32(&self, offset: usize) -> Result<u32> {
+        check_aligned(offset, 4, self.len)?;
+        // SAFETY: in bounds and aligned; AtomicU32 has u32's layout.
+        let a = unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) };
+        Ok(a.load(Ordering::Acquire))
+    }
+
+    /// Release store of a u64 into our own window (8-byte aligned).
+    #[inline]
+    pub fn store_u64(&self, offset: usize, v: u64) -> Result<()> {
+        check_aligned(offset, 8, self.len)?;
+        // SAFETY: in bounds and aligned; AtomicU64 has u64's layout.
+        let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
+        a.store(v, Ordering::Release);
+        Ok(())
+    }
+}
