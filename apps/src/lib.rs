@@ -1,1 +1,4 @@
 //! Shared code of the ntbdk applications.
+
+pub mod report;
+pub mod tool;

@@ -5,18 +5,25 @@
 //! the figures that matter are the ratios between rows, not the absolute times
 //! (the machines these run on are shared and noisy).
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The cores this process may use, as first seen. Remembered because
+/// `core_affinity::get_core_ids` reports the calling thread's affinity, which
+/// pinning narrows: asked again after a pin (or from a thread spawned by a
+/// pinned one) it would list that one core only.
+fn usable_cores() -> &'static [core_affinity::CoreId] {
+    static CORES: OnceLock<Vec<core_affinity::CoreId>> = OnceLock::new();
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
 /// Pins the calling thread to `core` (an index into the cores this process may
-/// use). Returns `false`, and leaves the thread unpinned, when that core does
-/// not exist.
+/// use). Returns `false`, and leaves the thread unpinned, when no core is
+/// known.
 pub fn pin(core: usize) -> bool {
-    match core_affinity::get_core_ids() {
-        Some(ids) if !ids.is_empty() => {
-            let id = ids[core % ids.len()];
-            core_affinity::set_for_current(id)
-        }
-        _ => false,
+    match usable_cores() {
+        [] => false,
+        ids => core_affinity::set_for_current(ids[core % ids.len()]),
     }
 }
 
@@ -24,9 +31,10 @@ pub fn pin(core: usize) -> bool {
 /// or `(0, 0)` on a single-core machine (the figures are then meaningless, and
 /// [`describe_machine`] says so).
 pub fn core_pair() -> (usize, usize) {
-    match core_affinity::get_core_ids() {
-        Some(ids) if ids.len() >= 2 => (0, 1),
-        _ => (0, 0),
+    if usable_cores().len() >= 2 {
+        (0, 1)
+    } else {
+        (0, 0)
     }
 }
 
@@ -112,7 +120,7 @@ pub fn describe_machine() -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = core_affinity::get_core_ids().map_or(0, |v| v.len());
+    let cores = usable_cores().len();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();

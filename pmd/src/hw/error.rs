@@ -73,6 +73,9 @@ pub enum HwError {
     /// mismatch, corrupted control data, all slots taken...).
     #[error("{0}")]
     Fabric(String),
+    /// Memory for a window could not be created or mapped.
+    #[error(transparent)]
+    Mem(#[from] ntbdk_mempool::MemError),
     /// An operating-system call failed.
     #[error("{what}: {source}")]
     Io {

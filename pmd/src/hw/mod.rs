@@ -12,6 +12,7 @@
 //! [`NtbDevice::counters`] proves what the transport does not do.
 
 mod counters;
+pub mod emu;
 mod error;
 mod window;
 
@@ -76,7 +77,9 @@ pub trait NtbDevice: Send + Sync {
     /// Every port other than ours, whether or not its link is up.
     fn peer_ports(&self) -> Vec<Port> {
         let own = self.port();
-        (0..self.port_count() as Port).filter(|&p| p != own).collect()
+        (0..self.port_count() as Port)
+            .filter(|&p| p != own)
+            .collect()
     }
     /// Our own join generation (what peers see in [`LinkState::generation`]).
     fn generation(&self) -> u64;

@@ -44,7 +44,7 @@ fn check(offset: usize, len: usize, window_len: usize) -> Result<()> {
 #[inline]
 fn check_aligned(offset: usize, size: usize, window_len: usize) -> Result<()> {
     check(offset, size, window_len)?;
-    if offset % size != 0 {
+    if !offset.is_multiple_of(size) {
         return Err(HwError::Misaligned { offset, size });
     }
     Ok(())

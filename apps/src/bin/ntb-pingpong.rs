@@ -1,0 +1,634 @@
+//! `ntb-pingpong`: doorbell or scratchpad ping-pong between two peers on an
+//! emulated NTB fabric, like Linux's `ntb_pingpong`, reporting round-trip
+//! times.
+//!
+//! With no role arguments it runs the whole thing by itself: it creates a
+//! private fabric, starts the echo side as a second process (itself, with the
+//! hidden `--peer` role), pins the two to different cores, measures, prints
+//! and cleans up. With `--fabric NAME` the two sides run in two terminals:
+//! one with `--server` echoes, the other measures.
+//!
+//! Protocol. Doorbells: the measuring side rings bit 0 on the echo side,
+//! which clears it and rings bit 0 back; bit 1 tells the echo side to stop.
+//! Scratchpads: the measuring side writes a sequence number into the echo
+//! side's scratchpad 0, which copies it back into the measuring side's
+//! scratchpad 0; `u32::MAX` tells it to stop. Every access is a posted write
+//! or a read of one's own registers; nothing reads through the bridge.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Parser, ValueEnum};
+use ntbdk_apps::report::{LatRow, Report, lat_table, new_histogram, write_svg};
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::{NtbDevice, Port};
+
+/// Doorbell bit of a ping (and of its echo).
+const DB_PING: u64 = 1 << 0;
+/// Doorbell bit that tells the echo side to stop.
+const DB_STOP: u64 = 1 << 1;
+/// Scratchpad that carries the sequence number.
+const SPAD_SEQ: usize = 0;
+/// Sequence number that tells the echo side to stop.
+const SPAD_STOP: u32 = u32::MAX;
+/// Polls spent spinning before a wait starts looking at the clock.
+const FAST_SPINS: u32 = 4096;
+/// Once a wait has lasted this long it yields the core between polls, so a
+/// peer sharing the core (or a starved heartbeat thread) can run.
+const YIELD_AFTER: Duration = Duration::from_micros(200);
+/// Heartbeat timeout of the fabrics this tool creates: generous, because two
+/// spinning processes on a small, busy machine can starve a heartbeat thread
+/// for a while, and a peer declared dead would end the run.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Set by SIGINT / SIGTERM; every wait checks it.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Through which registers the two sides ping-pong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Via {
+    /// Doorbell bits.
+    Db,
+    /// Scratchpad registers.
+    Spad,
+}
+
+impl Via {
+    fn describe(self) -> &'static str {
+        match self {
+            Via::Db => "doorbell",
+            Via::Spad => "scratchpad",
+        }
+    }
+
+    /// Bytes a ping carries (a scratchpad is one 32-bit register; a
+    /// doorbell carries no payload).
+    fn bytes(self) -> u64 {
+        match self {
+            Via::Db => 0,
+            Via::Spad => 4,
+        }
+    }
+}
+
+/// Doorbell and scratchpad ping-pong between two peers on an emulated NTB
+/// fabric, reporting round-trip times.
+///
+/// With no --fabric it runs both sides itself on a private fabric (the echo
+/// side as a second process, pinned to another core). For two terminals:
+///   ntb-pingpong --fabric demo --slot 0 --server
+///   ntb-pingpong --fabric demo --slot 1
+#[derive(Debug, Parser)]
+#[command(name = "ntb-pingpong", version, verbatim_doc_comment)]
+struct Args {
+    /// Ping-pong through doorbells or scratchpads.
+    #[arg(long, value_enum, default_value = "db")]
+    via: Via,
+    /// Round trips to measure.
+    #[arg(short = 'n', long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    iters: u64,
+    /// Round trips run first and not measured.
+    #[arg(long, default_value_t = 1000)]
+    warmup: u64,
+    /// Join the shared fabric NAME instead of running both sides on a
+    /// private one. The --server side creates it if it does not exist (and
+    /// removes it on exit).
+    #[arg(long, value_name = "NAME")]
+    fabric: Option<String>,
+    /// Our slot on --fabric (default: the first free one).
+    #[arg(long, value_name = "N", requires = "fabric")]
+    slot: Option<Port>,
+    /// The other side's slot (default: the first other slot whose link comes
+    /// up).
+    #[arg(long, value_name = "N", requires = "fabric")]
+    peer_slot: Option<Port>,
+    /// Be the echo side (with --fabric); the other side measures.
+    #[arg(long, requires = "fabric")]
+    server: bool,
+    /// Core to pin this side to (an index into the usable cores; default 1
+    /// for --server, else 0).
+    #[arg(long, value_name = "CORE")]
+    lcore: Option<usize>,
+    /// Core to pin the spawned echo side to (without --fabric).
+    #[arg(
+        long,
+        value_name = "CORE",
+        default_value_t = 1,
+        conflicts_with = "fabric"
+    )]
+    peer_lcore: usize,
+    /// Seconds to wait for the peer to appear, and for any answer, before
+    /// giving up.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    timeout: f64,
+    /// Write every figure as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Plot the round-trip time distribution as SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// The echo side spawned by a self-contained run (internal).
+    #[arg(long, hide = true, requires_all = ["fabric", "slot", "peer_slot"])]
+    peer: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    install_signal_handlers();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ntb-pingpong: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+        bail!(
+            "--timeout must be a positive number of seconds, not {}",
+            args.timeout
+        );
+    }
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let lcore = args.lcore.unwrap_or(usize::from(args.server));
+    let core = pick_core(&cores, lcore, "--lcore")?;
+    match &args.fabric {
+        None => self_contained(args, &cores, core, timeout),
+        Some(name) if args.peer || args.server => {
+            if args.peer {
+                die_with_parent();
+            }
+            // `_owned` removes the fabric on exit if we created it.
+            let (fabric, _owned) = if args.peer {
+                (attach(name)?, None)
+            } else {
+                attach_or_create(name)?
+            };
+            let dev = join(&fabric, args.slot)?;
+            let peer = find_peer(&dev, args.peer_slot, timeout)?;
+            pin(core);
+            let served = echo(&dev, peer, args.via, timeout)?;
+            if !args.peer {
+                println!("ntb-pingpong: echoed {served} round trips for port {peer}");
+            }
+            Ok(())
+        }
+        Some(name) => {
+            let fabric = attach(name)?;
+            let dev = join(&fabric, args.slot)?;
+            let peer = find_peer(&dev, args.peer_slot, timeout)?;
+            pin(core);
+            let rtt = measure(&dev, peer, args, timeout)?;
+            finish(args, &dev, peer, name, core, None, &rtt)
+        }
+    }
+}
+
+/// Both sides: a private fabric, the echo side as a child process.
+fn self_contained(
+    args: &Args,
+    cores: &[core_affinity::CoreId],
+    core: core_affinity::CoreId,
+    timeout: Duration,
+) -> Result<()> {
+    let peer_core = pick_core(cores, args.peer_lcore, "--peer-lcore")?;
+    if cores.len() < 2 || peer_core == core {
+        eprintln!(
+            "ntb-pingpong: warning: both sides share core {}: the round trips measure the \
+             scheduler, not the fabric",
+            core.id
+        );
+    }
+    let name = format!("pingpong-{}", std::process::id());
+    let cfg = fabric_config();
+    let fabric = EmuFabric::create(&name, &cfg)
+        .with_context(|| format!("creating the private fabric {name:?}"))?;
+    let _fabric_guard = FabricGuard(name.clone());
+    let dev = join(&fabric, Some(0))?;
+
+    let exe = std::env::current_exe().context("finding this program to start the echo side")?;
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--peer",
+        "--fabric",
+        &name,
+        "--slot",
+        "1",
+        "--peer-slot",
+        "0",
+    ])
+    .args([
+        "--via",
+        args.via
+            .to_possible_value()
+            .expect("not skipped")
+            .get_name(),
+    ])
+    .args(["--lcore", &args.peer_lcore.to_string()])
+    .args(["--timeout", &args.timeout.to_string()])
+    .stdin(Stdio::null());
+    let child = cmd.spawn().context("starting the echo side")?;
+    let mut child = ChildGuard(Some(child));
+
+    // The echo side is up when its link is.
+    let deadline = Instant::now() + timeout;
+    loop {
+        if dev.link(1)?.up {
+            break;
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("the echo side exited before joining the fabric ({status})");
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the echo side did not join fabric {name:?} within {timeout:?}: \
+                 the machine may be overloaded; try a longer --timeout"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    pin(core);
+    let rtt = measure(&dev, 1, args, timeout)?;
+    let status = child.wait_timeout(timeout)?;
+    if !status.success() {
+        bail!("the echo side failed ({status})");
+    }
+    finish(args, &dev, 1, &name, core, Some(peer_core), &rtt)
+}
+
+/// Prints the table (and writes `--json` / `--plot`).
+fn finish(
+    args: &Args,
+    dev: &EmuDevice,
+    peer: Port,
+    fabric: &str,
+    core: core_affinity::CoreId,
+    peer_core: Option<core_affinity::CoreId>,
+    rtt: &LatRow,
+) -> Result<()> {
+    let peer_core = peer_core.map_or_else(String::new, |c| format!(" (core {})", c.id));
+    println!(
+        "ntb-pingpong: {} ping-pong, port {} (core {}) <-> port {peer}{peer_core}, fabric {fabric}",
+        args.via.describe(),
+        dev.port(),
+        core.id,
+    );
+    println!(
+        "round-trip times, {} round trips after {} warm-up:",
+        rtt.iterations, args.warmup
+    );
+    print!("{}", lat_table(std::slice::from_ref(rtt)));
+    let c = dev.counters();
+    println!(
+        "one-way (half round trip): typical {:.3} usec; posted writes {}, non-posted reads {}",
+        rtt.t_typical_us / 2.0,
+        c.posted_writes,
+        c.non_posted_reads
+    );
+
+    let mut report = Report::new("ntb-pingpong");
+    report
+        .param("via", args.via.describe())
+        .param("iters", args.iters)
+        .param("warmup", args.warmup)
+        .param("fabric", fabric)
+        .param("lcore", core.id)
+        .param("metric", "round trip");
+    report.latency.push(rtt.clone());
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+    }
+    if let Some(path) = &args.plot {
+        write_svg(&report, path)?;
+    }
+    Ok(())
+}
+
+/// The measuring side: warm-up, then `iters` timed round trips.
+fn measure(dev: &EmuDevice, peer: Port, args: &Args, timeout: Duration) -> Result<LatRow> {
+    let waiter = Waiter::new(dev, peer, timeout);
+    let mut hist = new_histogram();
+    let mut seq: u32 = 0;
+    let round_trip = |seq: &mut u32| -> Result<()> {
+        match args.via {
+            Via::Db => {
+                dev.peer_db_set(peer, DB_PING)?;
+                waiter.wait("the echo of a doorbell", || dev.db_read() & DB_PING != 0)?;
+                dev.db_clear(DB_PING);
+            }
+            Via::Spad => {
+                *seq = if *seq + 1 == SPAD_STOP { 1 } else { *seq + 1 };
+                let want = *seq;
+                dev.peer_spad_write(peer, SPAD_SEQ, want)?;
+                waiter.wait("the echo of a scratchpad write", || {
+                    dev.spad_read(SPAD_SEQ).is_ok_and(|v| v == want)
+                })?;
+            }
+        }
+        Ok(())
+    };
+    for _ in 0..args.warmup {
+        round_trip(&mut seq)?;
+    }
+    let mut t0 = Instant::now();
+    for _ in 0..args.iters {
+        round_trip(&mut seq)?;
+        let t1 = Instant::now();
+        hist.saturating_record(t1.duration_since(t0).as_nanos() as u64);
+        t0 = t1;
+    }
+    match args.via {
+        Via::Db => dev.peer_db_set(peer, DB_STOP)?,
+        Via::Spad => dev.peer_spad_write(peer, SPAD_SEQ, SPAD_STOP)?,
+    }
+    Ok(LatRow::from_histogram(args.via.bytes(), &hist))
+}
+
+/// The echo side: answers pings until told to stop. Returns how many.
+fn echo(dev: &EmuDevice, peer: Port, via: Via, timeout: Duration) -> Result<u64> {
+    let waiter = Waiter::new(dev, peer, timeout);
+    let mut served = 0u64;
+    match via {
+        Via::Db => loop {
+            let mut bits = 0;
+            waiter.wait("a ping", || {
+                bits = dev.db_read() & (DB_PING | DB_STOP);
+                bits != 0
+            })?;
+            if bits & DB_PING != 0 {
+                dev.db_clear(DB_PING);
+                dev.peer_db_set(peer, DB_PING)?;
+                served += 1;
+            } else {
+                dev.db_clear(DB_STOP);
+                return Ok(served);
+            }
+        },
+        Via::Spad => {
+            let mut last = 0u32;
+            loop {
+                let mut v = 0;
+                waiter.wait("a ping", || {
+                    v = dev.spad_read(SPAD_SEQ).unwrap_or(last);
+                    v != last
+                })?;
+                if v == SPAD_STOP {
+                    return Ok(served);
+                }
+                dev.peer_spad_write(peer, SPAD_SEQ, v)?;
+                last = v;
+                served += 1;
+            }
+        }
+    }
+}
+
+/// Spin-waits with a timeout, watching the peer's link and Ctrl-C.
+struct Waiter<'a> {
+    dev: &'a EmuDevice,
+    peer: Port,
+    timeout: Duration,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(dev: &'a EmuDevice, peer: Port, timeout: Duration) -> Self {
+        Self { dev, peer, timeout }
+    }
+
+    /// Polls `ready` until it holds. Fails when `timeout` passes, the peer's
+    /// link goes down or the process is interrupted.
+    #[inline]
+    fn wait(&self, what: &str, mut ready: impl FnMut() -> bool) -> Result<()> {
+        for _ in 0..FAST_SPINS {
+            if ready() {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        self.wait_slow(what, &mut ready)
+    }
+
+    #[inline(never)]
+    fn wait_slow(&self, what: &str, ready: &mut dyn FnMut() -> bool) -> Result<()> {
+        let start = Instant::now();
+        let mut polls = 0u64;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            polls += 1;
+            if polls.is_multiple_of(64) {
+                let waited = start.elapsed();
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                if waited >= self.timeout {
+                    bail!(
+                        "no answer from port {} within {:?} while waiting for {what}: \
+                         is the other side still running?",
+                        self.peer,
+                        self.timeout
+                    );
+                }
+                if polls.is_multiple_of(4096) && !self.dev.link(self.peer)?.up {
+                    bail!(
+                        "port {} left the fabric (its link went down) while we waited for {what}",
+                        self.peer
+                    );
+                }
+                if waited >= YIELD_AFTER {
+                    std::thread::yield_now();
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The geometry of the fabrics this tool creates: two slots, small windows
+/// (ping-pong uses registers only).
+fn fabric_config() -> FabricConfig {
+    FabricConfig {
+        slots: 2,
+        window_size: 64 << 10,
+        heartbeat_timeout: HEARTBEAT_TIMEOUT,
+        ..FabricConfig::default()
+    }
+}
+
+fn attach(name: &str) -> Result<EmuFabric> {
+    EmuFabric::attach(name).map_err(|e| {
+        anyhow!("{e}\n(start the echo side first: ntb-pingpong --fabric {name} --slot 0 --server)")
+    })
+}
+
+/// Attaches to `name`, or creates it; returns a guard that removes a fabric
+/// we created.
+fn attach_or_create(name: &str) -> Result<(EmuFabric, Option<FabricGuard>)> {
+    if let Ok(f) = EmuFabric::attach(name) {
+        return Ok((f, None));
+    }
+    match EmuFabric::create(name, &fabric_config()) {
+        Ok(f) => Ok((f, Some(FabricGuard(name.to_string())))),
+        // Created by someone else meanwhile: attach to theirs.
+        Err(_) => Ok((EmuFabric::attach(name)?, None)),
+    }
+}
+
+fn join(fabric: &EmuFabric, slot: Option<Port>) -> Result<EmuDevice> {
+    let cfg = DeviceConfig {
+        slot,
+        fabric: fabric.config().clone(),
+        ..DeviceConfig::default()
+    };
+    EmuDevice::join(fabric, &cfg).with_context(|| format!("joining fabric {:?}", fabric.name()))
+}
+
+/// `want`, once its link is up, or the first other port whose link comes
+/// up; waits up to `timeout`.
+fn find_peer(dev: &EmuDevice, want: Option<Port>, timeout: Duration) -> Result<Port> {
+    if let Some(p) = want {
+        if p == dev.port() {
+            bail!(
+                "--peer-slot {p} is our own slot on fabric {:?}: name the other side's slot",
+                dev.fabric().name()
+            );
+        }
+        dev.link(p)
+            .with_context(|| format!("--peer-slot {p} on fabric {:?}", dev.fabric().name()))?;
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let found = match want {
+            Some(p) => dev.link(p)?.up.then_some(p),
+            None => dev
+                .peer_ports()
+                .into_iter()
+                .find(|&p| dev.link(p).is_ok_and(|l| l.up)),
+        };
+        if let Some(p) = found {
+            return Ok(p);
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        if Instant::now() >= deadline {
+            let who = want.map_or_else(|| "no peer".to_string(), |p| format!("port {p}"));
+            bail!(
+                "{who} joined fabric {:?} within {timeout:?} (we are port {}): start the other \
+                 side (ntb-pingpong --fabric {} [--server]) or wait longer (--timeout)",
+                dev.fabric().name(),
+                dev.port(),
+                dev.fabric().name()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn pick_core(
+    cores: &[core_affinity::CoreId],
+    index: usize,
+    flag: &str,
+) -> Result<core_affinity::CoreId> {
+    match cores.len() {
+        0 => Ok(core_affinity::CoreId { id: 0 }),
+        n if index < n => Ok(cores[index]),
+        n => bail!(
+            "{flag} {index}: this process may use {n} cores (0..={}); pick one of those",
+            n - 1
+        ),
+    }
+}
+
+/// Pins the calling thread (after the device's heartbeat thread was started,
+/// so that one stays free to run anywhere).
+fn pin(core: core_affinity::CoreId) {
+    if !core_affinity::set_for_current(core) {
+        eprintln!("ntb-pingpong: warning: could not pin to core {}", core.id);
+    }
+}
+
+/// The spawned echo side dies with the process that spawned it.
+fn die_with_parent() {
+    // SAFETY: PR_SET_PDEATHSIG with a valid signal number only sets a
+    // process attribute; no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    // The parent may have died before the call: then we were re-parented.
+    if std::os::unix::process::parent_id() == 1 {
+        std::process::exit(1);
+    }
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C and SIGTERM end the run through the normal error path, so the
+/// fabric and the child are cleaned up.
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is async-signal-safe (one atomic store) and
+        // has the signature `signal` expects.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// Removes a fabric this process created, on every exit path.
+struct FabricGuard(String);
+
+impl Drop for FabricGuard {
+    fn drop(&mut self) {
+        let _ = EmuFabric::destroy(&self.0);
+    }
+}
+
+/// Kills and reaps the child on every exit path that did not wait for it.
+struct ChildGuard(Option<Child>);
+
+impl ChildGuard {
+    fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        let child = self.0.as_mut().expect("child present until waited");
+        let status = child.try_wait().context("checking on the echo side")?;
+        if status.is_some() {
+            self.0 = None;
+        }
+        Ok(status)
+    }
+
+    /// Waits up to `timeout` for the child to exit; kills it after that.
+    fn wait_timeout(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!("the echo side did not exit within {timeout:?} after the run: killed it");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

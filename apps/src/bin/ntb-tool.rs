@@ -1,0 +1,418 @@
+//! `ntb-tool`: create, inspect and poke NTB fabrics, like Linux's `ntb_tool`.
+//!
+//! ```text
+//! ntb-tool create lab --slots 8 --window-size 1M
+//! ntb-tool status lab
+//! ntb-tool db ring lab --peer 1 0x1        # claims a slot briefly to ring
+//! ntb-tool db read lab --slot 1            # slot 1's own doorbell register
+//! ntb-tool spad write lab --slot 1 0 0xbeef
+//! ntb-tool destroy lab
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use ntbdk_apps::tool::{fmt_size, parse_size, parse_u32, parse_u64, render_status};
+use ntbdk_pmd::hw::NtbDevice;
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig, shm_dir};
+
+/// Create, inspect and poke emulated NTB fabrics (and, later, any backend).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ntb-tool",
+    version,
+    about = "Create, inspect and poke NTB fabrics: slots, links, doorbells, scratchpads"
+)]
+struct Cli {
+    /// Directory of the fabrics' control segments [default: $NTBDK_SHM_DIR, else /dev/shm]
+    #[arg(long, global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a fabric.
+    Create {
+        /// Fabric name (A-Z a-z 0-9 _ - ., up to 64 characters).
+        name: String,
+        /// Number of slots (ports).
+        #[arg(long, default_value_t = 16)]
+        slots: usize,
+        /// Inbound window size per slot (K, M, G suffixes).
+        #[arg(long, default_value = "16M", value_parser = parse_size)]
+        window_size: usize,
+        /// Scratchpad registers per slot (at most 64).
+        #[arg(long, default_value_t = 16)]
+        spads: usize,
+        /// Doorbell bits per slot (1 to 64).
+        #[arg(long, default_value_t = 64)]
+        db_bits: u32,
+        /// R-LUT entries per slot (1 to 64).
+        #[arg(long, default_value_t = 32)]
+        rlut: usize,
+        /// Heartbeat timeout in milliseconds.
+        #[arg(long, default_value_t = 100)]
+        timeout_ms: u64,
+        /// Emulated non-posted read latency in nanoseconds.
+        #[arg(long, default_value_t = 1000)]
+        read_latency_ns: u64,
+    },
+    /// Remove a fabric.
+    Destroy {
+        /// Fabric name.
+        name: String,
+        /// Remove it even while slots are up.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List fabrics.
+    List,
+    /// Show a fabric's slots: owners, link, generations, heartbeats, counters.
+    Status {
+        /// Fabric name.
+        name: String,
+        /// Show never-used slots too.
+        #[arg(long)]
+        all: bool,
+        /// First reclaim slots whose owner is dead.
+        #[arg(long)]
+        reclaim: bool,
+    },
+    /// Scratchpad registers.
+    Spad {
+        #[command(subcommand)]
+        op: SpadOp,
+    },
+    /// Doorbell registers.
+    Db {
+        #[command(subcommand)]
+        op: DbOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SpadOp {
+    /// Read slot N's scratchpads, or (with --peer) read a peer's through the
+    /// bridge as a host (a non-posted read).
+    Read {
+        /// Fabric name.
+        name: String,
+        /// The slot whose registers to read; with --peer, the slot to act as
+        /// (claimed briefly; default: the first free one).
+        #[arg(long)]
+        slot: Option<u16>,
+        /// Read this peer's scratchpad through the bridge.
+        #[arg(long)]
+        peer: Option<u16>,
+        /// The scratchpad (default: all).
+        #[arg(value_parser = parse_index)]
+        index: Option<usize>,
+    },
+    /// Write slot N's scratchpad, or (with --peer) a peer's as a host (a
+    /// posted write).
+    Write {
+        /// Fabric name.
+        name: String,
+        /// The slot whose register to write; with --peer, the slot to act as
+        /// (claimed briefly; default: the first free one).
+        #[arg(long)]
+        slot: Option<u16>,
+        /// Write this peer's scratchpad through the bridge.
+        #[arg(long)]
+        peer: Option<u16>,
+        /// The scratchpad.
+        #[arg(value_parser = parse_index)]
+        index: usize,
+        /// The value (decimal, 0x hex, 0b binary).
+        #[arg(value_parser = parse_u32)]
+        value: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DbOp {
+    /// Ring a peer's doorbell bits as a host (claims a slot briefly).
+    Ring {
+        /// Fabric name.
+        name: String,
+        /// The peer to ring.
+        #[arg(long)]
+        peer: u16,
+        /// The slot to act as (default: the first free one).
+        #[arg(long)]
+        slot: Option<u16>,
+        /// The bits (decimal, 0x hex, 0b binary).
+        #[arg(value_parser = parse_u64)]
+        bits: u64,
+    },
+    /// Read slot N's pending doorbell bits.
+    Read {
+        /// Fabric name.
+        name: String,
+        /// The slot.
+        #[arg(long)]
+        slot: u16,
+    },
+    /// Clear slot N's doorbell bits.
+    Clear {
+        /// Fabric name.
+        name: String,
+        /// The slot.
+        #[arg(long)]
+        slot: u16,
+        /// The bits to clear (default: all).
+        #[arg(value_parser = parse_u64)]
+        bits: Option<u64>,
+    },
+    /// Show, set or clear slot N's doorbell mask.
+    Mask {
+        /// Fabric name.
+        name: String,
+        /// The slot.
+        #[arg(long)]
+        slot: u16,
+        /// Bits to set in the mask.
+        #[arg(long, value_parser = parse_u64)]
+        set: Option<u64>,
+        /// Bits to clear from the mask.
+        #[arg(long, value_parser = parse_u64)]
+        clear: Option<u64>,
+    },
+}
+
+fn parse_index(s: &str) -> Result<usize, String> {
+    parse_u64(s).map(|v| v as usize)
+}
+
+fn attach(dir: &Path, name: &str) -> Result<EmuFabric> {
+    EmuFabric::attach_in(dir, name).with_context(|| format!("attaching to fabric {name:?}"))
+}
+
+/// Joins `fabric` briefly as a host: slot `slot`, or the first free one.
+fn host(fabric: &EmuFabric, slot: Option<u16>) -> Result<EmuDevice> {
+    let cfg = DeviceConfig {
+        slot,
+        heartbeat_thread: false,
+        ..Default::default()
+    };
+    fabric.join(&cfg).with_context(|| {
+        format!(
+            "joining fabric {:?} as a host{}",
+            fabric.name(),
+            slot.map(|s| format!(" in slot {s}")).unwrap_or_default()
+        )
+    })
+}
+
+fn spads_to_show(count: usize, index: Option<usize>) -> Result<Vec<usize>> {
+    match index {
+        Some(i) if i >= count => bail!("no scratchpad {i}: the fabric has {count} (0..{count})"),
+        Some(i) => Ok(vec![i]),
+        None => Ok((0..count).collect()),
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let dir = cli.dir.unwrap_or_else(shm_dir);
+    match cli.cmd {
+        Cmd::Create {
+            name,
+            slots,
+            window_size,
+            spads,
+            db_bits,
+            rlut,
+            timeout_ms,
+            read_latency_ns,
+        } => {
+            let cfg = FabricConfig {
+                slots,
+                window_size,
+                spads,
+                db_bits,
+                rlut_entries: rlut,
+                heartbeat_timeout: Duration::from_millis(timeout_ms),
+                read_latency: Duration::from_nanos(read_latency_ns),
+            };
+            let f = EmuFabric::create_in(&dir, &name, &cfg)
+                .with_context(|| format!("creating fabric {name:?}"))?;
+            println!(
+                "created fabric {name}: {slots} slots, {} windows, at {}",
+                fmt_size(window_size),
+                f.path().display()
+            );
+        }
+        Cmd::Destroy { name, force } => {
+            if !force && let Ok(f) = EmuFabric::attach_in(&dir, &name) {
+                let up: Vec<u16> = f
+                    .status()
+                    .slots
+                    .iter()
+                    .filter(|s| s.link_up)
+                    .map(|s| s.slot)
+                    .collect();
+                if !up.is_empty() {
+                    bail!(
+                        "fabric {name:?} has slots up ({up:?}): stop their processes first, \
+                         or pass --force"
+                    );
+                }
+            }
+            EmuFabric::destroy_in(&dir, &name)
+                .with_context(|| format!("destroying fabric {name:?}"))?;
+            println!("destroyed fabric {name}");
+        }
+        Cmd::List => {
+            let list = EmuFabric::list_in(&dir)
+                .with_context(|| format!("listing fabrics in {}", dir.display()))?;
+            if list.is_empty() {
+                println!("no fabrics in {}", dir.display());
+            }
+            for f in list {
+                match (&f.config, &f.problem) {
+                    (Some(c), _) => println!(
+                        "{:<24} {:>4} slots  {:>4} up  {:>8} windows",
+                        f.name,
+                        c.slots,
+                        f.up_slots,
+                        fmt_size(c.window_size)
+                    ),
+                    (None, p) => println!(
+                        "{:<24} unusable: {}",
+                        f.name,
+                        p.as_deref().unwrap_or("unknown")
+                    ),
+                }
+            }
+        }
+        Cmd::Status { name, all, reclaim } => {
+            let f = attach(&dir, &name)?;
+            if reclaim {
+                let r = f.reclaim_dead();
+                if !r.is_empty() {
+                    println!("reclaimed dead slots {r:?}");
+                }
+            }
+            print!("{}", render_status(&f.status(), all));
+        }
+        Cmd::Spad { op } => match op {
+            SpadOp::Read {
+                name,
+                slot,
+                peer,
+                index,
+            } => {
+                let f = attach(&dir, &name)?;
+                if let Some(peer) = peer {
+                    let dev = host(&f, slot)?;
+                    for i in spads_to_show(dev.spad_count(), index)? {
+                        let v = dev
+                            .peer_spad_read(peer, i)
+                            .with_context(|| format!("reading scratchpad {i} of peer {peer}"))?;
+                        println!("peer {peer} spad {i}: {v:#010x} ({v})");
+                    }
+                } else {
+                    let Some(slot) = slot else {
+                        bail!("say whose scratchpads to read: --slot N (or --peer P)")
+                    };
+                    let regs = f.registers(slot)?;
+                    for i in spads_to_show(regs.spad_count(), index)? {
+                        let v = regs.spad(i)?;
+                        println!("slot {slot} spad {i}: {v:#010x} ({v})");
+                    }
+                }
+            }
+            SpadOp::Write {
+                name,
+                slot,
+                peer,
+                index,
+                value,
+            } => {
+                let f = attach(&dir, &name)?;
+                if let Some(peer) = peer {
+                    let dev = host(&f, slot)?;
+                    dev.peer_spad_write(peer, index, value)
+                        .with_context(|| format!("writing scratchpad {index} of peer {peer}"))?;
+                    println!(
+                        "peer {peer} spad {index} <- {value:#010x} (from slot {})",
+                        dev.port()
+                    );
+                } else {
+                    let Some(slot) = slot else {
+                        bail!("say whose scratchpad to write: --slot N (or --peer P)")
+                    };
+                    f.registers(slot)?.set_spad(index, value)?;
+                    println!("slot {slot} spad {index} <- {value:#010x}");
+                }
+            }
+        },
+        Cmd::Db { op } => match op {
+            DbOp::Ring {
+                name,
+                peer,
+                slot,
+                bits,
+            } => {
+                let f = attach(&dir, &name)?;
+                let dev = host(&f, slot)?;
+                dev.peer_db_set(peer, bits)
+                    .with_context(|| format!("ringing doorbell {bits:#x} of peer {peer}"))?;
+                println!(
+                    "rang peer {peer} doorbell {bits:#x} (from slot {})",
+                    dev.port()
+                );
+            }
+            DbOp::Read { name, slot } => {
+                let f = attach(&dir, &name)?;
+                let r = f.registers(slot)?;
+                println!("slot {slot} db {:#x} mask {:#x}", r.db(), r.db_mask());
+            }
+            DbOp::Clear { name, slot, bits } => {
+                let f = attach(&dir, &name)?;
+                let r = f.registers(slot)?;
+                r.db_clear(bits.unwrap_or(u64::MAX));
+                println!("slot {slot} db {:#x}", r.db());
+            }
+            DbOp::Mask {
+                name,
+                slot,
+                set,
+                clear,
+            } => {
+                let f = attach(&dir, &name)?;
+                let r = f.registers(slot)?;
+                if let Some(b) = set {
+                    r.db_set_mask(b)?;
+                }
+                if let Some(b) = clear {
+                    r.db_clear_mask(b);
+                }
+                println!("slot {slot} db mask {:#x}", r.db_mask());
+            }
+        },
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ntb-tool: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Helpers of `ntb-tool`: number and size parsing, and the status table.
+
+use std::fmt::Write as _;
+
+use ntbdk_pmd::hw::emu::{FabricStatus, SlotState};
+
+/// Parses an integer in decimal, `0x` hex or `0b` binary (`_` allowed).
+pub fn parse_u64(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let r = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else if let Some(b) = t.strip_prefix("0b").or_else(|| t.strip_prefix("0B")) {
+        u64::from_str_radix(b, 2)
+    } else {
+        t.parse()
+    };
+    r.map_err(|_| format!("{s:?} is not a number (decimal, 0x hex or 0b binary)"))
+}
+
+/// Parses a 32-bit value like [`parse_u64`].
+pub fn parse_u32(s: &str) -> Result<u32, String> {
+    let v = parse_u64(s)?;
+    u32::try_from(v).map_err(|_| format!("{s:?} does not fit in 32 bits"))
+}
+
+/// Parses a byte size: a number with an optional `K`, `M` or `G` suffix
+/// (powers of 1024; `KiB`, `MB`... accepted too).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'x' && c != 'b');
+    let (num, unit) = match split {
+        Some(i) if !t.starts_with("0x") => t.split_at(i),
+        _ => (t, ""),
+    };
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(format!("{s:?}: unknown size unit {unit:?} (use K, M or G)")),
+    };
+    let n = parse_u64(num)?;
+    n.checked_mul(1 << shift)
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Formats a byte count with a binary unit.
+pub fn fmt_size(n: usize) -> String {
+    match n {
+        _ if n >= 1 << 30 && n.is_multiple_of(1 << 30) => format!("{} GiB", n >> 30),
+        _ if n >= 1 << 20 && n.is_multiple_of(1 << 20) => format!("{} MiB", n >> 20),
+        _ if n >= 1 << 10 && n.is_multiple_of(1 << 10) => format!("{} KiB", n >> 10),
+        _ => format!("{n} B"),
+    }
+}
+
+/// Renders `ntb-tool status`: the geometry, then one row per slot (only
+/// slots ever claimed unless `all`).
+pub fn render_status(st: &FabricStatus, all: bool) -> String {
+    let c = &st.config;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "fabric {} ({})\n  {} slots, {} windows, {} scratchpads, {} doorbell bits, \
+         {} R-LUT entries, heartbeat timeout {:?}, read latency {:?}",
+        st.name,
+        st.path.display(),
+        c.slots,
+        fmt_size(c.window_size),
+        c.spads,
+        c.db_bits,
+        c.rlut_entries,
+        c.heartbeat_timeout,
+        c.read_latency
+    );
+    let up = st.slots.iter().filter(|s| s.link_up).count();
+    let _ = writeln!(out, "  {up} of {} slots up", c.slots);
+    let _ = writeln!(
+        out,
+        "{:>4} {:<7} {:>5} {:>8} {:<5} {:<4} {:>9} {:>18} {:>18} {:>4} {:>10} {:>12} {:>8} {:>8}",
+        "slot",
+        "state",
+        "gen",
+        "pid",
+        "alive",
+        "link",
+        "hb-age",
+        "db",
+        "db-mask",
+        "rlut",
+        "posted-wr",
+        "posted-bytes",
+        "np-reads",
+        "refused"
+    );
+    for s in &st.slots {
+        if !all && s.generation == 0 && s.state == SlotState::Free {
+            continue;
+        }
+        let pid = s
+            .owner_pid
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "-".into());
+        let age = s
+            .heartbeat_age
+            .map(|a| format!("{:.1}ms", a.as_secs_f64() * 1e3))
+            .unwrap_or_else(|| "-".into());
+        let alive = match (s.state, s.owner_alive) {
+            (SlotState::Free, _) => "-",
+            (_, true) => "yes",
+            (_, false) => "NO",
+        };
+        let _ = writeln!(
+            out,
+            "{:>4} {:<7} {:>5} {:>8} {:<5} {:<4} {:>9} {:>#18x} {:>#18x} {:>4} {:>10} {:>12} {:>8} {:>8}",
+            s.slot,
+            s.state.to_string(),
+            s.generation,
+            pid,
+            alive,
+            if s.link_up { "up" } else { "down" },
+            age,
+            s.db,
+            s.db_mask,
+            s.rlut_in_use,
+            s.counters.posted_writes,
+            s.counters.posted_bytes,
+            s.counters.non_posted_reads,
+            s.rlut_refusals
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_sizes_parse() {
+        assert_eq!(parse_u64("42"), Ok(42));
+        assert_eq!(parse_u64("0x2A"), Ok(42));
+        assert_eq!(parse_u64("0b101010"), Ok(42));
+        assert_eq!(parse_u64("1_000"), Ok(1000));
+        assert!(parse_u64("forty").is_err());
+        assert!(parse_u32("0x1_0000_0000").is_err());
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("0x1000"), Ok(4096));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("3 parsecs").is_err());
+        assert_eq!(fmt_size(16 << 20), "16 MiB");
+        assert_eq!(fmt_size(100), "100 B");
+    }
+}

@@ -1,0 +1,448 @@
+//! `ntb-pingpong` end to end: self-contained runs through doorbells and
+//! scratchpads, two terminals, and every way it must fail cleanly (bad
+//! arguments, unknown fabric, busy slot, absent or dying peer).
+//!
+//! Every run gets its own fabric directory (`NTBDK_SHM_DIR`), a deadline
+//! after which it is killed, and is checked to leave no fabric behind.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use ntbdk_apps::report::Report;
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ntb-pingpong");
+/// No run may take longer than this (they take well under a second alone).
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A private fabric directory, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("ntbdk-pp-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    /// Fabric control segments left in the directory.
+    fn fabrics(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("ntbdk-fabric-"))
+            .collect()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `ntb-pingpong`, killed if dropped before it exits.
+struct Run {
+    child: Option<Child>,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+/// What a finished run left.
+struct Done {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    fn start(dir: &Dir, tag: &str, args: &[&str]) -> Self {
+        let out = dir.0.join(format!("{tag}.out"));
+        let err = dir.0.join(format!("{tag}.err"));
+        let child = Command::new(BIN)
+            .args(args)
+            .env("NTBDK_SHM_DIR", &dir.0)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .expect("start ntb-pingpong");
+        Self {
+            child: Some(child),
+            out,
+            err,
+        }
+    }
+
+    fn finish(mut self) -> Done {
+        let started = Instant::now();
+        let mut child = self.child.take().unwrap();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("ntb-pingpong hung: killed after {DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Done {
+            status,
+            stdout: std::fs::read_to_string(&self.out).unwrap(),
+            stderr: std::fs::read_to_string(&self.err).unwrap(),
+            took: started.elapsed(),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.child = None;
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn run(dir: &Dir, args: &[&str]) -> Done {
+    Run::start(dir, "run", args).finish()
+}
+
+fn assert_ok(d: &Done) {
+    assert!(
+        d.status.success(),
+        "failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        d.status,
+        d.stdout,
+        d.stderr
+    );
+}
+
+/// Fails (exit code 1 or 2, not a signal), quickly, saying `needle` on stderr.
+fn assert_fails_with(d: &Done, needle: &str) {
+    assert!(
+        matches!(d.status.code(), Some(1 | 2)),
+        "expected a clean failure, got {}:\nstdout:\n{}\nstderr:\n{}",
+        d.status,
+        d.stdout,
+        d.stderr
+    );
+    assert!(
+        d.stderr.contains(needle),
+        "stderr should say {needle:?}:\n{}",
+        d.stderr
+    );
+}
+
+/// The fields of the table row (the line after the header).
+fn table_row(stdout: &str) -> Vec<String> {
+    let mut lines = stdout.lines().skip_while(|l| !l.contains("#bytes"));
+    let header = lines.next().expect("a table header");
+    assert!(header.contains("t_typical[usec]") && header.contains("p99.9[usec]"));
+    lines
+        .next()
+        .expect("a table row")
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+fn check_figures(row: &[String], bytes: &str, iters: &str) {
+    assert_eq!(row.len(), 8, "{row:?}");
+    assert_eq!(row[0], bytes);
+    assert_eq!(row[1], iters);
+    let us: Vec<f64> = row[2..].iter().map(|v| v.parse().unwrap()).collect();
+    let (min, typical, p99, p999, max) = (us[0], us[1], us[3], us[4], us[5]);
+    assert!(min > 0.0, "{row:?}");
+    assert!(
+        min <= typical && typical <= p99 && p99 <= p999 && p999 <= max,
+        "{row:?}"
+    );
+}
+
+#[test]
+fn self_contained_doorbell_run() {
+    let dir = Dir::new("db");
+    let json = dir.0.join("pp.json");
+    let svg = dir.0.join("pp.svg");
+    let d = run(
+        &dir,
+        &[
+            "-n",
+            "2000",
+            "--warmup",
+            "100",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert_ok(&d);
+    assert!(d.stdout.contains("doorbell ping-pong"), "{}", d.stdout);
+    check_figures(&table_row(&d.stdout), "0", "2000");
+    // Doorbells are posted writes (at least one per ping, warm-up and stop
+    // included); nothing reads through the bridge.
+    let posted: u64 = d
+        .stdout
+        .split("posted writes ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no posted-write count in {}", d.stdout));
+    assert!(posted >= 2101, "{posted} posted writes for 2101 pings");
+    assert!(d.stdout.contains(", non-posted reads 0\n"), "{}", d.stdout);
+
+    let report = Report::read_json(&json).unwrap();
+    assert_eq!(report.tool, "ntb-pingpong");
+    assert_eq!(report.params["via"], "doorbell");
+    assert_eq!(report.latency.len(), 1);
+    assert_eq!(report.latency[0].iterations, 2000);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let series = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("series"))
+        .count();
+    assert_eq!(series, 1);
+
+    assert!(dir.fabrics().is_empty(), "left behind: {:?}", dir.fabrics());
+}
+
+#[test]
+fn self_contained_scratchpad_run() {
+    let dir = Dir::new("spad");
+    let d = run(&dir, &["--via", "spad", "-n", "2000", "--warmup", "10"]);
+    assert_ok(&d);
+    assert!(d.stdout.contains("scratchpad ping-pong"), "{}", d.stdout);
+    check_figures(&table_row(&d.stdout), "4", "2000");
+    assert!(d.stdout.contains("non-posted reads 0"), "{}", d.stdout);
+    assert!(dir.fabrics().is_empty(), "left behind: {:?}", dir.fabrics());
+}
+
+#[test]
+fn two_terminals() {
+    let dir = Dir::new("two");
+    let server = Run::start(
+        &dir,
+        "server",
+        &[
+            "--fabric",
+            "demo",
+            "--slot",
+            "0",
+            "--server",
+            "--timeout",
+            "30",
+        ],
+    );
+    let client = Run::start(
+        &dir,
+        "client",
+        &[
+            "--fabric",
+            "demo",
+            "--slot",
+            "1",
+            "--via",
+            "db",
+            "-n",
+            "1000",
+            "--warmup",
+            "10",
+            "--timeout",
+            "30",
+        ],
+    );
+    // The client may start before the server has created the fabric: then
+    // it fails at once, saying so, and is started again.
+    let mut client = client.finish();
+    for _ in 0..100 {
+        if client.status.success() || !client.stderr.contains("no fabric named") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        client = Run::start(
+            &dir,
+            "client",
+            &[
+                "--fabric", "demo", "--slot", "1", "-n", "1000", "--warmup", "10",
+            ],
+        )
+        .finish();
+    }
+    assert_ok(&client);
+    check_figures(&table_row(&client.stdout), "0", "1000");
+    let server = server.finish();
+    assert_ok(&server);
+    assert!(
+        server.stdout.contains("echoed 1010 round trips for port 1"),
+        "{}",
+        server.stdout
+    );
+    // The server created the fabric, so it removed it.
+    assert!(dir.fabrics().is_empty(), "left behind: {:?}", dir.fabrics());
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let dir = Dir::new("args");
+    for (args, needle) in [
+        (&["--via", "pigeon"][..], "invalid value 'pigeon'"),
+        (&["-n", "0"][..], "0 is not in 1..="),
+        (&["--slot", "1"][..], "--fabric <NAME>"),
+        (&["--server"][..], "--fabric <NAME>"),
+        (&["--lcore", "4096"][..], "--lcore 4096"),
+        (&["--peer-lcore", "4096"][..], "--peer-lcore 4096"),
+        (&["--timeout", "0"][..], "--timeout must be"),
+        (&["--fabric", "bad/name", "--slot", "1"][..], "bad/name"),
+        (&["--frobnicate"][..], "unexpected argument"),
+    ] {
+        let d = run(&dir, args);
+        assert_fails_with(&d, needle);
+    }
+    assert!(dir.fabrics().is_empty());
+    let help = run(&dir, &["--help"]);
+    assert_ok(&help);
+    assert!(help.stdout.contains("--via") && help.stdout.contains("--fabric"));
+    assert!(
+        !help.stdout.contains("--peer "),
+        "the internal role stays hidden"
+    );
+}
+
+#[test]
+fn unknown_fabric() {
+    let dir = Dir::new("unknown");
+    let d = run(&dir, &["--fabric", "nosuch", "--slot", "1"]);
+    assert_fails_with(&d, "no fabric named \"nosuch\"");
+    assert!(
+        d.stderr.contains("--server"),
+        "says what to do: {}",
+        d.stderr
+    );
+}
+
+fn small_fabric() -> FabricConfig {
+    FabricConfig {
+        slots: 2,
+        window_size: 64 << 10,
+        heartbeat_timeout: Duration::from_secs(2),
+        ..FabricConfig::default()
+    }
+}
+
+#[test]
+fn absent_peer_times_out() {
+    let dir = Dir::new("absent");
+    // A server waiting for a client that never comes.
+    let d = run(
+        &dir,
+        &["--fabric", "lonely", "--server", "--timeout", "0.5"],
+    );
+    assert_fails_with(&d, "no peer joined fabric \"lonely\" within 500ms");
+    assert!(d.took < Duration::from_secs(20), "{:?}", d.took);
+    assert!(
+        dir.fabrics().is_empty(),
+        "the server removes what it created"
+    );
+
+    // A client on an existing fabric with no server.
+    EmuFabric::create_in(&dir.0, "empty", &small_fabric()).unwrap();
+    let d = run(
+        &dir,
+        &[
+            "--fabric",
+            "empty",
+            "--slot",
+            "1",
+            "--peer-slot",
+            "0",
+            "--timeout",
+            "0.5",
+        ],
+    );
+    assert_fails_with(&d, "port 0 joined fabric \"empty\" within 500ms");
+    // Naming ourselves as the peer (no --slot takes slot 0).
+    let d = run(
+        &dir,
+        &["--fabric", "empty", "--peer-slot", "0", "--timeout", "0.5"],
+    );
+    assert_fails_with(&d, "--peer-slot 0 is our own slot");
+    EmuFabric::destroy_in(&dir.0, "empty").unwrap();
+}
+
+#[test]
+fn busy_slot_is_refused() {
+    let dir = Dir::new("busy");
+    let fabric = EmuFabric::create_in(&dir.0, "busy", &small_fabric()).unwrap();
+    let cfg = DeviceConfig {
+        slot: Some(0),
+        fabric: small_fabric(),
+        ..DeviceConfig::default()
+    };
+    let _holder = EmuDevice::join(&fabric, &cfg).unwrap();
+    let d = run(&dir, &["--fabric", "busy", "--slot", "0", "--timeout", "1"]);
+    assert_fails_with(&d, "slot 0 of fabric \"busy\" is up by pid");
+    // And a slot the fabric does not have.
+    let d = run(&dir, &["--fabric", "busy", "--slot", "9", "--timeout", "1"]);
+    assert_fails_with(&d, "no slot 9");
+    EmuFabric::destroy_in(&dir.0, "busy").unwrap();
+}
+
+#[test]
+fn dying_peer_ends_the_run_with_an_error() {
+    let dir = Dir::new("dying");
+    let mut server = Run::start(
+        &dir,
+        "server",
+        &[
+            "--fabric",
+            "d",
+            "--slot",
+            "0",
+            "--server",
+            "--timeout",
+            "30",
+        ],
+    );
+    // Wait for the server's fabric, then start a run that would last hours.
+    let started = Instant::now();
+    while dir.fabrics().is_empty() {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the server never created its fabric"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let client = Run::start(
+        &dir,
+        "client",
+        &[
+            "--fabric",
+            "d",
+            "--slot",
+            "1",
+            "-n",
+            "1000000000",
+            "--timeout",
+            "30",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill();
+    let d = client.finish();
+    assert_fails_with(&d, "port 0 left the fabric");
+    let _ = EmuFabric::destroy_in(&dir.0, "d");
+}

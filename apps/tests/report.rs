@@ -1,0 +1,329 @@
+//! The report module: table layout, latency figures from a known histogram,
+//! JSON round trip, SVG well-formedness and progress lines.
+
+use std::time::Duration;
+
+use ntbdk_apps::report::{
+    BwRow, LatRow, Progress, Report, Table, bw_table, lat_table, new_histogram, progress_line,
+    render_svg, write_svg,
+};
+
+/// 1..=1000 ns, once each: every figure is known exactly (values below 2048
+/// are exact at three significant digits).
+fn known_latency(bytes: u64) -> LatRow {
+    let mut hist = new_histogram();
+    for ns in 1..=1000 {
+        hist.record(ns).unwrap();
+    }
+    LatRow::from_histogram(bytes, &hist)
+}
+
+fn sweep() -> Vec<BwRow> {
+    (1..=23)
+        .map(|shift| BwRow::new(1 << shift, 1000, Duration::from_micros(50 + shift)))
+        .collect()
+}
+
+/// Byte offsets where each whitespace-separated field of `line` starts.
+fn field_starts(line: &str) -> Vec<usize> {
+    let b = line.as_bytes();
+    (0..b.len())
+        .filter(|&i| b[i] != b' ' && (i == 0 || b[i - 1] == b' '))
+        .collect()
+}
+
+#[test]
+fn bandwidth_table_is_aligned_like_perftest() {
+    let rows = vec![
+        BwRow::new(2, 5000, Duration::from_millis(1)),
+        BwRow::new(65536, 5000, Duration::from_millis(25)),
+        BwRow::new(8 << 20, 5000, Duration::from_secs(4)),
+    ];
+    let text = bw_table(&rows);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    assert!(lines[0].chars().all(|c| c == '-'));
+    assert_eq!(lines[0], lines[5]);
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "#bytes",
+            "#iterations",
+            "BW",
+            "average[GB/s]",
+            "MsgRate[Mpps]"
+        ]
+    );
+    // Every value starts under its header.
+    let head = field_starts(lines[1]);
+    let head = [head[0], head[1], head[2], head[4]];
+    for line in &lines[2..5] {
+        assert_eq!(field_starts(line), head, "misaligned: {line:?}\n{text}");
+        assert_eq!(line.trim_end(), *line, "trailing spaces");
+    }
+    // 65536 B × 5000 in 25 ms: 13.11 GB/s, 0.2 Mpps.
+    assert_eq!(
+        lines[3].split_whitespace().collect::<Vec<_>>(),
+        ["65536", "5000", "13.11", "0.200000"]
+    );
+    // 8 MiB × 5000 in 4 s: 10.49 GB/s, 0.00125 Mpps.
+    assert_eq!(
+        lines[4].split_whitespace().collect::<Vec<_>>(),
+        ["8388608", "5000", "10.49", "0.001250"]
+    );
+    // The rule spans the header.
+    assert!(lines[0].len() >= lines[1].len());
+}
+
+#[test]
+fn latency_table_has_the_columns_and_figures() {
+    let text = lat_table(&[known_latency(64), known_latency(8 << 20)]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "#bytes",
+            "#iterations",
+            "t_min[usec]",
+            "t_typical[usec]",
+            "t_avg[usec]",
+            "p99[usec]",
+            "p99.9[usec]",
+            "t_max[usec]"
+        ]
+    );
+    let head = field_starts(lines[1]);
+    for line in &lines[2..4] {
+        assert_eq!(field_starts(line), head, "misaligned: {line:?}\n{text}");
+    }
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        ["64", "1000", "0.00", "0.50", "0.50", "0.99", "1.00", "1.00"]
+    );
+    assert!(lines[3].starts_with(" 8388608 "));
+}
+
+#[test]
+fn streamed_lines_match_the_whole_table() {
+    let rows = sweep();
+    let t = Table::BANDWIDTH;
+    let mut streamed = format!("{}\n{}\n", t.rule(), t.header());
+    for r in &rows {
+        streamed.push_str(&t.bw_line(r));
+        streamed.push('\n');
+    }
+    streamed.push_str(&t.rule());
+    streamed.push('\n');
+    assert_eq!(streamed, bw_table(&rows));
+}
+
+#[test]
+fn latency_figures_of_a_known_histogram() {
+    let row = known_latency(64);
+    assert_eq!(row.bytes, 64);
+    assert_eq!(row.iterations, 1000);
+    assert_eq!(row.t_min_us, 0.001);
+    assert_eq!(row.t_typical_us, 0.5);
+    assert!((row.t_avg_us - 0.5005).abs() < 1e-9, "{}", row.t_avg_us);
+    assert_eq!(row.p99_us, 0.99);
+    assert_eq!(row.p99_9_us, 0.999);
+    assert_eq!(row.t_max_us, 1.0);
+    // Uniform 1..=1000: stdev = sqrt((n² - 1) / 12) ns.
+    let stdev_ns = ((1000.0f64 * 1000.0 - 1.0) / 12.0).sqrt();
+    assert!((row.t_stdev_us * 1000.0 - stdev_ns).abs() < 0.01);
+
+    // The distribution climbs from the minimum to the maximum, quantiles
+    // and latencies both non-decreasing.
+    let d = &row.distribution;
+    assert!(d.len() > 10, "{d:?}");
+    assert_eq!(d.first().unwrap().usec, 0.001);
+    assert_eq!(d.last().unwrap().usec, 1.0);
+    assert_eq!(d.last().unwrap().quantile, 1.0);
+    for w in d.windows(2) {
+        assert!(
+            w[0].quantile <= w[1].quantile && w[0].usec <= w[1].usec,
+            "{w:?}"
+        );
+    }
+    // Each point agrees with the histogram's own quantile: at quantile q,
+    // ceil(q * 1000) samples lie at or below the latency.
+    for p in d {
+        let ns = (p.usec * 1000.0).round();
+        assert!(ns >= (p.quantile * 1000.0).floor(), "{p:?}");
+    }
+}
+
+#[test]
+fn skewed_histogram_tail() {
+    // 990 fast samples at 1 µs, 9 at 50 µs, 1 at 2 ms.
+    let mut hist = new_histogram();
+    hist.record_n(1000, 990).unwrap();
+    hist.record_n(50_000, 9).unwrap();
+    hist.record(2_000_000).unwrap();
+    let row = LatRow::from_histogram(64, &hist);
+    assert_eq!(row.t_typical_us, 1.0);
+    assert_eq!(row.p99_us, 1.0);
+    // 3 significant digits: 50 µs is reported as the top of its bucket.
+    assert!((row.p99_9_us - 50.0).abs() <= 0.05, "{}", row.p99_9_us);
+    assert!((row.t_max_us - 2000.0).abs() <= 2.0, "{}", row.t_max_us);
+    let avg = (990.0 * 1.0 + 9.0 * 50.0 + 2000.0) / 1000.0;
+    assert!((row.t_avg_us - avg).abs() < 0.01, "{}", row.t_avg_us);
+}
+
+#[test]
+fn empty_histogram_gives_zeros() {
+    let row = LatRow::from_histogram(64, &new_histogram());
+    assert_eq!(row.iterations, 0);
+    assert_eq!(row.t_max_us, 0.0);
+    assert!(row.distribution.is_empty());
+}
+
+#[test]
+fn bandwidth_figures() {
+    let row = BwRow::new(1 << 20, 1000, Duration::from_millis(100));
+    assert!((row.gb_per_s - 10.48576).abs() < 1e-9);
+    assert!((row.mpps - 0.01).abs() < 1e-12);
+    assert_eq!(row.seconds, 0.1);
+    let zero = BwRow::new(64, 10, Duration::ZERO);
+    assert_eq!((zero.gb_per_s, zero.mpps), (0.0, 0.0));
+}
+
+fn full_report() -> Report {
+    let mut report = Report::new("ntb-perf");
+    report
+        .param("test", "bw")
+        .param("op", "write")
+        .param("burst", 32);
+    report.bandwidth = sweep();
+    report.latency = vec![known_latency(2), known_latency(64), known_latency(4096)];
+    report
+}
+
+#[test]
+fn json_round_trip_keeps_every_figure() {
+    let report = full_report();
+    let text = report.to_json().unwrap();
+    let back = Report::from_json(&text).unwrap();
+    assert_eq!(back, report);
+
+    // The figures are there by name, for other tools to read.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["tool"], "ntb-perf");
+    assert_eq!(v["params"]["burst"], "32");
+    assert_eq!(v["bandwidth"].as_array().unwrap().len(), 23);
+    assert_eq!(v["bandwidth"][15]["bytes"], 65536);
+    assert_eq!(v["latency"][1]["p99_us"], 0.99);
+    assert_eq!(v["latency"][1]["t_typical_us"], 0.5);
+    assert!(v["latency"][1]["distribution"].as_array().unwrap().len() > 10);
+
+    // And through a file.
+    let dir = TempDir::new("json");
+    let path = dir.0.join("report.json");
+    report.write_json(&path).unwrap();
+    assert_eq!(Report::read_json(&path).unwrap(), report);
+}
+
+#[test]
+fn json_errors_say_what_failed() {
+    let err = Report::from_json("{\"tool\": 3}").unwrap_err();
+    assert!(err.to_string().contains("invalid report JSON"), "{err}");
+    let err = Report::read_json(std::path::Path::new("/nonexistent/ntbdk/report.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot read /nonexistent/ntbdk/report.json"),
+        "{err}"
+    );
+}
+
+/// Parses `svg` as XML and returns how many data series (polylines of class
+/// `series`) it holds.
+fn series_in(svg: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert!(root.attribute("width").is_some() && root.attribute("height").is_some());
+    root.descendants()
+        .filter(|n| n.tag_name().name() == "polyline" && n.attribute("class") == Some("series"))
+        .count()
+}
+
+#[test]
+fn svg_has_one_series_per_curve() {
+    let report = full_report();
+    let svg = render_svg(&report).unwrap();
+    // One bandwidth curve, one latency curve per message size.
+    assert_eq!(series_in(&svg), 1 + 3);
+    assert!(svg.contains("bandwidth") && svg.contains("latency distribution"));
+    assert!(
+        svg.contains(">\n4096 B\n<") || svg.contains("4096 B"),
+        "legend"
+    );
+
+    let mut bw_only = report.clone();
+    bw_only.latency.clear();
+    assert_eq!(series_in(&render_svg(&bw_only).unwrap()), 1);
+
+    let mut lat_only = report.clone();
+    lat_only.bandwidth.clear();
+    assert_eq!(series_in(&render_svg(&lat_only).unwrap()), 3);
+
+    // A single size still plots (a one-point curve).
+    let mut one = report.clone();
+    one.bandwidth.truncate(1);
+    one.latency.truncate(1);
+    assert_eq!(series_in(&render_svg(&one).unwrap()), 2);
+
+    let dir = TempDir::new("svg");
+    let path = dir.0.join("plot.svg");
+    write_svg(&report, &path).unwrap();
+    assert_eq!(series_in(&std::fs::read_to_string(&path).unwrap()), 4);
+}
+
+#[test]
+fn svg_of_nothing_is_an_error() {
+    let mut report = full_report();
+    report.bandwidth.clear();
+    report.latency.clear();
+    let err = render_svg(&report).unwrap_err();
+    assert!(err.to_string().contains("no rows"), "{err}");
+}
+
+#[test]
+fn progress_draws_and_clears_its_line() {
+    let mut p = Progress::with_writer("write bw", 12, Vec::new(), Duration::ZERO);
+    p.step("2 B");
+    p.step("4 B");
+    let out = String::from_utf8(p.finish().unwrap()).unwrap();
+    assert!(out.contains("write bw [ 1/12] 2 B ("), "{out:?}");
+    assert!(out.contains("write bw [ 2/12] 4 B ("), "{out:?}");
+    assert!(out.ends_with("\r\x1b[K"), "cleared at the end: {out:?}");
+
+    // Before its delay it draws nothing at all.
+    let mut quiet = Progress::with_writer("lat", 3, Vec::new(), Duration::from_secs(3600));
+    quiet.step("64 B");
+    assert!(quiet.finish().unwrap().is_empty());
+
+    assert_eq!(
+        progress_line("lat", 3, 23, "4096 B", Duration::from_millis(2500)),
+        "lat [ 3/23] 4096 B (2.5 s)"
+    );
+}
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("ntbdk-report-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

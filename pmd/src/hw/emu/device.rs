@@ -1,0 +1,747 @@
+//! [`EmuDevice`]: one host on the emulated fabric, implementing
+//! [`NtbDevice`].
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ntbdk_mempool::{Zone, ZoneOptions};
+
+use super::config::DeviceConfig;
+use super::fabric::EmuFabric;
+use super::layout::{SlotRegs, SlotState, SlotWord};
+use super::liveness::{now_ns, own_pid, own_start};
+use super::rlut;
+use super::segment::shm_dir;
+use crate::hw::{
+    CounterSnapshot, DeviceCounters, HwError, LinkEvent, LinkState, LocalWindow, MwGeometry,
+    NtbDevice, PeerWindow, Port, Result,
+};
+
+/// Inbound translations must be aligned to this.
+const XLAT_ALIGN: usize = 4096;
+
+/// One host on an emulated fabric: it owns a slot, its inbound window and
+/// its registers until dropped.
+///
+/// Dropping it stops its heartbeat and frees the slot: peers see the link go
+/// down. If the process dies instead, peers see the link go down when the
+/// heartbeat goes stale, and the slot is reclaimed.
+///
+/// # Example
+/// ```
+/// use ntbdk_pmd::hw::NtbDevice;
+/// use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+///
+/// let dir = std::env::temp_dir().join(format!("ntbdk-doc-device-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let cfg = DeviceConfig {
+///     fabric: FabricConfig { slots: 4, window_size: 64 << 10, ..Default::default() },
+///     dir: Some(dir.clone()),
+///     ..Default::default()
+/// };
+/// // Two hosts (here in one process; normally two processes).
+/// let a = EmuDevice::open("doc", &cfg).unwrap();
+/// let b = EmuDevice::open("doc", &cfg).unwrap();
+/// assert!(a.link(b.port()).unwrap().up);
+///
+/// // Posted writes into b's window; b reads its own window.
+/// let w = a.peer_window(b.port(), 0).unwrap();
+/// w.write(128, b"hello").unwrap();
+/// w.write_u64(0, 1).unwrap();
+/// let mine = b.local_window(0).unwrap();
+/// assert_eq!(mine.load_u64(0).unwrap(), 1);
+/// let mut buf = [0u8; 5];
+/// mine.read(128, &mut buf).unwrap();
+/// assert_eq!(&buf, b"hello");
+///
+/// // Doorbells and scratchpads.
+/// a.peer_db_set(b.port(), 0b101).unwrap();
+/// assert_eq!(b.db_read(), 0b101);
+/// a.peer_spad_write(b.port(), 3, 0xfeed).unwrap();
+/// assert_eq!(b.spad_read(3).unwrap(), 0xfeed);
+/// assert_eq!(a.counters().non_posted_reads, 0);
+///
+/// drop((a, b));
+/// EmuFabric::destroy_in(&dir, "doc").unwrap();
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub struct EmuDevice {
+    inner: Arc<Inner>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+/// A peer's window mapping and the generation it belongs to.
+type PeerMap = (u64, Arc<Zone>);
+
+struct Inner {
+    fabric: EmuFabric,
+    port: Port,
+    /// Our packed word while we own the slot (state up).
+    word: u64,
+    generation: u64,
+    zone: Arc<Zone>,
+    counters: Arc<DeviceCounters>,
+    read_latency: Duration,
+    /// Peer window mappings, by peer, with the generation they belong to.
+    peer_maps: Vec<Mutex<Option<PeerMap>>>,
+    /// Link state per port as last reported by `poll_link_events`.
+    seen: Mutex<Vec<LinkState>>,
+    lost: AtomicBool,
+    stop: AtomicBool,
+    background: bool,
+}
+
+impl std::fmt::Debug for EmuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmuDevice")
+            .field("fabric", &self.inner.fabric.name())
+            .field("port", &self.inner.port)
+            .field("generation", &self.inner.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Holds one R-LUT entry of a target for the duration of a non-posted read.
+struct RlutEntry<'a> {
+    target: &'a SlotRegs,
+    bit: usize,
+}
+
+impl Drop for RlutEntry<'_> {
+    fn drop(&mut self) {
+        rlut::release(self.target, self.bit);
+    }
+}
+
+/// Waits `d`: spinning for short (emulated bus) latencies, sleeping for long.
+fn hold(d: Duration) {
+    if d >= Duration::from_micros(100) {
+        std::thread::sleep(d);
+    } else {
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl EmuDevice {
+    /// Opens (creating it if needed, see [`EmuFabric::open`]) fabric `name`
+    /// in `cfg.dir` and joins it.
+    pub fn open(name: &str, cfg: &DeviceConfig) -> Result<EmuDevice> {
+        let dir = cfg.dir.clone().unwrap_or_else(shm_dir);
+        let fabric = EmuFabric::open_in(&dir, name, &cfg.fabric)?;
+        Self::join(&fabric, cfg)
+    }
+
+    /// Joins `fabric`: claims a slot (`cfg.slot` or the first free one,
+    /// reclaiming dead owners' slots on the way), creates and publishes the
+    /// inbound window, then brings the link up.
+    pub fn join(fabric: &EmuFabric, cfg: &DeviceConfig) -> Result<EmuDevice> {
+        let fcfg = fabric.config().clone();
+        let (port, generation) = claim(fabric, cfg.slot)?;
+        let regs = fabric.regs_of(port as usize);
+        let pid = own_pid();
+        let claimed = SlotWord {
+            state: SlotState::Claimed,
+            generation,
+            pid,
+        }
+        .pack();
+        let release = || {
+            let free = SlotWord {
+                state: SlotState::Free,
+                generation,
+                pid: 0,
+            };
+            let _ = regs
+                .word
+                .compare_exchange(claimed, free.pack(), AcqRel, Relaxed);
+        };
+        // Fresh registers for the new generation.
+        regs.owner_start.store(own_start(), Relaxed);
+        regs.heartbeat_ns.store(now_ns(), Relaxed);
+        regs.heartbeat_count.store(0, Relaxed);
+        regs.db.store(0, Relaxed);
+        regs.db_mask.store(0, Relaxed);
+        regs.xlat_iova.store(0, Relaxed);
+        regs.xlat_size.store(0, Relaxed);
+        regs.rlut_refusals.store(0, Relaxed);
+        for c in &regs.counters {
+            c.store(0, Relaxed);
+        }
+        for s in &regs.spads {
+            s.store(0, Relaxed);
+        }
+        let zone = match Zone::create(
+            &format!("emu-{}-{port}", fabric.name()),
+            fcfg.window_size,
+            &ZoneOptions::huge_or_fallback(),
+        ) {
+            Ok(z) => z,
+            Err(e) => {
+                release();
+                return Err(e.into());
+            }
+        };
+        regs.win_pid.store(pid, Relaxed);
+        regs.win_fd.store(zone.as_fd().as_raw_fd() as u32, Relaxed);
+        regs.win_len.store(zone.len() as u64, Relaxed);
+        regs.win_page
+            .store(zone.page_size().bytes() as u64, Relaxed);
+        regs.heartbeat_ns.store(now_ns(), Relaxed);
+        let up = SlotWord {
+            state: SlotState::Up,
+            generation,
+            pid,
+        }
+        .pack();
+        if regs
+            .word
+            .compare_exchange(claimed, up, Release, Relaxed)
+            .is_err()
+        {
+            return Err(HwError::Fabric(format!(
+                "slot {port} of fabric {:?} was taken from us while we set it up \
+                 (were we stalled past the {:?} heartbeat timeout?): try again",
+                fabric.name(),
+                fcfg.heartbeat_timeout
+            )));
+        }
+        tracing::debug!(
+            fabric = fabric.name(),
+            port,
+            generation,
+            huge = zone.is_huge(),
+            "joined"
+        );
+        let inner = Arc::new(Inner {
+            fabric: fabric.clone(),
+            port,
+            word: up,
+            generation,
+            zone: Arc::new(zone),
+            counters: Arc::new(DeviceCounters::default()),
+            read_latency: cfg.read_latency.unwrap_or(fcfg.read_latency),
+            peer_maps: (0..fcfg.slots).map(|_| Mutex::new(None)).collect(),
+            seen: Mutex::new(vec![
+                LinkState {
+                    up: false,
+                    generation: 0
+                };
+                fcfg.slots
+            ]),
+            lost: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            background: cfg.heartbeat_thread,
+        });
+        let heartbeat = if cfg.heartbeat_thread {
+            let period = (fcfg.heartbeat_timeout / 4).max(Duration::from_micros(500));
+            let inner2 = inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ntb-hb-{port}"))
+                .spawn(move || {
+                    while !inner2.stop.load(Acquire) {
+                        std::thread::park_timeout(period);
+                        inner2.beat();
+                        inner2.fabric.maybe_scan(now_ns());
+                    }
+                });
+            match spawned {
+                Ok(h) => Some(h),
+                Err(source) => {
+                    inner.leave();
+                    return Err(HwError::Io {
+                        what: "spawning the heartbeat thread".into(),
+                        source,
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        Ok(EmuDevice { inner, heartbeat })
+    }
+
+    /// The fabric this device is on.
+    pub fn fabric(&self) -> &EmuFabric {
+        &self.inner.fabric
+    }
+
+    /// The live counters (shared with every window handle of this device).
+    pub fn counters_handle(&self) -> Arc<DeviceCounters> {
+        self.inner.counters.clone()
+    }
+
+    /// Whether our slot was taken from us (declared dead while we were
+    /// stalled, then reclaimed). A lost device must be dropped and rejoined.
+    pub fn is_lost(&self) -> bool {
+        self.inner.lost.load(Relaxed)
+    }
+
+    /// Whether the inbound window is backed by hugepages.
+    pub fn window_is_huge(&self) -> bool {
+        self.inner.zone.is_huge()
+    }
+
+    fn regs(&self) -> &SlotRegs {
+        self.inner.fabric.regs_of(self.inner.port as usize)
+    }
+
+    fn spads(&self) -> usize {
+        self.inner.fabric.config().spads
+    }
+
+    fn check_spad(&self, index: usize) -> Result<()> {
+        if index >= self.spads() {
+            return Err(HwError::NoSuchSpad {
+                index,
+                count: self.spads(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_mw(&self, mw: usize) -> Result<()> {
+        if mw != 0 {
+            return Err(HwError::NoSuchWindow { mw, count: 1 });
+        }
+        Ok(())
+    }
+
+    /// Checks `peer` and that its link is up; returns its registers and word.
+    fn up_peer(&self, peer: Port) -> Result<(&SlotRegs, u64)> {
+        let f = &self.inner.fabric;
+        f.check_port(peer, self.inner.port)?;
+        let r = f.regs_of(peer as usize);
+        let raw = r.word.load(Acquire);
+        if !f.link_at(peer as usize, now_ns()).up {
+            return Err(HwError::LinkDown { peer });
+        }
+        Ok((r, raw))
+    }
+
+    /// `peer`'s window, mapped (cached per generation).
+    fn peer_zone(&self, peer: Port) -> Result<Arc<Zone>> {
+        let (r, raw) = self.up_peer(peer)?;
+        let w = SlotWord::unpack(raw);
+        let mut slot = self.inner.peer_maps[peer as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((g, z)) = slot.as_ref()
+            && *g == w.generation
+        {
+            return Ok(z.clone());
+        }
+        let pid = r.win_pid.load(Relaxed);
+        let fd = r.win_fd.load(Relaxed);
+        let zone = Zone::open_from_pid(pid as i32, fd as i32).map_err(|e| {
+            if r.word.load(Acquire) != raw {
+                HwError::LinkDown { peer }
+            } else {
+                e.into()
+            }
+        })?;
+        // The owner may have left and another taken the slot meanwhile.
+        if r.word.load(Acquire) != raw {
+            return Err(HwError::LinkDown { peer });
+        }
+        let size = self.inner.fabric.config().window_size;
+        if zone.len() < size {
+            return Err(HwError::Fabric(format!(
+                "port {peer}'s window is {} bytes, the fabric promises {size}",
+                zone.len()
+            )));
+        }
+        let zone = Arc::new(zone);
+        *slot = Some((w.generation, zone.clone()));
+        Ok(zone)
+    }
+
+    /// Takes an R-LUT entry of `target` or counts the refusal.
+    fn take_rlut<'a>(&self, target: &'a SlotRegs) -> Result<RlutEntry<'a>> {
+        let entries = self.inner.fabric.config().rlut_entries;
+        match rlut::take(
+            target,
+            entries,
+            rlut::tag(self.inner.port, self.inner.generation),
+        ) {
+            Some(bit) => Ok(RlutEntry { target, bit }),
+            None => {
+                self.inner.counters.rlut_refused();
+                target.rlut_refusals.fetch_add(1, Relaxed);
+                Err(HwError::RlutExhausted { entries })
+            }
+        }
+    }
+}
+
+/// Claims `want` or the first free slot; returns it and its new generation.
+fn claim(fabric: &EmuFabric, want: Option<Port>) -> Result<(Port, u64)> {
+    let slots = fabric.config().slots;
+    let pid = own_pid();
+    let try_slot = |i: usize| -> std::result::Result<u64, SlotWord> {
+        let r = fabric.regs_of(i);
+        for _ in 0..8 {
+            let raw = r.word.load(Acquire);
+            let w = SlotWord::unpack(raw);
+            if w.state != SlotState::Free {
+                if fabric.reclaim_if_dead(i, now_ns()) {
+                    continue;
+                }
+                return Err(w);
+            }
+            let generation = SlotWord::next_generation(w.generation);
+            let claimed = SlotWord {
+                state: SlotState::Claimed,
+                generation,
+                pid,
+            };
+            if r.word
+                .compare_exchange(raw, claimed.pack(), AcqRel, Relaxed)
+                .is_ok()
+            {
+                return Ok(generation);
+            }
+        }
+        Err(SlotWord::unpack(r.word.load(Acquire)))
+    };
+    match want {
+        Some(p) => {
+            if p as usize >= slots {
+                return Err(HwError::Invalid(format!(
+                    "no slot {p}: fabric {:?} has {slots} slots (0..={})",
+                    fabric.name(),
+                    slots - 1
+                )));
+            }
+            try_slot(p as usize).map(|g| (p, g)).map_err(|w| {
+                HwError::Fabric(format!(
+                    "slot {p} of fabric {:?} is {} by pid {} (generation {}): pick another \
+                     slot, or let the device take the first free one",
+                    fabric.name(),
+                    w.state,
+                    w.pid,
+                    w.generation
+                ))
+            })
+        }
+        None => (0..slots)
+            .find_map(|i| try_slot(i).ok().map(|g| (i as Port, g)))
+            .ok_or_else(|| {
+                HwError::Fabric(format!(
+                    "all {slots} slots of fabric {:?} are taken by live owners: wait for one \
+                     to leave, or use a fabric with more slots",
+                    fabric.name()
+                ))
+            }),
+    }
+}
+
+impl Inner {
+    /// One heartbeat: proves we are alive and mirrors our counters into the
+    /// slot for `ntb-tool status`. Detects a lost slot.
+    fn beat(&self) {
+        let r = self.fabric.regs_of(self.port as usize);
+        if r.word.load(Acquire) != self.word {
+            if !self.lost.swap(true, Relaxed) {
+                tracing::warn!(
+                    fabric = self.fabric.name(),
+                    port = self.port,
+                    "our slot was reclaimed by a peer (we were stalled past the heartbeat \
+                     timeout): this device must be dropped and rejoined"
+                );
+            }
+            return;
+        }
+        r.heartbeat_ns.store(now_ns(), Relaxed);
+        r.heartbeat_count.fetch_add(1, Relaxed);
+        let c = self.counters.snapshot();
+        for (reg, v) in r.counters.iter().zip([
+            c.posted_writes,
+            c.posted_bytes,
+            c.non_posted_reads,
+            c.non_posted_bytes,
+            c.rlut_refusals,
+        ]) {
+            reg.store(v, Relaxed);
+        }
+    }
+
+    /// Frees the slot, if it is still ours.
+    fn leave(&self) {
+        let r = self.fabric.regs_of(self.port as usize);
+        let free = SlotWord {
+            state: SlotState::Free,
+            generation: self.generation,
+            pid: 0,
+        };
+        self.beat(); // last counters for the record
+        if r.word
+            .compare_exchange(self.word, free.pack(), AcqRel, Relaxed)
+            .is_ok()
+        {
+            tracing::debug!(fabric = self.fabric.name(), port = self.port, "left");
+        }
+    }
+}
+
+impl Drop for EmuDevice {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Release);
+        if let Some(h) = self.heartbeat.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+        self.inner.leave();
+    }
+}
+
+impl NtbDevice for EmuDevice {
+    fn port(&self) -> Port {
+        self.inner.port
+    }
+
+    fn port_count(&self) -> usize {
+        self.inner.fabric.config().slots
+    }
+
+    fn generation(&self) -> u64 {
+        self.inner.generation
+    }
+
+    fn link(&self, peer: Port) -> Result<LinkState> {
+        self.inner.fabric.check_port(peer, self.inner.port)?;
+        Ok(self.inner.fabric.link_at(peer as usize, now_ns()))
+    }
+
+    fn poll_link_events(&self, out: &mut Vec<LinkEvent>) -> usize {
+        let now = now_ns();
+        let mut seen = self
+            .inner
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = out.len();
+        for (p, last) in seen.iter_mut().enumerate() {
+            if p == self.inner.port as usize {
+                continue;
+            }
+            let cur = self.inner.fabric.link_at(p, now);
+            let cur = LinkState {
+                up: cur.up,
+                // A down link keeps the generation that went down.
+                generation: if cur.up {
+                    cur.generation
+                } else {
+                    last.generation
+                },
+            };
+            if cur == *last {
+                continue;
+            }
+            let peer = p as Port;
+            if last.up {
+                out.push(LinkEvent::Down {
+                    peer,
+                    generation: last.generation,
+                });
+            }
+            if cur.up {
+                out.push(LinkEvent::Up {
+                    peer,
+                    generation: cur.generation,
+                });
+            }
+            *last = cur;
+        }
+        out.len() - before
+    }
+
+    fn service(&self) -> Result<()> {
+        self.inner.beat();
+        if !self.inner.background {
+            self.inner.fabric.maybe_scan(now_ns());
+        }
+        if self.inner.lost.load(Relaxed) {
+            return Err(HwError::Fabric(format!(
+                "slot {} of fabric {:?} was reclaimed by a peer: this process stalled past \
+                 the {:?} heartbeat timeout; drop the device and join again",
+                self.inner.port,
+                self.inner.fabric.name(),
+                self.inner.fabric.config().heartbeat_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    fn mw_count(&self) -> usize {
+        1
+    }
+
+    fn mw_geometry(&self, mw: usize) -> Result<MwGeometry> {
+        self.check_mw(mw)?;
+        Ok(MwGeometry {
+            size: self.inner.fabric.config().window_size,
+            addr_align: XLAT_ALIGN,
+            size_align: XLAT_ALIGN,
+        })
+    }
+
+    fn local_window(&self, mw: usize) -> Result<LocalWindow> {
+        self.check_mw(mw)?;
+        let z = &self.inner.zone;
+        // SAFETY: the zone maps at least `window_size` bytes (it was created
+        // with that length), page aligned, read-write, and the handle keeps
+        // the zone alive.
+        Ok(unsafe {
+            LocalWindow::from_raw(
+                z.as_ptr(),
+                self.inner.fabric.config().window_size,
+                z.as_ptr() as u64,
+                z.clone(),
+            )
+        })
+    }
+
+    fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow> {
+        self.check_mw(mw)?;
+        let z = self.peer_zone(peer)?;
+        // SAFETY: `peer_zone` checked the mapping holds at least
+        // `window_size` bytes; it is page aligned, writable, and kept alive by
+        // the handle.
+        Ok(unsafe {
+            PeerWindow::from_raw(
+                z.as_ptr(),
+                self.inner.fabric.config().window_size,
+                peer,
+                self.inner.counters.clone(),
+                z.clone(),
+            )
+        })
+    }
+
+    fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()> {
+        self.check_mw(mw)?;
+        let max = self.inner.fabric.config().window_size;
+        if size == 0
+            || size > max
+            || !size.is_multiple_of(XLAT_ALIGN)
+            || !iova.is_multiple_of(XLAT_ALIGN as u64)
+        {
+            return Err(HwError::Invalid(format!(
+                "inbound translation {iova:#x}+{size:#x}: the address and size must be \
+                 multiples of {XLAT_ALIGN} and the size 1..={max} bytes"
+            )));
+        }
+        let r = self.regs();
+        r.xlat_iova.store(iova, Relaxed);
+        r.xlat_size.store(size as u64, Release);
+        Ok(())
+    }
+
+    fn db_valid_mask(&self) -> u64 {
+        self.inner.fabric.config().db_valid_mask()
+    }
+
+    fn db_read(&self) -> u64 {
+        self.regs().db.load(Acquire)
+    }
+
+    fn db_clear(&self, bits: u64) {
+        self.regs().db.fetch_and(!bits, AcqRel);
+    }
+
+    fn db_mask(&self) -> u64 {
+        self.regs().db_mask.load(Acquire)
+    }
+
+    fn db_set_mask(&self, bits: u64) {
+        self.regs()
+            .db_mask
+            .fetch_or(bits & self.db_valid_mask(), AcqRel);
+    }
+
+    fn db_clear_mask(&self, bits: u64) {
+        self.regs().db_mask.fetch_and(!bits, AcqRel);
+    }
+
+    fn peer_db_set(&self, peer: Port, bits: u64) -> Result<()> {
+        let valid = self.db_valid_mask();
+        if bits & !valid != 0 {
+            return Err(HwError::Invalid(format!(
+                "doorbell bits {bits:#x} outside the device's doorbell (mask {valid:#x})"
+            )));
+        }
+        let (r, _) = self.up_peer(peer)?;
+        r.db.fetch_or(bits, Release);
+        self.inner.counters.posted(8);
+        Ok(())
+    }
+
+    fn spad_count(&self) -> usize {
+        self.spads()
+    }
+
+    fn spad_read(&self, index: usize) -> Result<u32> {
+        self.check_spad(index)?;
+        Ok(self.regs().spads[index].load(Acquire))
+    }
+
+    fn spad_write(&self, index: usize, value: u32) -> Result<()> {
+        self.check_spad(index)?;
+        self.regs().spads[index].store(value, Release);
+        Ok(())
+    }
+
+    fn peer_spad_write(&self, peer: Port, index: usize, value: u32) -> Result<()> {
+        self.check_spad(index)?;
+        let (r, _) = self.up_peer(peer)?;
+        r.spads[index].store(value, Release);
+        self.inner.counters.posted(4);
+        Ok(())
+    }
+
+    fn peer_spad_read(&self, peer: Port, index: usize) -> Result<u32> {
+        self.check_spad(index)?;
+        let (r, _) = self.up_peer(peer)?;
+        let _entry = self.take_rlut(r)?;
+        hold(self.inner.read_latency);
+        let v = r.spads[index].load(Acquire);
+        self.inner.counters.non_posted(4);
+        Ok(v)
+    }
+
+    fn non_posted_read(&self, peer: Port, mw: usize, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_mw(mw)?;
+        let window_len = self.inner.fabric.config().window_size;
+        match offset.checked_add(dst.len()) {
+            Some(end) if end <= window_len => {}
+            _ => {
+                return Err(HwError::OutOfBounds {
+                    offset,
+                    len: dst.len(),
+                    window_len,
+                });
+            }
+        }
+        let z = self.peer_zone(peer)?;
+        let r = self.inner.fabric.regs_of(peer as usize);
+        let _entry = self.take_rlut(r)?;
+        hold(self.inner.read_latency);
+        // SAFETY: `offset + dst.len() <= window_size <= z.len()` (checked
+        // above and in `peer_zone`); the mapping lives while `z` does; `dst`
+        // is a unique borrow of ordinary memory, distinct from the mapping.
+        unsafe { std::ptr::copy(z.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        self.inner.counters.non_posted(dst.len());
+        Ok(())
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.inner.counters.snapshot()
+    }
+}

@@ -1,0 +1,460 @@
+//! [`EmuFabric`]: one process's handle on a named fabric's control segment.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::time::Duration;
+
+use super::config::{DeviceConfig, FabricConfig};
+use super::layout::{SlotRegs, SlotState, SlotWord};
+use super::liveness::{now_ns, owner_gone, pid_exists};
+use super::rlut;
+use super::segment::{FILE_PREFIX, Segment, segment_path, shm_dir, validate_name};
+use super::status::{FabricInfo, FabricStatus, SlotStatus};
+use super::{EmuDevice, SlotRegisters};
+use crate::hw::{CounterSnapshot, HwError, LinkState, Port, Result};
+
+/// How long an attacher waits for a fabric's creator to finish initialising
+/// its control segment.
+const ATTACH_WAIT: Duration = Duration::from_secs(2);
+
+/// A handle on a named emulated fabric: its control segment, mapped.
+///
+/// Cheap to clone. Dropping it unmaps the segment but leaves the fabric in
+/// place (like a file); [`EmuFabric::destroy`] removes it.
+///
+/// # Example
+/// ```
+/// use ntbdk_pmd::hw::emu::{EmuFabric, FabricConfig};
+///
+/// let dir = std::env::temp_dir().join(format!("ntbdk-doc-fabric-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let cfg = FabricConfig { slots: 4, window_size: 64 << 10, ..Default::default() };
+/// let fabric = EmuFabric::create_in(&dir, "doc", &cfg).unwrap();
+/// // Another process would attach by name and get the same geometry.
+/// let other = EmuFabric::attach_in(&dir, "doc").unwrap();
+/// assert_eq!(other.config().slots, 4);
+/// // A different geometry is refused.
+/// let wrong = FabricConfig { slots: 8, ..cfg.clone() };
+/// assert!(EmuFabric::open_in(&dir, "doc", &wrong).is_err());
+/// assert_eq!(fabric.status().slots.len(), 4);
+/// EmuFabric::destroy_in(&dir, "doc").unwrap();
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct EmuFabric {
+    pub(crate) inner: Arc<FabricInner>,
+}
+
+pub(crate) struct FabricInner {
+    pub seg: Segment,
+    pub name: String,
+    pub dir: PathBuf,
+    pub cfg: FabricConfig,
+    pub timeout_ns: u64,
+}
+
+impl std::fmt::Debug for EmuFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmuFabric")
+            .field("name", &self.inner.name)
+            .field("path", &self.inner.seg.path())
+            .field("config", &self.inner.cfg)
+            .finish()
+    }
+}
+
+fn geometry_mismatch(name: &str, want: &FabricConfig, have: &FabricConfig) -> Option<String> {
+    let mut diffs = Vec::new();
+    if want.slots != have.slots {
+        diffs.push(format!("slots {} (wanted {})", have.slots, want.slots));
+    }
+    if want.window_size != have.window_size {
+        diffs.push(format!(
+            "window size {} (wanted {})",
+            have.window_size, want.window_size
+        ));
+    }
+    if want.spads != have.spads {
+        diffs.push(format!(
+            "scratchpads {} (wanted {})",
+            have.spads, want.spads
+        ));
+    }
+    if want.db_bits != have.db_bits {
+        diffs.push(format!(
+            "doorbell bits {} (wanted {})",
+            have.db_bits, want.db_bits
+        ));
+    }
+    if want.rlut_entries != have.rlut_entries {
+        diffs.push(format!(
+            "R-LUT entries {} (wanted {})",
+            have.rlut_entries, want.rlut_entries
+        ));
+    }
+    (!diffs.is_empty()).then(|| {
+        format!(
+            "fabric {name:?} exists with another geometry: {}; use the same geometry, \
+             another fabric name, or destroy it (ntb-tool destroy {name})",
+            diffs.join(", ")
+        )
+    })
+}
+
+impl EmuFabric {
+    fn from_segment(seg: Segment, dir: &Path, name: &str) -> EmuFabric {
+        let cfg = seg.config();
+        EmuFabric {
+            inner: Arc::new(FabricInner {
+                timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
+                seg,
+                name: name.to_owned(),
+                dir: dir.to_owned(),
+                cfg,
+            }),
+        }
+    }
+
+    /// Creates fabric `name` in [`shm_dir`]; an existing one is an error.
+    pub fn create(name: &str, cfg: &FabricConfig) -> Result<EmuFabric> {
+        Self::create_in(&shm_dir(), name, cfg)
+    }
+
+    /// Creates fabric `name` in `dir`; an existing one is an error.
+    pub fn create_in(dir: &Path, name: &str, cfg: &FabricConfig) -> Result<EmuFabric> {
+        validate_name(name)?;
+        match Segment::create(&segment_path(dir, name), cfg) {
+            Ok(seg) => Ok(Self::from_segment(seg, dir, name)),
+            Err(HwError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+            {
+                Err(HwError::Fabric(format!(
+                    "fabric {name:?} already exists in {}: attach to it, or destroy it first \
+                     (ntb-tool destroy {name})",
+                    dir.display()
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Attaches to the existing fabric `name` in [`shm_dir`], whatever its
+    /// geometry (a different layout version is an error).
+    pub fn attach(name: &str) -> Result<EmuFabric> {
+        Self::attach_in(&shm_dir(), name)
+    }
+
+    /// Attaches to the existing fabric `name` in `dir`.
+    pub fn attach_in(dir: &Path, name: &str) -> Result<EmuFabric> {
+        validate_name(name)?;
+        let seg = Segment::attach(&segment_path(dir, name), name, ATTACH_WAIT)?;
+        Ok(Self::from_segment(seg, dir, name))
+    }
+
+    /// Creates fabric `name` in [`shm_dir`] if it does not exist, else
+    /// attaches to it and checks that its geometry is `cfg`'s.
+    pub fn open(name: &str, cfg: &FabricConfig) -> Result<EmuFabric> {
+        Self::open_in(&shm_dir(), name, cfg)
+    }
+
+    /// [`open`](Self::open) in `dir`.
+    pub fn open_in(dir: &Path, name: &str, cfg: &FabricConfig) -> Result<EmuFabric> {
+        validate_name(name)?;
+        cfg.validate()?;
+        let path = segment_path(dir, name);
+        for _ in 0..3 {
+            match Segment::create(&path, cfg) {
+                Ok(seg) => return Ok(Self::from_segment(seg, dir, name)),
+                Err(HwError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            match Segment::attach(&path, name, ATTACH_WAIT) {
+                Ok(seg) => {
+                    let f = Self::from_segment(seg, dir, name);
+                    if let Some(why) = geometry_mismatch(name, cfg, &f.inner.cfg) {
+                        return Err(HwError::Fabric(why));
+                    }
+                    return Ok(f);
+                }
+                // Destroyed between our create and attach: try again.
+                Err(HwError::Fabric(_)) if !path.exists() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(HwError::Fabric(format!(
+            "fabric {name:?} keeps appearing and disappearing in {}: is someone destroying it?",
+            dir.display()
+        )))
+    }
+
+    /// Removes fabric `name` from [`shm_dir`]. Processes attached keep their
+    /// mappings until they drop them; new attachers no longer find it.
+    pub fn destroy(name: &str) -> Result<()> {
+        Self::destroy_in(&shm_dir(), name)
+    }
+
+    /// Removes fabric `name` from `dir`.
+    pub fn destroy_in(dir: &Path, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let path = segment_path(dir, name);
+        std::fs::remove_file(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                HwError::Fabric(format!("no fabric named {name:?} in {}", dir.display()))
+            } else {
+                HwError::Io {
+                    what: format!("removing {}", path.display()),
+                    source,
+                }
+            }
+        })
+    }
+
+    /// The fabrics in [`shm_dir`].
+    pub fn list() -> Result<Vec<FabricInfo>> {
+        Self::list_in(&shm_dir())
+    }
+
+    /// The fabrics in `dir`, by name. One that cannot be attached is listed
+    /// with the reason.
+    pub fn list_in(dir: &Path) -> Result<Vec<FabricInfo>> {
+        let rd = std::fs::read_dir(dir).map_err(|source| HwError::Io {
+            what: format!("listing {}", dir.display()),
+            source,
+        })?;
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let file = e.file_name();
+            let Some(name) = file.to_str().and_then(|f| f.strip_prefix(FILE_PREFIX)) else {
+                continue;
+            };
+            if validate_name(name).is_err() {
+                continue;
+            }
+            let info = match Segment::attach(&e.path(), name, Duration::ZERO) {
+                Ok(seg) => {
+                    let f = Self::from_segment(seg, dir, name);
+                    let now = now_ns();
+                    let up = (0..f.inner.cfg.slots)
+                        .filter(|&i| f.link_at(i, now).up)
+                        .count();
+                    FabricInfo {
+                        name: name.to_owned(),
+                        path: e.path(),
+                        config: Some(f.inner.cfg.clone()),
+                        up_slots: up,
+                        problem: None,
+                    }
+                }
+                Err(err) => FabricInfo {
+                    name: name.to_owned(),
+                    path: e.path(),
+                    config: None,
+                    up_slots: 0,
+                    problem: Some(err.to_string()),
+                },
+            };
+            out.push(info);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The fabric's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The directory its control segment is in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Path of the control segment.
+    pub fn path(&self) -> &Path {
+        self.inner.seg.path()
+    }
+
+    /// Its geometry and timings.
+    pub fn config(&self) -> &FabricConfig {
+        &self.inner.cfg
+    }
+
+    /// Joins the fabric as a device: claims a slot (see [`DeviceConfig`];
+    /// its `fabric` and `dir` fields are ignored here).
+    pub fn join(&self, cfg: &DeviceConfig) -> Result<EmuDevice> {
+        EmuDevice::join(self, cfg)
+    }
+
+    /// A read-only snapshot of every slot (what `ntb-tool status` prints).
+    pub fn status(&self) -> FabricStatus {
+        let now = now_ns();
+        let slots = (0..self.inner.cfg.slots)
+            .map(|i| self.slot_status(i, now))
+            .collect();
+        FabricStatus {
+            name: self.inner.name.clone(),
+            path: self.path().to_owned(),
+            config: self.inner.cfg.clone(),
+            created_unix: self.inner.seg.header().created_unix.load(Relaxed),
+            slots,
+        }
+    }
+
+    fn slot_status(&self, i: usize, now: u64) -> SlotStatus {
+        let r = self.regs_of(i);
+        let w = SlotWord::unpack(r.word.load(Acquire));
+        let owned = w.state != SlotState::Free;
+        let hb = r.heartbeat_ns.load(Relaxed);
+        let c = |k: usize| r.counters[k].load(Relaxed);
+        let xs = r.xlat_size.load(Relaxed) as usize;
+        SlotStatus {
+            slot: i as Port,
+            state: w.state,
+            generation: w.generation,
+            owner_pid: owned.then_some(w.pid),
+            owner_alive: owned && !owner_gone(w.pid, r.owner_start.load(Relaxed)),
+            link_up: self.link_at(i, now).up,
+            heartbeat_age: owned.then(|| Duration::from_nanos(now.saturating_sub(hb))),
+            heartbeats: r.heartbeat_count.load(Relaxed),
+            db: r.db.load(Relaxed),
+            db_mask: r.db_mask.load(Relaxed),
+            rlut_in_use: rlut::in_use(r),
+            rlut_refusals: r.rlut_refusals.load(Relaxed),
+            counters: CounterSnapshot {
+                posted_writes: c(0),
+                posted_bytes: c(1),
+                non_posted_reads: c(2),
+                non_posted_bytes: c(3),
+                rlut_refusals: c(4),
+            },
+            window_len: (w.state == SlotState::Up).then(|| r.win_len.load(Relaxed) as usize),
+            window_page_size: (w.state == SlotState::Up).then(|| r.win_page.load(Relaxed) as usize),
+            inbound_translation: (xs != 0).then(|| (r.xlat_iova.load(Relaxed), xs)),
+        }
+    }
+
+    /// Registers of `slot`, for tools acting as that slot's host (read and
+    /// write its doorbell, mask and scratchpads directly).
+    pub fn registers(&self, slot: Port) -> Result<SlotRegisters<'_>> {
+        if slot as usize >= self.inner.cfg.slots {
+            return Err(HwError::Invalid(format!(
+                "no slot {slot}: fabric {:?} has {} slots (0..={})",
+                self.inner.name,
+                self.inner.cfg.slots,
+                self.inner.cfg.slots - 1
+            )));
+        }
+        Ok(SlotRegisters {
+            regs: self.regs_of(slot as usize),
+            cfg: &self.inner.cfg,
+            slot,
+        })
+    }
+
+    /// Scans every slot and reclaims those whose owner is dead (pid gone,
+    /// zombie, pid reused, or heartbeat stale past the timeout). Returns the
+    /// slots reclaimed.
+    pub fn reclaim_dead(&self) -> Vec<Port> {
+        let now = now_ns();
+        self.inner.seg.header().last_scan_ns.store(now, Relaxed);
+        (0..self.inner.cfg.slots)
+            .filter(|&i| self.reclaim_if_dead(i, now))
+            .map(|i| i as Port)
+            .collect()
+    }
+
+    /// Scans for dead slots if nobody has in the last quarter timeout.
+    pub(crate) fn maybe_scan(&self, now: u64) {
+        let h = self.inner.seg.header();
+        let last = h.last_scan_ns.load(Relaxed);
+        if now.saturating_sub(last) < self.inner.timeout_ns / 4 {
+            return;
+        }
+        if h.last_scan_ns
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .is_ok()
+        {
+            for i in 0..self.inner.cfg.slots {
+                self.reclaim_if_dead(i, now);
+            }
+        }
+    }
+
+    /// Whether slot `i`, whose word is `w`, has a dead owner.
+    pub(crate) fn is_dead(&self, i: usize, w: SlotWord, now: u64) -> bool {
+        let r = self.regs_of(i);
+        match w.state {
+            SlotState::Free => false,
+            // Start time and heartbeat may not be written yet: judge by pid.
+            SlotState::Claimed => owner_gone(w.pid, 0),
+            SlotState::Up => {
+                let hb = r.heartbeat_ns.load(Relaxed);
+                now.saturating_sub(hb) > self.inner.timeout_ns || !pid_exists(w.pid)
+            }
+        }
+    }
+
+    /// Reclaims slot `i` if its owner is dead; true if this call did.
+    pub(crate) fn reclaim_if_dead(&self, i: usize, now: u64) -> bool {
+        let r = self.regs_of(i);
+        let raw = r.word.load(Acquire);
+        let w = SlotWord::unpack(raw);
+        if !self.is_dead(i, w, now) {
+            return false;
+        }
+        let free = SlotWord {
+            state: SlotState::Free,
+            generation: w.generation,
+            pid: 0,
+        };
+        if r.word
+            .compare_exchange(raw, free.pack(), AcqRel, Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let tag = rlut::tag(i as Port, w.generation);
+        let freed: usize = (0..self.inner.cfg.slots)
+            .map(|t| rlut::purge(self.regs_of(t), tag))
+            .sum();
+        tracing::info!(
+            fabric = %self.inner.name,
+            slot = i,
+            pid = w.pid,
+            generation = w.generation,
+            rlut_entries_freed = freed,
+            "reclaimed the slot of a dead owner"
+        );
+        true
+    }
+
+    /// The link state of slot `i` as any peer sees it: up while the slot is
+    /// up and its heartbeat fresh.
+    pub(crate) fn link_at(&self, i: usize, now: u64) -> LinkState {
+        let r = self.regs_of(i);
+        let w = SlotWord::unpack(r.word.load(Acquire));
+        let fresh = now.saturating_sub(r.heartbeat_ns.load(Relaxed)) <= self.inner.timeout_ns;
+        LinkState {
+            up: w.state == SlotState::Up && fresh,
+            generation: w.generation,
+        }
+    }
+
+    pub(crate) fn regs_of(&self, i: usize) -> &SlotRegs {
+        self.inner.seg.slot(i)
+    }
+
+    /// Checks that `port` exists and is not `own`.
+    pub(crate) fn check_port(&self, port: Port, own: Port) -> Result<()> {
+        if port as usize >= self.inner.cfg.slots || port == own {
+            return Err(HwError::NoSuchPeer {
+                peer: port,
+                ports: self.inner.cfg.slots,
+                own,
+            });
+        }
+        Ok(())
+    }
+}

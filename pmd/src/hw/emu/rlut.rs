@@ -1,0 +1,74 @@
+//! The requester ID look-up table model.
+//!
+//! On NTB hardware a non-posted read that crosses the bridge needs an R-LUT
+//! entry at the target for its whole round trip, so the completion finds its
+//! way back; the table is small (32 entries is typical). Posted writes need
+//! none. Here each slot keeps a 64-bit map of entries in use and, per entry,
+//! the tag of the requester holding it, so the entries of a requester that
+//! dies mid-read are freed when its slot is reclaimed.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+use super::layout::SlotRegs;
+
+/// The tag that marks an entry as held by `port` in `generation`.
+pub(crate) fn tag(port: u16, generation: u64) -> u32 {
+    ((port as u32 + 1) << 16) | (generation as u32 & 0xFFFF)
+}
+
+/// Takes a free entry of `target` (one of its first `entries`) for `tag`;
+/// `None` when all are in use.
+pub(crate) fn take(target: &SlotRegs, entries: usize, tag: u32) -> Option<usize> {
+    let valid = if entries >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << entries) - 1
+    };
+    let mut map = target.rlut_map.load(Relaxed);
+    loop {
+        let free = !map & valid;
+        if free == 0 {
+            return None;
+        }
+        let bit = free.trailing_zeros() as usize;
+        match target
+            .rlut_map
+            .compare_exchange_weak(map, map | 1 << bit, Acquire, Relaxed)
+        {
+            Ok(_) => {
+                target.rlut_owner[bit].store(tag, Relaxed);
+                return Some(bit);
+            }
+            Err(m) => map = m,
+        }
+    }
+}
+
+/// Gives entry `bit` of `target` back.
+pub(crate) fn release(target: &SlotRegs, bit: usize) {
+    target.rlut_owner[bit].store(0, Relaxed);
+    target.rlut_map.fetch_and(!(1u64 << bit), Release);
+}
+
+/// Frees every entry of `target` held by `tag` (a dead requester's).
+/// Returns how many.
+pub(crate) fn purge(target: &SlotRegs, tag: u32) -> usize {
+    let mut n = 0;
+    let map = target.rlut_map.load(Acquire);
+    for bit in 0..64 {
+        if map & (1 << bit) != 0
+            && target.rlut_owner[bit]
+                .compare_exchange(tag, 0, AcqRel, Relaxed)
+                .is_ok()
+        {
+            target.rlut_map.fetch_and(!(1u64 << bit), Release);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Entries of `target` in use.
+pub(crate) fn in_use(target: &SlotRegs) -> u32 {
+    target.rlut_map.load(Relaxed).count_ones()
+}

@@ -1,0 +1,76 @@
+//! Per-queue-pair counters: operations, bytes, errors by kind, empty polls.
+
+/// Why a message from a peer was dropped or failed an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum DropKind {
+    /// The body did not decode (unknown code, reserved bits set, bad count).
+    Malformed = 0,
+    /// A message on a queue that does not carry it.
+    WrongQueue = 1,
+    /// A length, offset or SGL entry out of range.
+    OutOfRange = 2,
+    /// An op id that names no operation in a state expecting this message.
+    UnknownOp = 3,
+    /// An op id already used (a replayed or duplicated message).
+    Replay = 4,
+    /// An unknown key or missing permission.
+    Access = 5,
+    /// A bad eager buffer (index not lent to the sender) or FreeQ entry.
+    BadBuffer = 6,
+    /// A credit word going backwards or beyond what was produced.
+    BadCredit = 7,
+}
+
+/// Number of [`DropKind`]s.
+pub const DROP_KINDS: usize = 8;
+
+/// Counters of one queue pair (one peer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Sends posted.
+    pub sends: u64,
+    /// Messages received into posted receives.
+    pub recvs: u64,
+    /// Writes completed (as initiator).
+    pub writes: u64,
+    /// Reads completed (as initiator).
+    pub reads: u64,
+    /// Multicast puts towards this peer completed.
+    pub multicasts: u64,
+    /// Operations served as target (writes placed, reads served, multicast
+    /// deliveries).
+    pub served: u64,
+    /// Payload bytes we moved towards the peer.
+    pub bytes_out: u64,
+    /// Payload bytes we received (eager) or that the peer placed into our
+    /// regions.
+    pub bytes_in: u64,
+    /// Operations completed with an error status.
+    pub failed_ops: u64,
+    /// Messages dropped or refused, by [`DropKind`].
+    pub dropped: [u64; DROP_KINDS],
+    /// Polls of this peer's queues that found nothing.
+    pub empty_polls: u64,
+    /// Connections established (1 + reconnects).
+    pub connects: u64,
+    /// Connections lost.
+    pub disconnects: u64,
+}
+
+impl QpCounters {
+    /// Messages dropped, all kinds.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+
+    /// Messages dropped of one kind.
+    pub fn dropped(&self, kind: DropKind) -> u64 {
+        self.dropped[kind as usize]
+    }
+
+    #[inline]
+    pub(crate) fn drop_one(&mut self, kind: DropKind) {
+        self.dropped[kind as usize] += 1;
+    }
+}

@@ -1,0 +1,311 @@
+//! Connecting to peers with posted writes only, and tearing connections down.
+//!
+//! Each side writes a [`Hello`] {magic, version, geometry, its incarnation,
+//! the incarnation of ours it saw} into its mailbox in the peer's window: the
+//! body first, then a tag (a counter) with a release store; the reader
+//! copies the body and re-checks the tag (a torn hello is retried later). A
+//! side is connected once it sees a hello that carries its own incarnation;
+//! both then derive the same connection epoch from the two incarnations.
+//!
+//! Before a side answers a new incarnation it clears its section for that
+//! peer, so nothing of an earlier connection survives. A link going down, a
+//! new incarnation, or a hello that no longer carries our incarnation tears
+//! the connection down: every operation involving the peer completes with
+//! [`Status::PeerDown`], posted receives are flushed, served operations are
+//! dropped (their regions freed), and the section is cleared.
+
+use std::sync::atomic::{Ordering, fence};
+use std::time::Instant;
+
+use crate::hw::{LinkEvent, Port};
+
+use super::conn::{Conn, InOp};
+use super::endpoint::{OutKind, Transport};
+use super::error::{Result, Status};
+use super::geometry::{HEADER_SIZE, Part};
+use super::types::{Completion, OpKind, PeerState};
+use super::wire::{BODY, Hello, TAG_OFFSET};
+
+/// Protocol version spoken in hellos.
+pub const VERSION: u16 = 1;
+
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The connection epoch both sides derive from their incarnations (odd, so
+/// never 0).
+pub fn epoch(a: u64, b: u64) -> u32 {
+    (mix(a.wrapping_add(b)) as u32) | 1
+}
+
+impl Transport {
+    pub(crate) fn write_header(&self) -> Result<()> {
+        let g = &self.cfg.geometry;
+        let mut h = [0u8; HEADER_SIZE];
+        h[0..8].copy_from_slice(b"NTBDKXPT");
+        h[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        h[10..12].copy_from_slice(&g.ports.to_le_bytes());
+        h[12..16].copy_from_slice(&g.queue_depth.to_le_bytes());
+        h[16..20].copy_from_slice(&g.eager_count.to_le_bytes());
+        h[20..24].copy_from_slice(&g.eager_size.to_le_bytes());
+        h[24..32].copy_from_slice(&(self.layout.region_area_start() as u64).to_le_bytes());
+        self.local.write(0, &h)?;
+        Ok(())
+    }
+
+    /// Clears our section for `peer` (its mailbox lies elsewhere and stays).
+    pub(crate) fn reset_section(&self, peer: Port) -> Result<()> {
+        let start = self.layout.section_offset(peer);
+        let end = self.layout.section_offset(peer) + self.layout.section_size();
+        const ZERO: [u8; 4096] = [0u8; 4096];
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(ZERO.len());
+            self.local.write(at, &ZERO[..n])?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn hello(&self, peer: Port) -> Hello {
+        let g = &self.cfg.geometry;
+        Hello {
+            version: VERSION,
+            ports: g.ports,
+            queue_depth: g.queue_depth,
+            eager_count: g.eager_count,
+            eager_size: g.eager_size,
+            incarnation: self.incarnation,
+            seen: self.peers[peer as usize].peer_inc,
+        }
+    }
+
+    /// Writes our hello into `peer`'s mailbox for us.
+    pub(crate) fn send_hello(&mut self, peer: Port) {
+        let body = self.hello(peer).encode();
+        let off = self.layout.part(self.me, Part::Mailbox);
+        let Ok(win) = self.dev.peer_window(peer, self.cfg.mw) else {
+            return;
+        };
+        let p = &mut self.peers[peer as usize];
+        p.hello_seq += 1;
+        // Nonzero (hello_seq starts at 1) and different for every hello.
+        let tag = (self.incarnation << 32) | (p.hello_seq & 0xffff_ffff).max(1);
+        let r = win
+            .write_u64(off + TAG_OFFSET, 0)
+            .map(|_| win.wmb())
+            .and_then(|_| win.write(off, &body))
+            .and_then(|_| win.write_u64(off + TAG_OFFSET, tag));
+        if r.is_ok() {
+            p.last_hello_sent = Some(Instant::now());
+        }
+    }
+
+    pub(crate) fn link_up(&mut self, peer: Port, generation: u64) {
+        let p = &mut self.peers[peer as usize];
+        if p.conn.is_some() && p.link_gen != generation {
+            self.teardown(peer, Status::PeerDown);
+        }
+        let p = &mut self.peers[peer as usize];
+        p.link_gen = generation;
+        if p.conn.is_none() && !matches!(p.state, PeerState::Failed(_)) {
+            p.state = PeerState::Connecting;
+        }
+        self.send_hello(peer);
+    }
+
+    pub(crate) fn link_down(&mut self, peer: Port) {
+        self.teardown(peer, Status::PeerDown);
+        let p = &mut self.peers[peer as usize];
+        p.peer_inc = 0;
+        p.state = PeerState::Down;
+    }
+
+    pub(crate) fn handle_link_events(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        self.dev.poll_link_events(&mut events);
+        for e in events.drain(..) {
+            match e {
+                LinkEvent::Up { peer, generation }
+                    if (peer as usize) < self.peers.len() && peer != self.me =>
+                {
+                    self.link_up(peer, generation)
+                }
+                // A down event of an older generation than the one we
+                // know is stale.
+                LinkEvent::Down { peer, generation }
+                    if (peer as usize) < self.peers.len()
+                        && peer != self.me
+                        && matches!(self.peers[peer as usize].link_gen, 0)
+                            | (self.peers[peer as usize].link_gen == generation) =>
+                {
+                    self.link_down(peer)
+                }
+                _ => {}
+            }
+        }
+        self.events = events;
+    }
+
+    /// Reads a new hello from `peer`, if one arrived.
+    pub(crate) fn poll_hello(&mut self, peer: Port) {
+        let off = self.layout.part(peer, Part::Mailbox);
+        let Ok(tag) = self.local.load_u64(off + TAG_OFFSET) else {
+            return;
+        };
+        if tag == 0 || tag == self.peers[peer as usize].last_hello_tag {
+            return;
+        }
+        let mut body = [0u8; BODY];
+        if self.local.read(off, &mut body).is_err() {
+            return;
+        }
+        fence(Ordering::Acquire);
+        if self.local.load_u64(off + TAG_OFFSET).ok() != Some(tag) {
+            return; // torn: being rewritten, read it next time
+        }
+        self.peers[peer as usize].last_hello_tag = tag;
+        let Some(h) = Hello::decode(&body) else {
+            self.peers[peer as usize]
+                .counters
+                .drop_one(super::counters::DropKind::Malformed);
+            return;
+        };
+        let g = &self.cfg.geometry;
+        let mismatch = if h.version != VERSION {
+            Some(format!(
+                "peer speaks protocol version {}, we speak {VERSION}",
+                h.version
+            ))
+        } else if (h.ports, h.queue_depth, h.eager_count, h.eager_size)
+            != (g.ports, g.queue_depth, g.eager_count, g.eager_size)
+        {
+            Some(format!(
+                "peer geometry (ports {}, queue depth {}, {} eager buffers of {} B) differs from ours (ports {}, queue depth {}, {} eager buffers of {} B)",
+                h.ports,
+                h.queue_depth,
+                h.eager_count,
+                h.eager_size,
+                g.ports,
+                g.queue_depth,
+                g.eager_count,
+                g.eager_size
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = mismatch {
+            self.teardown(peer, Status::PeerDown);
+            let p = &mut self.peers[peer as usize];
+            if !matches!(p.state, PeerState::Failed(_)) {
+                tracing::warn!(peer, %reason, "transport handshake failed");
+            }
+            p.state = PeerState::Failed(reason);
+            if p.peer_inc != h.incarnation {
+                p.peer_inc = h.incarnation;
+                self.send_hello(peer);
+            }
+            return;
+        }
+        if h.incarnation != self.peers[peer as usize].peer_inc {
+            // A new incarnation: forget everything of the old one.
+            self.teardown(peer, Status::PeerDown);
+            let _ = self.reset_section(peer);
+            let p = &mut self.peers[peer as usize];
+            p.peer_inc = h.incarnation;
+            p.state = PeerState::Connecting;
+            if h.seen == self.incarnation {
+                self.connect(peer);
+            }
+            self.send_hello(peer);
+            return;
+        }
+        let connected = self.peers[peer as usize].conn.is_some();
+        if connected && h.seen != self.incarnation {
+            // The peer restarted its view of us: start over.
+            self.teardown(peer, Status::PeerDown);
+            let _ = self.reset_section(peer);
+            self.peers[peer as usize].state = PeerState::Connecting;
+            self.send_hello(peer);
+        } else if !connected && h.seen == self.incarnation {
+            self.connect(peer);
+            self.send_hello(peer);
+        } else if !connected {
+            self.send_hello(peer);
+        }
+    }
+
+    fn connect(&mut self, peer: Port) {
+        let Ok(win) = self.dev.peer_window(peer, self.cfg.mw) else {
+            return;
+        };
+        let p = &mut self.peers[peer as usize];
+        let e = epoch(self.incarnation, p.peer_inc);
+        let mut c = Conn::new(&self.layout, self.me, peer, win, e);
+        let mut ok = true;
+        for i in 0..self.cfg.geometry.eager_count {
+            ok &= c.lend(i).is_ok();
+        }
+        if !ok {
+            return;
+        }
+        p.conn = Some(c);
+        p.state = PeerState::Connected;
+        p.counters.connects += 1;
+        if !self.connected.contains(&peer) {
+            self.connected.push(peer);
+        }
+        tracing::debug!(me = self.me, peer, epoch = e, "transport connected");
+    }
+
+    /// Ends the connection with `peer` (if any): fails what involves it.
+    pub(crate) fn teardown(&mut self, peer: Port, status: Status) {
+        let p = &mut self.peers[peer as usize];
+        let conn = p.conn.take();
+        self.connected.retain(|&q| q != peer);
+        let Some(conn) = conn else { return };
+        p.counters.disconnects += 1;
+        if p.state == PeerState::Connected {
+            p.state = PeerState::Connecting;
+        }
+        for (_, op) in conn.inbound {
+            if let InOp::McRecv { region, .. } = op {
+                let _ = self.regions.deregister(region);
+            }
+        }
+        let recvs: Vec<_> = p.recvs.drain(..).collect();
+        for r in recvs {
+            self.completions.push_back(Completion {
+                peer,
+                op: OpKind::Recv,
+                status: Status::Flushed,
+                bytes: 0,
+                cookie: r.cookie,
+                region: None,
+            });
+        }
+        let ids: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| o.involves(peer))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let multicast = matches!(
+                self.ops.get(&id).map(|o| &o.kind),
+                Some(OutKind::Multicast { .. })
+            );
+            if multicast {
+                self.mc_target_failed(id, peer, status);
+            } else {
+                self.finish(id, status, 0);
+            }
+        }
+        let _ = self.reset_section(peer);
+        tracing::debug!(me = self.me, peer, "transport disconnected");
+    }
+}

@@ -1,0 +1,92 @@
+//! Raw slot injection, for tests and fuzzing of the validation paths: writes
+//! arbitrary bodies into a peer's queues exactly as a (misbehaving) connected
+//! peer would, with the right tags so that the victim consumes them.
+
+use crate::hw::{NtbDevice, PeerWindow, Port, Result};
+
+use super::geometry::{Layout, Part};
+use super::queue::tag;
+use super::wire::{Body, SLOT, TAG_OFFSET};
+
+/// The queues of a peer one can inject into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    /// The RX ring.
+    Rx = 0,
+    /// The TX ring.
+    Tx = 1,
+    /// The completion ring.
+    Cq = 2,
+    /// The eager PostQ.
+    PostQ = 3,
+}
+
+/// Writes raw slots into `victim`'s rings as port `me` of connection epoch
+/// `epoch` (see [`epoch`](super::epoch)). Use it on a port whose own
+/// transport has connected to the victim and then stopped posting (its
+/// rings towards the victim are then at sequence 0).
+///
+/// # Example
+/// ```
+/// use std::sync::Arc;
+/// use ntbdk_pmd::transport::{epoch, inject::{Injector, Ring}, loopback::LoopbackFabric,
+///     Config, DropKind, Geometry, Transport};
+///
+/// let fabric = LoopbackFabric::new(2, 1 << 20);
+/// let cfg = Config::new(Geometry::small(2));
+/// let rogue_dev = Arc::new(fabric.join(0).unwrap());
+/// let mut rogue = Transport::new(rogue_dev.clone(), cfg.clone()).unwrap();
+/// let mut victim = Transport::new(Arc::new(fabric.join(1).unwrap()), cfg).unwrap();
+/// while !rogue.is_connected(1) || !victim.is_connected(0) {
+///     rogue.progress();
+///     victim.progress();
+/// }
+/// let e = epoch(rogue.incarnation(), victim.incarnation());
+/// let mut inj = Injector::new(&*rogue_dev, 1, *victim.layout(), e).unwrap();
+/// inj.push(Ring::Rx, &[0xff; 56]).unwrap(); // an unknown op code
+/// victim.progress();
+/// let qp = victim.create_qp(0).unwrap();
+/// assert_eq!(victim.counters(qp).dropped(DropKind::Malformed), 1);
+/// ```
+#[derive(Debug)]
+pub struct Injector {
+    win: PeerWindow,
+    layout: Layout,
+    me: Port,
+    epoch: u32,
+    seq: [u64; 4],
+}
+
+impl Injector {
+    /// An injector from `dev`'s port into `victim`'s window.
+    pub fn new(dev: &dyn NtbDevice, victim: Port, layout: Layout, epoch: u32) -> Result<Self> {
+        Ok(Self {
+            win: dev.peer_window(victim, 0)?,
+            layout,
+            me: dev.port(),
+            epoch,
+            seq: [0; 4],
+        })
+    }
+
+    /// Writes `body` into the next slot of `ring`, tagged so the victim
+    /// takes it as the next message. (It ignores credits: the victim's
+    /// consumer must keep up, as it does when progressed between pushes.)
+    pub fn push(&mut self, ring: Ring, body: &Body) -> Result<()> {
+        let part = [Part::Rx, Part::Tx, Part::Cq, Part::PostQ][ring as usize];
+        let depth = u64::from(self.layout.geometry().queue_depth);
+        let k = ring as usize;
+        let off = self.layout.part(self.me, part) + (self.seq[k] % depth) as usize * SLOT;
+        self.win.write(off, body)?;
+        self.win
+            .write_u64(off + TAG_OFFSET, tag(self.epoch, self.seq[k]))?;
+        self.seq[k] += 1;
+        Ok(())
+    }
+
+    /// Writes raw bytes anywhere in the victim's window (a peer can; the
+    /// victim must survive it).
+    pub fn scribble(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.win.write(offset, bytes)
+    }
+}

@@ -1,0 +1,93 @@
+//! The transport: posted-write-only queue pairs between hosts over an NTB.
+//!
+//! No host ever reads a peer's memory: every message, payload and credit is
+//! a posted write into the receiver's inbound window, and the receiver polls
+//! its own memory. Non-posted reads need an R-LUT entry each (about 32 per
+//! NTB), so a transport that never reads scales past that many peers.
+//!
+//! # Window layout
+//! Every host's window (memory window `Config::mw`) is laid out from the
+//! agreed [`Geometry`] (see [`Layout`]):
+//!
+//! ```text
+//! 0                header: "NTBDKXPT", version, geometry, region area start (owner's, informative)
+//! 64 + p*64        mailbox of port p: p's hello (one slot; at a geometry-independent
+//!                  offset, so hosts with different geometries still see the mismatch)
+//! 64 + P*64 + p*S  section of port p (P ports, S = Layout::section_size), written only by p:
+//!   +0               credits: u64 x 4, p's consumer progress on the RX/TX/CQ/PostQ
+//!                    rings WE write into p's window
+//!   +64              RX ring   (queue_depth slots): "prepare to receive" from p
+//!                    TX ring   (queue_depth slots): "prepare to send" from p
+//!                    CQ ring   (queue_depth slots): "done"/"received" from p
+//!                    PostQ     (queue_depth slots): p's eager sends
+//!                    FreeQ     (eager_count u64 entries): eager buffers of p's window
+//!                              p lends us to send into
+//!                    eager buffers (eager_count x eager_size): p's sends to us
+//! region area      page aligned, to the window's end: registered regions
+//! ```
+//!
+//! A slot is 64 bytes: a 56-byte body ([`wire`]) and a tag
+//! `(epoch << 32) | seq` written last with a release store. The consumer
+//! polls the slot it expects, copies the body out once, then decodes and
+//! validates the copy. Credits go back in batches (a quarter ring).
+//! FreeQ entries are self-tagged u64s `(epoch + seq) << 32 | (index + 1)`.
+//!
+//! # Messages
+//! Every message is one slot; `op` is the initiator's operation id.
+//!
+//! | operation | flow |
+//! | --- | --- |
+//! | write | initiator → target RX `WriteReq{op, rkey, roff, len}`; target checks key, remote-write permission and range, → initiator TX `Sgl{op, start, entries}` (5 per slot, as many slots as needed); initiator copies each segment straight into the target's region (the only copy), → target CQ `Done{op, len}`; target → initiator CQ `Ack{op, status, len}`: completion |
+//! | read, size known | initiator → target TX `ReadReq{op, rkey, roff, len}` + `ReadSgl{op, start, entries}` (our region's extents); target checks remote-read permission and range, copies each segment into our window, → initiator CQ `Ack{op, Ok, len}`: completion |
+//! | read, size unknown | initiator → target TX `ReadIntent{op, rkey, roff}`; target → initiator RX `ReadSize{op, status, len}`; initiator allocates a region of that size (bounded by the caller's `max_len`) and reads as above under a fresh op id |
+//! | send | up to 48 bytes inline in one PostQ slot; larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ |
+//! | multicast put | initiator → each target RX `Rts{op, len}`; each target allocates storage and answers on our TX with `Sgl` segments (clear to send); a check-in counter of targets not yet ready reaches zero; one put copies to every target and sends each a `Done`; each `Ack`s; one completion |
+//! | multicast put, chain | initiator → each target RX `ChainRts{op, len, prev, next}`; each target allocates storage and, once it holds its successor's storage (`ChainSgl{op, origin, ...}` from `next`, or at once if last), sends its own to `prev` (`ChainSgl`, or a plain `Sgl` to the initiator); the first target's clear-to-send means the whole chain is ready; the initiator copies to the first target and sends `Done`; each target deposits, forwards the data to `next` with `ChainDone{op, origin, len}` and `Ack`s the initiator |
+//!
+//! Errors travel as `Ack`/`ReadSize` statuses (access, protocol, no room).
+//!
+//! # Peers are untrusted
+//! Every message is decoded and validated ([`wire::decode_validated`]:
+//! op code, reserved bytes, counts, routing to the right queue, lengths,
+//! SGL entries inside the peer's region area and inside the transfer), then
+//! checked against our state: op ids against our outstanding operations (in
+//! the right state, from the right peer, segments in order and within the
+//! length), fresh op ids against a per-ring high-water mark (replays), keys
+//! and permissions against the region table, eager buffer indexes against
+//! the buffers we lent. A bad message fails its operation (error
+//! completion, or an error `Ack` to the peer) or, with no operation to
+//! fail, is dropped and counted ([`DropKind`]). Every operation has a
+//! deadline; nothing waits forever.
+//!
+//! # Connections
+//! See [`handshake`](self#connections): hellos with posted writes, a new
+//! epoch per pair of incarnations, teardown on link down / new incarnation
+//! (outstanding operations complete with [`Status::PeerDown`], receives are
+//! flushed, buffers and credits start afresh on reconnect).
+
+mod conn;
+mod counters;
+mod dma;
+mod endpoint;
+mod error;
+mod geometry;
+mod handshake;
+pub mod inject;
+pub mod loopback;
+mod progress;
+mod queue;
+mod region;
+mod sgl;
+mod types;
+pub mod wire;
+
+pub use counters::{DROP_KINDS, DropKind, QpCounters};
+pub use dma::{CpuEngine, DmaEngine};
+pub use endpoint::{MulticastMode, SendWr, Transport, WriteWr};
+pub use error::{Result, Status, TransportError};
+pub use geometry::{Geometry, HEADER_SIZE, Layout, Part, REGION_ALIGN};
+pub use handshake::{VERSION, epoch};
+pub use queue::{Consumer, Producer, free_entry, parse_free_entry, tag};
+pub use region::{Access, Region, RegionKey, RegionTable};
+pub use sgl::{ExtentCursor, RemoteAddr, Sge};
+pub use types::{Completion, Config, OpKind, PeerState, Qp, Resources};

@@ -1,0 +1,244 @@
+//! Single-producer, single-consumer rings of 64-byte slots, polled in place.
+//!
+//! The ring lives in the consumer's window. The producer writes a slot's body
+//! and then its tag with a release store; the tag is `(epoch << 32) | seq`, so
+//! the consumer, polling the slot it expects next, tells a new message from
+//! an old one (an earlier lap, or an earlier connection) without reading any
+//! index. The consumer writes its progress back into the producer's window
+//! (credits), in batches; the producer never reads the consumer's memory.
+
+use crate::hw::{LocalWindow, PeerWindow, Result as HwResult};
+
+use super::wire::{BODY, Body, SLOT, TAG_OFFSET};
+
+/// The tag of message `seq` of connection `epoch` (never 0: epochs are odd).
+#[inline]
+pub fn tag(epoch: u32, seq: u64) -> u64 {
+    (u64::from(epoch) << 32) | (seq & 0xffff_ffff)
+}
+
+/// The writing end of a ring in a peer's window.
+#[derive(Debug)]
+pub struct Producer {
+    base: usize,
+    depth: u64,
+    epoch: u32,
+    seq: u64,
+    credit: u64,
+    credit_offset: usize,
+}
+
+impl Producer {
+    /// A producer for the ring at `base` (in the peer's window) of `depth`
+    /// slots, whose consumer writes its progress to `credit_offset` of our
+    /// own window.
+    pub fn new(base: usize, depth: u32, epoch: u32, credit_offset: usize) -> Self {
+        Self {
+            base,
+            depth: u64::from(depth),
+            epoch,
+            seq: 0,
+            credit: 0,
+            credit_offset,
+        }
+    }
+
+    /// Messages produced so far.
+    #[inline]
+    pub fn produced(&self) -> u64 {
+        self.seq
+    }
+
+    /// The consumer's progress as last credited.
+    #[inline]
+    pub fn credit(&self) -> u64 {
+        self.credit
+    }
+
+    /// Free slots as last known, refreshing the credit from our window when
+    /// the ring looks full. A credit beyond what was produced or going
+    /// backwards is ignored (returns `false` in the second field).
+    #[inline]
+    pub fn free(&mut self, local: &LocalWindow) -> (u64, bool) {
+        let mut sane = true;
+        if self.seq - self.credit >= self.depth {
+            sane = self.refresh(local);
+        }
+        (self.depth - (self.seq - self.credit), sane)
+    }
+
+    /// Re-reads the credit word; `false` when the peer wrote nonsense.
+    pub fn refresh(&mut self, local: &LocalWindow) -> bool {
+        match local.load_u64(self.credit_offset) {
+            Ok(c) if c >= self.credit && c <= self.seq => {
+                self.credit = c;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes `body` into the next slot. The caller checked [`free`](Self::free).
+    #[inline]
+    pub fn push(&mut self, win: &PeerWindow, body: &Body) -> HwResult<()> {
+        debug_assert!(self.seq - self.credit < self.depth);
+        let off = self.base + (self.seq % self.depth) as usize * SLOT;
+        win.write(off, body)?;
+        win.write_u64(off + TAG_OFFSET, tag(self.epoch, self.seq))?;
+        self.seq += 1;
+        Ok(())
+    }
+}
+
+/// The reading end of a ring in our own window.
+#[derive(Debug)]
+pub struct Consumer {
+    base: usize,
+    depth: u64,
+    epoch: u32,
+    seq: u64,
+    credited: u64,
+}
+
+impl Consumer {
+    /// A consumer of the ring at `base` of our window.
+    pub fn new(base: usize, depth: u32, epoch: u32) -> Self {
+        Self {
+            base,
+            depth: u64::from(depth),
+            epoch,
+            seq: 0,
+            credited: 0,
+        }
+    }
+
+    /// Copies out the next message if it has arrived (without consuming it).
+    #[inline]
+    pub fn peek(&self, local: &LocalWindow) -> Option<Body> {
+        let off = self.base + (self.seq % self.depth) as usize * SLOT;
+        let t = local.load_u64(off + TAG_OFFSET).ok()?;
+        if t != tag(self.epoch, self.seq) {
+            return None;
+        }
+        let mut body = [0u8; BODY];
+        local.read(off, &mut body).ok()?;
+        Some(body)
+    }
+
+    /// Consumes the message last peeked.
+    #[inline]
+    pub fn advance(&mut self) {
+        self.seq += 1;
+    }
+
+    /// Messages consumed so far.
+    #[inline]
+    pub fn consumed(&self) -> u64 {
+        self.seq
+    }
+
+    /// Consumed messages not yet credited back.
+    #[inline]
+    pub fn uncredited(&self) -> u64 {
+        self.seq - self.credited
+    }
+
+    /// Writes our progress into the producer's credit word at `offset` of
+    /// its window (one posted write for a whole batch).
+    pub fn credit(&mut self, win: &PeerWindow, offset: usize) -> HwResult<()> {
+        win.write_u64(offset, self.seq)?;
+        self.credited = self.seq;
+        Ok(())
+    }
+}
+
+/// The entry of FreeQ position `seq` naming buffer `index` (never 0).
+#[inline]
+pub fn free_entry(epoch: u32, seq: u64, index: u32) -> u64 {
+    (u64::from(epoch.wrapping_add(seq as u32)) << 32) | (u64::from(index) + 1)
+}
+
+/// Decodes FreeQ entry `raw` expected at `seq`: the buffer index, or `None`
+/// when the entry is not (yet) the expected one.
+#[inline]
+pub fn parse_free_entry(epoch: u32, seq: u64, raw: u64) -> Option<u32> {
+    if (raw >> 32) as u32 != epoch.wrapping_add(seq as u32) {
+        return None;
+    }
+    (raw as u32).checked_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::DeviceCounters;
+    use std::sync::Arc;
+
+    pub(crate) fn windows(bytes: usize) -> (LocalWindow, PeerWindow) {
+        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; bytes / 8]);
+        let ptr = mem.as_ptr() as *mut u8;
+        // SAFETY: `mem` has `bytes` bytes, is 8-aligned and kept alive by the
+        // handles; it is only accessed through them.
+        let local = unsafe { LocalWindow::from_raw(ptr, bytes, 0, mem.clone()) };
+        // SAFETY: as above.
+        let peer = unsafe {
+            PeerWindow::from_raw(ptr, bytes, 1, Arc::new(DeviceCounters::default()), mem)
+        };
+        (local, peer)
+    }
+
+    #[test]
+    fn messages_pass_in_order_and_credits_bound_the_producer() {
+        let (local, peer) = windows(8192);
+        let mut p = Producer::new(0, 4, 3, 4096);
+        let mut c = Consumer::new(0, 4, 3);
+        let mut got = Vec::new();
+        let mut sent = 0u8;
+        for _ in 0..50 {
+            while p.free(&local).0 > 0 && sent < 100 {
+                let mut b = [0u8; BODY];
+                b[0] = sent;
+                p.push(&peer, &b).unwrap();
+                sent += 1;
+            }
+            while let Some(b) = c.peek(&local) {
+                got.push(b[0]);
+                c.advance();
+            }
+            c.credit(&peer, 4096).unwrap();
+        }
+        assert_eq!(got, (0..100).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn stale_epoch_is_not_a_message() {
+        let (local, peer) = windows(4096);
+        let mut p = Producer::new(0, 4, 3, 1024);
+        p.push(&peer, &[1u8; BODY]).unwrap();
+        let c = Consumer::new(0, 4, 5);
+        assert!(c.peek(&local).is_none());
+        assert!(Consumer::new(0, 4, 3).peek(&local).is_some());
+    }
+
+    #[test]
+    fn insane_credit_is_ignored() {
+        let (local, peer) = windows(4096);
+        let mut p = Producer::new(0, 4, 3, 1024);
+        peer.write_u64(1024, 1_000).unwrap();
+        for _ in 0..4 {
+            p.push(&peer, &[0u8; BODY]).unwrap();
+        }
+        let (free, sane) = p.free(&local);
+        assert_eq!(free, 0);
+        assert!(!sane);
+    }
+
+    #[test]
+    fn free_entries_roundtrip() {
+        let e = free_entry(7, 12, 3);
+        assert_eq!(parse_free_entry(7, 12, e), Some(3));
+        assert_eq!(parse_free_entry(7, 13, e), None);
+        assert_eq!(parse_free_entry(9, 12, e), None);
+        assert_eq!(parse_free_entry(7, 0, 0), None);
+    }
+}

@@ -1,0 +1,332 @@
+//! The address-range table: registered regions of our window's region area,
+//! each a key → (extents, length, permissions).
+//!
+//! Regions are where data is placed directly (no second copy). A region may be
+//! built from scattered extents of the area; an SGL naming it lists them.
+//! Every access a peer asks for is resolved here, against the key, the
+//! permissions and the region's length, before a byte moves.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::error::{Result, TransportError};
+
+/// Allocation granularity of the region area (a cache line).
+pub const GRAIN: u64 = 64;
+
+/// The key naming a registered region (what RDMA calls an lkey/rkey).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionKey(pub u32);
+
+/// Permissions of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Access(u8);
+
+impl Access {
+    /// The owner may read it (source of a write or send).
+    pub const LOCAL_READ: Access = Access(1);
+    /// The owner may write it (destination of a read or receive).
+    pub const LOCAL_WRITE: Access = Access(2);
+    /// Peers may read it (`post_read` from a peer).
+    pub const REMOTE_READ: Access = Access(4);
+    /// Peers may write it (`post_write` from a peer).
+    pub const REMOTE_WRITE: Access = Access(8);
+    /// Every permission.
+    pub const ALL: Access = Access(15);
+    /// Local read and write only.
+    pub const LOCAL: Access = Access(3);
+
+    /// Whether every bit of `other` is set in `self`.
+    #[inline]
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    fn name(self) -> &'static str {
+        match self.0 {
+            1 => "local read",
+            2 => "local write",
+            4 => "remote read",
+            8 => "remote write",
+            _ => "the requested access",
+        }
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// One registered region.
+#[derive(Debug, Clone)]
+pub struct Region {
+    /// Its key.
+    pub key: RegionKey,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its permissions.
+    pub access: Access,
+    /// Window extents `(offset, len)`, in region order.
+    pub extents: Vec<(u64, u64)>,
+}
+
+impl Region {
+    /// The window extents covering bytes `off..off+len` of the region.
+    pub fn slice(&self, off: u64, len: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let (mut pos, end) = (0u64, off.saturating_add(len));
+        for &(eo, el) in &self.extents {
+            let (s, e) = (pos.max(off), (pos + el).min(end));
+            if s < e {
+                out.push((eo + (s - pos), e - s));
+            }
+            pos += el;
+            if pos >= end {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// The region table and the allocator of the region area.
+#[derive(Debug)]
+pub struct RegionTable {
+    free: BTreeMap<u64, u64>,
+    regions: HashMap<u32, Region>,
+    next_key: u32,
+    total: u64,
+}
+
+impl RegionTable {
+    /// A table over the window bytes `start..end`.
+    pub fn new(start: u64, end: u64, first_key: u32) -> Self {
+        let start = start.next_multiple_of(GRAIN);
+        let end = end / GRAIN * GRAIN;
+        let mut free = BTreeMap::new();
+        if end > start {
+            free.insert(start, end - start);
+        }
+        Self {
+            free,
+            regions: HashMap::new(),
+            next_key: first_key.max(1),
+            total: end.saturating_sub(start),
+        }
+    }
+
+    /// Bytes free in the area.
+    pub fn free_bytes(&self) -> u64 {
+        self.free.values().sum()
+    }
+
+    /// Bytes of the whole area.
+    pub fn total_bytes(&self) -> u64 {
+        self.total
+    }
+
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    /// Registers a region of `len` bytes. With `max_extent`, it is built from
+    /// extents of at most that many bytes (scattered where the area is).
+    pub fn register(
+        &mut self,
+        len: u64,
+        access: Access,
+        max_extent: Option<u64>,
+    ) -> Result<RegionKey> {
+        if len == 0 {
+            return Err(TransportError::Invalid(
+                "a region needs at least one byte".into(),
+            ));
+        }
+        let need = len.next_multiple_of(GRAIN);
+        let free = self.free_bytes();
+        if need > free {
+            return Err(TransportError::RegionAreaFull { len, free });
+        }
+        let max_ext = max_extent.map_or(need, |m| m.max(GRAIN) / GRAIN * GRAIN);
+        let mut extents = Vec::new();
+        // Contiguous if we can.
+        if max_ext >= need
+            && let Some((&s, &l)) = self.free.iter().find(|&(_, &l)| l >= need)
+        {
+            self.take(s, l, need);
+            extents.push((s, need));
+        } else {
+            let mut left = need;
+            while left > 0 {
+                let Some((&s, &l)) = self.free.iter().next() else {
+                    break;
+                };
+                let piece = l.min(left).min(max_ext);
+                self.take(s, l, piece);
+                extents.push((s, piece));
+                left -= piece;
+            }
+        }
+        // Trim the last extent's logical length to `len` (the grain padding
+        // stays allocated and is returned with it).
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(1).max(1);
+        self.regions.insert(
+            key,
+            Region {
+                key: RegionKey(key),
+                len,
+                access,
+                extents,
+            },
+        );
+        Ok(RegionKey(key))
+    }
+
+    fn take(&mut self, start: u64, hole: u64, n: u64) {
+        self.free.remove(&start);
+        if hole > n {
+            self.free.insert(start + n, hole - n);
+        }
+    }
+
+    /// Deregisters a region, returning its extents to the area.
+    pub fn deregister(&mut self, key: RegionKey) -> Result<()> {
+        let r = self
+            .regions
+            .remove(&key.0)
+            .ok_or(TransportError::NoSuchRegion(key))?;
+        for (s, l) in r.extents {
+            self.release(s, l);
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, mut s: u64, mut l: u64) {
+        if let Some((&ps, &pl)) = self.free.range(..s).next_back()
+            && ps + pl == s
+        {
+            self.free.remove(&ps);
+            s = ps;
+            l += pl;
+        }
+        if let Some(&nl) = self.free.get(&(s + l)) {
+            self.free.remove(&(s + l));
+            l += nl;
+        }
+        self.free.insert(s, l);
+    }
+
+    /// The region named `key`.
+    pub fn get(&self, key: RegionKey) -> Option<&Region> {
+        self.regions.get(&key.0)
+    }
+
+    /// Resolves `off..off+len` of region `key` for an access needing
+    /// `need`: the window extents, or why not.
+    pub fn resolve(
+        &self,
+        key: RegionKey,
+        off: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Vec<(u64, u64)>> {
+        Ok(self.check(key, off, len, need)?.slice(off, len))
+    }
+
+    /// Like [`resolve`](Self::resolve), without allocating when the range
+    /// lies in one extent.
+    pub(crate) fn resolve_one(
+        &self,
+        key: RegionKey,
+        off: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<super::conn::Extents> {
+        let r = self.check(key, off, len, need)?;
+        let mut pos = 0;
+        for &(eo, el) in &r.extents {
+            if off >= pos && off + len <= pos + el {
+                return Ok(super::conn::Extents::One([(eo + (off - pos), len)]));
+            }
+            pos += el;
+        }
+        Ok(super::conn::Extents::from_vec(r.slice(off, len)))
+    }
+
+    fn check(&self, key: RegionKey, off: u64, len: u64, need: Access) -> Result<&Region> {
+        let r = self.get(key).ok_or(TransportError::NoSuchRegion(key))?;
+        if !r.access.contains(need) {
+            return Err(TransportError::Permission {
+                key,
+                needed: need.name(),
+            });
+        }
+        match off.checked_add(len) {
+            Some(end) if end <= r.len && len > 0 => Ok(r),
+            _ => Err(TransportError::OutOfRange {
+                key,
+                offset: off,
+                len,
+                region_len: r.len,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_resolve_deregister() {
+        let mut t = RegionTable::new(4096, 4096 + 64 * 100, 1);
+        let a = t.register(100, Access::ALL, None).unwrap();
+        let ext = t.resolve(a, 10, 50, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(ext, vec![(4096 + 10, 50)]);
+        assert!(t.resolve(a, 90, 20, Access::LOCAL_READ).is_err());
+        assert!(t.resolve(RegionKey(99), 0, 1, Access::LOCAL_READ).is_err());
+        let b = t.register(64, Access::LOCAL, None).unwrap();
+        assert!(t.resolve(b, 0, 1, Access::REMOTE_READ).is_err());
+        t.deregister(a).unwrap();
+        t.deregister(b).unwrap();
+        assert_eq!(t.free_bytes(), 6400);
+        assert_eq!(t.free.len(), 1);
+    }
+
+    #[test]
+    fn scattered_regions_slice_in_order() {
+        let mut t = RegionTable::new(0, 64 * 64, 1);
+        let keys: Vec<_> = (0..8)
+            .map(|_| t.register(64, Access::ALL, None).unwrap())
+            .collect();
+        for k in keys.iter().step_by(2) {
+            t.deregister(*k).unwrap();
+        }
+        let big = t.register(64 * 10, Access::ALL, Some(64)).unwrap();
+        let r = t.get(big).unwrap();
+        assert_eq!(r.extents.len(), 10);
+        assert_eq!(r.extents[0], (0, 64));
+        assert_eq!(r.extents[1], (128, 64));
+        let s = r.slice(60, 10);
+        assert_eq!(s, vec![(60, 4), (128, 6)]);
+        assert_eq!(r.slice(0, 640).iter().map(|e| e.1).sum::<u64>(), 640);
+    }
+
+    #[test]
+    fn full_area_is_an_error() {
+        let mut t = RegionTable::new(0, 128, 1);
+        assert!(matches!(
+            t.register(200, Access::ALL, None),
+            Err(TransportError::RegionAreaFull { .. })
+        ));
+    }
+}

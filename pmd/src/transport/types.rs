@@ -1,0 +1,151 @@
+//! The public vocabulary of the transport: configuration, queue pairs,
+//! completions, peer states.
+
+use std::time::Duration;
+
+use crate::hw::Port;
+
+use super::error::Status;
+use super::geometry::Geometry;
+use super::region::RegionKey;
+
+/// How a [`Transport`](super::Transport) is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The agreed geometry (must be the same on every host).
+    pub geometry: Geometry,
+    /// The memory window the transport uses.
+    pub mw: usize,
+    /// An operation that makes no progress for this long fails with
+    /// [`Status::Timeout`].
+    pub op_timeout: Duration,
+    /// How often a hello is re-sent to a peer that has not answered.
+    pub hello_interval: Duration,
+    /// Most operations outstanding at once (as initiator).
+    pub max_outstanding: usize,
+    /// Copies of at least this many bytes use non-temporal stores.
+    pub nt_threshold: usize,
+    /// Ring the peer's doorbell (bit 0) after each batch of posts, for peers
+    /// that sleep on doorbells instead of polling.
+    pub doorbell: bool,
+}
+
+impl Config {
+    /// Defaults for `geometry`.
+    pub fn new(geometry: Geometry) -> Self {
+        Self {
+            geometry,
+            mw: 0,
+            op_timeout: Duration::from_secs(10),
+            hello_interval: Duration::from_millis(20),
+            max_outstanding: 4096,
+            nt_threshold: 256 * 1024,
+            doorbell: false,
+        }
+    }
+}
+
+/// A queue pair: the handle for exchanging work with one peer. Cheap to copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Qp {
+    pub(crate) peer: Port,
+}
+
+impl Qp {
+    /// The peer this queue pair talks to.
+    #[inline]
+    pub fn peer(&self) -> Port {
+        self.peer
+    }
+}
+
+/// What kind of work a completion reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// An eager send left (the payload is in the peer's window).
+    Send,
+    /// A message arrived into a posted receive.
+    Recv,
+    /// A write into a peer's region was received.
+    Write,
+    /// A read of known size landed in our region.
+    Read,
+    /// A read of unknown size landed in a region the transport allocated
+    /// ([`Completion::region`]).
+    ReadUnknown,
+    /// A multicast put was delivered to every target (or failed for one).
+    MulticastPut,
+    /// A peer's multicast put landed in a region the transport allocated
+    /// ([`Completion::region`]); the cookie is the initiator's op id.
+    MulticastRecv,
+}
+
+/// One finished operation, as [`Transport::poll_completions`](super::Transport::poll_completions)
+/// returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The peer (for a multicast put, the first target that failed, else the
+    /// first target).
+    pub peer: Port,
+    /// The operation.
+    pub op: OpKind,
+    /// Its outcome.
+    pub status: Status,
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// The caller's cookie.
+    pub cookie: u64,
+    /// The region allocated for the data, for [`OpKind::ReadUnknown`] and
+    /// [`OpKind::MulticastRecv`]; deregister it when done with it.
+    pub region: Option<RegionKey>,
+}
+
+impl Completion {
+    pub(crate) const EMPTY: Completion = Completion {
+        peer: 0,
+        op: OpKind::Send,
+        status: Status::Success,
+        bytes: 0,
+        cookie: 0,
+        region: None,
+    };
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+/// The connection state of one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerState {
+    /// The link is down (the peer is absent or dead).
+    Down,
+    /// The link is up and the handshake is under way.
+    Connecting,
+    /// Connected: queue pairs to this peer can post.
+    Connected,
+    /// The handshake failed (version or geometry mismatch); the reason.
+    Failed(String),
+}
+
+/// Resources of one queue pair, for monitoring and for tests that check
+/// that everything returns after a failure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Eager buffers of the peer's window we hold and may send into.
+    pub eager_free: u32,
+    /// Eager buffers per sender (the full count).
+    pub eager_total: u32,
+    /// Free slots in the peer's PostQ, as last credited.
+    pub postq_free: u64,
+    /// Messages waiting for credits towards the peer.
+    pub backlog: usize,
+    /// Operations of ours involving this peer that are still outstanding.
+    pub outstanding: usize,
+    /// Operations of the peer's that we are serving.
+    pub serving: usize,
+    /// Receives posted and not yet consumed.
+    pub recvs_posted: usize,
+}

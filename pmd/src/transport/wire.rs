@@ -1,0 +1,872 @@
+//! The wire format: every message is one 64-byte slot, a 56-byte body and an
+//! 8-byte tag written last.
+//!
+//! [`decode`] turns a body copied out of the window into a [`Msg`], checking
+//! its structure (known op code, reserved bytes zero, counts in range);
+//! [`validate`] then checks it against what the receiving queue accepts and
+//! the window's bounds. Both are total functions over arbitrary bytes: they
+//! never panic, which the property tests and the fuzz target check.
+//!
+//! Body layout (little endian):
+//!
+//! | bytes | scalar messages | SGL messages | inline send |
+//! | --- | --- | --- | --- |
+//! | 0 | op code | op code | op code |
+//! | 1 | status (0 where unused) | entry count 1..=5 | payload length 0..=48 |
+//! | 2..4 | zero | zero (`ChainSgl`: origin port) | zero |
+//! | 4..8 | `a`: rkey / buffer index / next+1 / origin | byte offset of the first entry in the transfer | zero |
+//! | 8..16 | op id | op id | payload 0..8 |
+//! | 16..24 | `b`: remote offset / previous port | entry 0 | payload 8..16 |
+//! | 24..28 | `c`: length | entries 1..5 (8 bytes each: offset << 24 \| length) | payload 16..48 |
+//! | 28..56 | zero | | |
+
+/// Bytes per queue slot (one cache line).
+pub const SLOT: usize = 64;
+/// Bytes of a slot's body (the tag takes the last 8).
+pub const BODY: usize = 56;
+/// Offset of the tag within a slot.
+pub const TAG_OFFSET: usize = 56;
+/// SGL entries per message.
+pub const SGES_PER_MSG: usize = 5;
+/// Largest payload carried inline in a send slot.
+pub const INLINE_MAX: usize = 48;
+/// Largest length of one SGL entry (24 bits).
+pub const SGE_MAX_LEN: u32 = (1 << 24) - 1;
+/// Largest window offset of an SGL entry (40 bits).
+pub const SGE_MAX_OFFSET: u64 = (1 << 40) - 1;
+
+/// A message body as it sits in a slot.
+pub type Body = [u8; BODY];
+
+/// One SGL entry: `len` bytes at `offset` of a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireSge {
+    /// Window offset.
+    pub offset: u64,
+    /// Length in bytes (1..=[`SGE_MAX_LEN`]).
+    pub len: u32,
+}
+
+/// The status a peer reports in an [`Msg::Ack`] or [`Msg::ReadSize`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WireStatus {
+    /// Success.
+    Ok = 0,
+    /// Bad key, permission or range.
+    Access = 1,
+    /// A protocol violation seen by the peer.
+    Protocol = 2,
+    /// No room (region area full, object too large).
+    NoRoom = 3,
+}
+
+impl WireStatus {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::Ok,
+            1 => Self::Access,
+            2 => Self::Protocol,
+            3 => Self::NoRoom,
+            _ => return None,
+        })
+    }
+}
+
+/// Op codes.
+pub mod code {
+    /// [`super::Msg::WriteReq`].
+    pub const WRITE_REQ: u8 = 0x01;
+    /// [`super::Msg::Sgl`].
+    pub const SGL: u8 = 0x02;
+    /// [`super::Msg::Done`].
+    pub const DONE: u8 = 0x03;
+    /// [`super::Msg::Ack`].
+    pub const ACK: u8 = 0x04;
+    /// [`super::Msg::ReadReq`].
+    pub const READ_REQ: u8 = 0x05;
+    /// [`super::Msg::ReadSgl`].
+    pub const READ_SGL: u8 = 0x06;
+    /// [`super::Msg::ReadIntent`].
+    pub const READ_INTENT: u8 = 0x07;
+    /// [`super::Msg::ReadSize`].
+    pub const READ_SIZE: u8 = 0x08;
+    /// [`super::Msg::Rts`].
+    pub const RTS: u8 = 0x09;
+    /// [`super::Msg::ChainRts`].
+    pub const CHAIN_RTS: u8 = 0x0a;
+    /// [`super::Msg::ChainSgl`].
+    pub const CHAIN_SGL: u8 = 0x0b;
+    /// [`super::Msg::ChainDone`].
+    pub const CHAIN_DONE: u8 = 0x0c;
+    /// [`super::Msg::SendInline`].
+    pub const SEND_INLINE: u8 = 0x10;
+    /// [`super::Msg::SendBuf`].
+    pub const SEND_BUF: u8 = 0x11;
+}
+
+/// A decoded message. `op` is always the initiator's operation id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    /// Initiator → target RX: intent to write `len` bytes at `roff` of region `rkey`.
+    WriteReq {
+        /// Op id.
+        op: u64,
+        /// Target region key.
+        rkey: u32,
+        /// Offset in the region.
+        roff: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// Target → initiator TX: where bytes `start..` of the transfer go
+    /// (write clear-to-send, multicast clear-to-send).
+    Sgl {
+        /// Op id.
+        op: u64,
+        /// Transfer offset of the first entry.
+        start: u32,
+        /// Number of valid entries.
+        n: u8,
+        /// Entries (window offsets in the target's window).
+        sges: [WireSge; SGES_PER_MSG],
+    },
+    /// Initiator → target CQ: the data of op `op` is in place.
+    Done {
+        /// Op id.
+        op: u64,
+        /// Bytes written.
+        len: u32,
+    },
+    /// Target → initiator CQ: op finished (received / read done / refused).
+    Ack {
+        /// Op id.
+        op: u64,
+        /// Outcome.
+        status: WireStatus,
+        /// Bytes.
+        len: u32,
+    },
+    /// Initiator → target TX: read `len` bytes at `roff` of region `rkey`;
+    /// the destination SGL follows in [`Msg::ReadSgl`] messages.
+    ReadReq {
+        /// Op id.
+        op: u64,
+        /// Target region key.
+        rkey: u32,
+        /// Offset in the region.
+        roff: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// Initiator → target TX: part of a read's destination SGL (offsets in
+    /// the initiator's window).
+    ReadSgl {
+        /// Op id.
+        op: u64,
+        /// Transfer offset of the first entry.
+        start: u32,
+        /// Number of valid entries.
+        n: u8,
+        /// Entries.
+        sges: [WireSge; SGES_PER_MSG],
+    },
+    /// Initiator → target TX: how big is region `rkey` from `roff` on?
+    ReadIntent {
+        /// Op id.
+        op: u64,
+        /// Target region key.
+        rkey: u32,
+        /// Offset in the region.
+        roff: u64,
+    },
+    /// Target → initiator RX: the size asked for by a [`Msg::ReadIntent`].
+    ReadSize {
+        /// Op id.
+        op: u64,
+        /// Outcome.
+        status: WireStatus,
+        /// Bytes available.
+        len: u32,
+    },
+    /// Initiator → target RX: multicast request to send `len` bytes.
+    Rts {
+        /// Op id.
+        op: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// Initiator → target RX: multicast request to send down a chain
+    /// (store and forward): the target sends its storage to `prev` and,
+    /// once it has the data, forwards it to `next`.
+    ChainRts {
+        /// Op id.
+        op: u64,
+        /// Bytes.
+        len: u32,
+        /// The port this target receives from (the initiator or a target).
+        prev: u16,
+        /// The port this target forwards to, if any.
+        next: Option<u16>,
+    },
+    /// Target → previous target TX: the storage of the next target in a
+    /// chain (offsets in the sender's window), for op `op` of `origin`.
+    ChainSgl {
+        /// Op id (the initiator's).
+        op: u64,
+        /// The initiator.
+        origin: u16,
+        /// Transfer offset of the first entry.
+        start: u32,
+        /// Number of valid entries.
+        n: u8,
+        /// Entries.
+        sges: [WireSge; SGES_PER_MSG],
+    },
+    /// Target → next target CQ: the data of chain op `op` of `origin` is
+    /// deposited; store it, forward it, acknowledge to the origin.
+    ChainDone {
+        /// Op id (the initiator's).
+        op: u64,
+        /// The initiator.
+        origin: u16,
+        /// Bytes.
+        len: u32,
+    },
+    /// Sender → receiver PostQ: a small payload carried in the slot.
+    SendInline {
+        /// Payload length.
+        len: u8,
+        /// Payload (first `len` bytes valid).
+        data: [u8; INLINE_MAX],
+    },
+    /// Sender → receiver PostQ: `len` bytes in eager buffer `buf`.
+    SendBuf {
+        /// Eager buffer index.
+        buf: u32,
+        /// Bytes.
+        len: u32,
+    },
+}
+
+/// Why a body failed to decode or validate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Unknown op code.
+    #[error("unknown op code {0:#x}")]
+    UnknownCode(u8),
+    /// A reserved byte or unused field is not zero, or a count is out of range.
+    #[error("malformed message")]
+    Malformed,
+    /// The message is not allowed on the queue it arrived on.
+    #[error("message not allowed on this queue")]
+    WrongQueue,
+    /// A length or offset is out of range.
+    #[error("length or offset out of range")]
+    OutOfRange,
+}
+
+#[inline]
+fn u32_at(b: &Body, at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[inline]
+fn u64_at(b: &Body, at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+#[inline]
+fn put_u32(b: &mut Body, at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+fn put_u64(b: &mut Body, at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn scalar(code: u8, status: u8, a: u32, op: u64, b: u64, c: u32) -> Body {
+    let mut body = [0u8; BODY];
+    body[0] = code;
+    body[1] = status;
+    put_u32(&mut body, 4, a);
+    put_u64(&mut body, 8, op);
+    put_u64(&mut body, 16, b);
+    put_u32(&mut body, 24, c);
+    body
+}
+
+fn sgl(code: u8, op: u64, start: u32, n: u8, sges: &[WireSge; SGES_PER_MSG]) -> Body {
+    let mut body = [0u8; BODY];
+    body[0] = code;
+    body[1] = n;
+    put_u32(&mut body, 4, start);
+    put_u64(&mut body, 8, op);
+    for (i, s) in sges.iter().take(n as usize).enumerate() {
+        put_u64(&mut body, 16 + 8 * i, (s.offset << 24) | u64::from(s.len));
+    }
+    body
+}
+
+/// Encodes `msg` into a slot body.
+pub fn encode(msg: &Msg) -> Body {
+    match *msg {
+        Msg::WriteReq {
+            op,
+            rkey,
+            roff,
+            len,
+        } => scalar(code::WRITE_REQ, 0, rkey, op, roff, len),
+        Msg::Sgl { op, start, n, sges } => sgl(code::SGL, op, start, n, &sges),
+        Msg::Done { op, len } => scalar(code::DONE, 0, 0, op, 0, len),
+        Msg::Ack { op, status, len } => scalar(code::ACK, status as u8, 0, op, 0, len),
+        Msg::ReadReq {
+            op,
+            rkey,
+            roff,
+            len,
+        } => scalar(code::READ_REQ, 0, rkey, op, roff, len),
+        Msg::ReadSgl { op, start, n, sges } => sgl(code::READ_SGL, op, start, n, &sges),
+        Msg::ReadIntent { op, rkey, roff } => scalar(code::READ_INTENT, 0, rkey, op, roff, 0),
+        Msg::ReadSize { op, status, len } => scalar(code::READ_SIZE, status as u8, 0, op, 0, len),
+        Msg::Rts { op, len } => scalar(code::RTS, 0, 0, op, 0, len),
+        Msg::ChainRts { op, len, prev, next } => scalar(
+            code::CHAIN_RTS,
+            0,
+            next.map_or(0, |n| u32::from(n) + 1),
+            op,
+            u64::from(prev),
+            len,
+        ),
+        Msg::ChainSgl {
+            op,
+            origin,
+            start,
+            n,
+            sges,
+        } => {
+            let mut b = sgl(code::CHAIN_SGL, op, start, n, &sges);
+            b[2..4].copy_from_slice(&origin.to_le_bytes());
+            b
+        }
+        Msg::ChainDone { op, origin, len } => {
+            scalar(code::CHAIN_DONE, 0, u32::from(origin), op, 0, len)
+        }
+        Msg::SendInline { len, data } => {
+            let mut body = [0u8; BODY];
+            body[0] = code::SEND_INLINE;
+            body[1] = len;
+            let n = (len as usize).min(INLINE_MAX);
+            body[8..8 + n].copy_from_slice(&data[..n]);
+            body
+        }
+        Msg::SendBuf { buf, len } => scalar(code::SEND_BUF, 0, buf, 0, 0, len),
+    }
+}
+
+/// Encodes an inline send of `payload` (at most [`INLINE_MAX`] bytes)
+/// without building a [`Msg`] first.
+#[inline]
+pub fn encode_inline(payload: &[u8]) -> Body {
+    let mut body = [0u8; BODY];
+    let n = payload.len().min(INLINE_MAX);
+    body[0] = code::SEND_INLINE;
+    body[1] = n as u8;
+    body[8..8 + n].copy_from_slice(&payload[..n]);
+    body
+}
+
+fn decode_scalar(b: &Body, uses_a: bool, uses_b: bool, uses_c: bool) -> Result<(), WireError> {
+    let zero = |r: std::ops::Range<usize>| b[r].iter().all(|&x| x == 0);
+    let ok = b[2] == 0
+        && b[3] == 0
+        && (uses_a || zero(4..8))
+        && (uses_b || zero(16..24))
+        && (uses_c || zero(24..28))
+        && zero(28..56);
+    if ok {
+        Ok(())
+    } else {
+        Err(WireError::Malformed)
+    }
+}
+
+fn decode_sgl(b: &Body, with_origin: bool) -> Result<(u64, u32, u8, [WireSge; SGES_PER_MSG]), WireError> {
+    let n = b[1];
+    if n == 0 || n as usize > SGES_PER_MSG || (!with_origin && (b[2] != 0 || b[3] != 0)) {
+        return Err(WireError::Malformed);
+    }
+    let mut sges = [WireSge::default(); SGES_PER_MSG];
+    for (i, s) in sges.iter_mut().enumerate() {
+        let raw = u64_at(b, 16 + 8 * i);
+        if i < n as usize {
+            let len = (raw & u64::from(SGE_MAX_LEN)) as u32;
+            if len == 0 {
+                return Err(WireError::Malformed);
+            }
+            *s = WireSge {
+                offset: raw >> 24,
+                len,
+            };
+        } else if raw != 0 {
+            return Err(WireError::Malformed);
+        }
+    }
+    Ok((u64_at(b, 8), u32_at(b, 4), n, sges))
+}
+
+/// Decodes a body copied out of a slot, checking its structure only.
+///
+/// Never panics, whatever the bytes.
+pub fn decode(b: &Body) -> Result<Msg, WireError> {
+    let (status, a, op, bb, c) = (
+        b[1],
+        u32_at(b, 4),
+        u64_at(b, 8),
+        u64_at(b, 16),
+        u32_at(b, 24),
+    );
+    let st = || WireStatus::from_u8(status).ok_or(WireError::Malformed);
+    let no_status = || {
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(WireError::Malformed)
+        }
+    };
+    Ok(match b[0] {
+        code::WRITE_REQ => {
+            no_status()?;
+            decode_scalar(b, true, true, true)?;
+            Msg::WriteReq {
+                op,
+                rkey: a,
+                roff: bb,
+                len: c,
+            }
+        }
+        code::SGL => {
+            let (op, start, n, sges) = decode_sgl(b, false)?;
+            Msg::Sgl { op, start, n, sges }
+        }
+        code::DONE => {
+            no_status()?;
+            decode_scalar(b, false, false, true)?;
+            Msg::Done { op, len: c }
+        }
+        code::ACK => {
+            let status = st()?;
+            decode_scalar(b, false, false, true)?;
+            Msg::Ack { op, status, len: c }
+        }
+        code::READ_REQ => {
+            no_status()?;
+            decode_scalar(b, true, true, true)?;
+            Msg::ReadReq {
+                op,
+                rkey: a,
+                roff: bb,
+                len: c,
+            }
+        }
+        code::READ_SGL => {
+            let (op, start, n, sges) = decode_sgl(b, false)?;
+            Msg::ReadSgl { op, start, n, sges }
+        }
+        code::READ_INTENT => {
+            no_status()?;
+            decode_scalar(b, true, true, false)?;
+            Msg::ReadIntent {
+                op,
+                rkey: a,
+                roff: bb,
+            }
+        }
+        code::READ_SIZE => {
+            let status = st()?;
+            decode_scalar(b, false, false, true)?;
+            Msg::ReadSize { op, status, len: c }
+        }
+        code::RTS => {
+            no_status()?;
+            decode_scalar(b, false, false, true)?;
+            Msg::Rts { op, len: c }
+        }
+        code::CHAIN_RTS => {
+            no_status()?;
+            decode_scalar(b, true, true, true)?;
+            let prev = u16::try_from(bb).map_err(|_| WireError::Malformed)?;
+            let next = match a {
+                0 => None,
+                x => Some(u16::try_from(x - 1).map_err(|_| WireError::Malformed)?),
+            };
+            Msg::ChainRts { op, len: c, prev, next }
+        }
+        code::CHAIN_SGL => {
+            let (op, start, n, sges) = decode_sgl(b, true)?;
+            let origin = u16::from_le_bytes([b[2], b[3]]);
+            Msg::ChainSgl {
+                op,
+                origin,
+                start,
+                n,
+                sges,
+            }
+        }
+        code::CHAIN_DONE => {
+            no_status()?;
+            decode_scalar(b, true, false, true)?;
+            let origin = u16::try_from(a).map_err(|_| WireError::Malformed)?;
+            Msg::ChainDone { op, origin, len: c }
+        }
+        code::SEND_INLINE => {
+            if status as usize > INLINE_MAX
+                || b[2..8].iter().any(|&x| x != 0)
+                || b[8 + status as usize..].iter().any(|&x| x != 0)
+            {
+                return Err(WireError::Malformed);
+            }
+            let mut data = [0u8; INLINE_MAX];
+            data.copy_from_slice(&b[8..56]);
+            Msg::SendInline { len: status, data }
+        }
+        code::SEND_BUF => {
+            no_status()?;
+            if op != 0 {
+                return Err(WireError::Malformed);
+            }
+            decode_scalar(b, true, false, true)?;
+            Msg::SendBuf { buf: a, len: c }
+        }
+        other => return Err(WireError::UnknownCode(other)),
+    })
+}
+
+/// The queue a message arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    /// RX: prepare to receive.
+    Rx,
+    /// TX: prepare to send.
+    Tx,
+    /// Completion queue.
+    Cq,
+    /// Eager PostQ.
+    PostQ,
+}
+
+/// What [`validate`] checks a message against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest transfer length accepted.
+    pub max_len: u32,
+    /// First byte of the region area of the window an SGL points into.
+    pub region_start: u64,
+    /// Length of the window an SGL points into.
+    pub window_len: u64,
+    /// Eager buffers per sender.
+    pub eager_count: u32,
+    /// Bytes per eager buffer.
+    pub eager_size: u32,
+}
+
+/// Checks a decoded message against the queue it arrived on and `limits`:
+/// routing, lengths, SGL entries inside the region area and within the
+/// transfer, eager buffer index and length. Stateful checks (op ids, keys,
+/// permissions) are the transport's; this one needs no state and never panics.
+pub fn validate(msg: &Msg, queue: Queue, limits: &Limits) -> Result<(), WireError> {
+    let allowed = match msg {
+        Msg::WriteReq { .. } | Msg::Rts { .. } | Msg::ChainRts { .. } | Msg::ReadSize { .. } => Queue::Rx,
+        Msg::ChainSgl { .. } => Queue::Tx,
+        Msg::ChainDone { .. } => Queue::Cq,
+        Msg::Sgl { .. } | Msg::ReadReq { .. } | Msg::ReadSgl { .. } | Msg::ReadIntent { .. } => {
+            Queue::Tx
+        }
+        Msg::Done { .. } | Msg::Ack { .. } => Queue::Cq,
+        Msg::SendInline { .. } | Msg::SendBuf { .. } => Queue::PostQ,
+    };
+    if allowed != queue {
+        return Err(WireError::WrongQueue);
+    }
+    let len_ok = |len: u32| len >= 1 && len <= limits.max_len;
+    match *msg {
+        Msg::WriteReq { len, roff, .. } | Msg::ReadReq { len, roff, .. } => {
+            if !len_ok(len) || roff.checked_add(u64::from(len)).is_none() {
+                return Err(WireError::OutOfRange);
+            }
+        }
+        Msg::Rts { len, .. }
+        | Msg::Done { len, .. }
+        | Msg::ChainRts { len, .. }
+        | Msg::ChainDone { len, .. } => {
+            if !len_ok(len) {
+                return Err(WireError::OutOfRange);
+            }
+        }
+        Msg::Ack { .. } | Msg::ReadIntent { .. } | Msg::SendInline { .. } => {}
+        Msg::ReadSize { status, len, .. } => {
+            if status == WireStatus::Ok && len == 0 {
+                return Err(WireError::OutOfRange);
+            }
+        }
+        Msg::Sgl { start, n, sges, .. }
+        | Msg::ReadSgl { start, n, sges, .. }
+        | Msg::ChainSgl { start, n, sges, .. } => {
+            let mut end = u64::from(start);
+            for s in &sges[..(n as usize).min(SGES_PER_MSG)] {
+                let stop = s.offset + u64::from(s.len);
+                if s.offset < limits.region_start || stop > limits.window_len {
+                    return Err(WireError::OutOfRange);
+                }
+                end += u64::from(s.len);
+            }
+            if end > u64::from(limits.max_len) {
+                return Err(WireError::OutOfRange);
+            }
+        }
+        Msg::SendBuf { buf, len } => {
+            if buf >= limits.eager_count || len == 0 || len > limits.eager_size {
+                return Err(WireError::OutOfRange);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decodes and validates in one step: the entry point of the fuzz target.
+pub fn decode_validated(b: &Body, queue: Queue, limits: &Limits) -> Result<Msg, WireError> {
+    let m = decode(b)?;
+    validate(&m, queue, limits)?;
+    Ok(m)
+}
+
+/// Splits a list of window extents into SGL messages of at most
+/// [`SGES_PER_MSG`] entries each, splitting extents longer than
+/// [`SGE_MAX_LEN`]. Calls `emit(start, n, sges)` per message.
+pub fn chunk_sgl(extents: &[(u64, u64)], mut emit: impl FnMut(u32, u8, [WireSge; SGES_PER_MSG])) {
+    let mut sges = [WireSge::default(); SGES_PER_MSG];
+    let mut n = 0usize;
+    let mut pos: u64 = 0;
+    let mut msg_start: u64 = 0;
+    for &(off, len) in extents {
+        let mut done = 0u64;
+        while done < len {
+            let piece = (len - done).min(u64::from(SGE_MAX_LEN));
+            if n == 0 {
+                msg_start = pos;
+            }
+            sges[n] = WireSge {
+                offset: off + done,
+                len: piece as u32,
+            };
+            n += 1;
+            done += piece;
+            pos += piece;
+            if n == SGES_PER_MSG {
+                emit(msg_start as u32, n as u8, sges);
+                sges = [WireSge::default(); SGES_PER_MSG];
+                n = 0;
+            }
+        }
+    }
+    if n > 0 {
+        emit(msg_start as u32, n as u8, sges);
+    }
+}
+
+/// The handshake message written into a peer's mailbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol version.
+    pub version: u16,
+    /// Geometry: ports.
+    pub ports: u16,
+    /// Geometry: queue depth.
+    pub queue_depth: u32,
+    /// Geometry: eager buffers per sender.
+    pub eager_count: u32,
+    /// Geometry: eager buffer size.
+    pub eager_size: u32,
+    /// The sender's incarnation (changes every time a transport starts).
+    pub incarnation: u64,
+    /// The receiver's incarnation as the sender last saw it (0: none).
+    pub seen: u64,
+}
+
+/// Magic number at the start of a hello ("NTBT").
+pub const HELLO_MAGIC: u32 = 0x5442_544e;
+
+impl Hello {
+    /// Encodes the hello into a slot body.
+    pub fn encode(&self) -> Body {
+        let mut b = [0u8; BODY];
+        put_u32(&mut b, 0, HELLO_MAGIC);
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
+        b[6..8].copy_from_slice(&self.ports.to_le_bytes());
+        put_u32(&mut b, 8, self.queue_depth);
+        put_u32(&mut b, 12, self.eager_count);
+        put_u32(&mut b, 16, self.eager_size);
+        put_u64(&mut b, 24, self.incarnation);
+        put_u64(&mut b, 32, self.seen);
+        b
+    }
+
+    /// Decodes a hello; `None` when the magic is wrong, the incarnation is 0
+    /// or reserved bytes are set. Never panics.
+    pub fn decode(b: &Body) -> Option<Self> {
+        if u32_at(b, 0) != HELLO_MAGIC || b[20..24].iter().any(|&x| x != 0) {
+            return None;
+        }
+        if b[40..56].iter().any(|&x| x != 0) {
+            return None;
+        }
+        let h = Self {
+            version: u16::from_le_bytes([b[4], b[5]]),
+            ports: u16::from_le_bytes([b[6], b[7]]),
+            queue_depth: u32_at(b, 8),
+            eager_count: u32_at(b, 12),
+            eager_size: u32_at(b, 16),
+            incarnation: u64_at(b, 24),
+            seen: u64_at(b, 32),
+        };
+        (h.incarnation != 0).then_some(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_len: 1 << 30,
+            region_start: 4096,
+            window_len: 1 << 20,
+            eager_count: 8,
+            eager_size: 256,
+        }
+    }
+
+    #[test]
+    fn roundtrip_every_message() {
+        let sges = [
+            WireSge {
+                offset: 4096,
+                len: 10,
+            },
+            WireSge {
+                offset: 8192,
+                len: 20,
+            },
+            WireSge::default(),
+            WireSge::default(),
+            WireSge::default(),
+        ];
+        let mut data = [0u8; INLINE_MAX];
+        data[..3].copy_from_slice(b"abc");
+        let msgs = [
+            Msg::WriteReq {
+                op: 7,
+                rkey: 3,
+                roff: 100,
+                len: 5,
+            },
+            Msg::Sgl {
+                op: 7,
+                start: 0,
+                n: 2,
+                sges,
+            },
+            Msg::Done { op: 7, len: 30 },
+            Msg::Ack {
+                op: 7,
+                status: WireStatus::Access,
+                len: 0,
+            },
+            Msg::ReadReq {
+                op: 8,
+                rkey: 3,
+                roff: 0,
+                len: 30,
+            },
+            Msg::ReadSgl {
+                op: 8,
+                start: 0,
+                n: 2,
+                sges,
+            },
+            Msg::ReadIntent {
+                op: 9,
+                rkey: 3,
+                roff: 5,
+            },
+            Msg::ReadSize {
+                op: 9,
+                status: WireStatus::Ok,
+                len: 77,
+            },
+            Msg::Rts { op: 10, len: 99 },
+            Msg::ChainRts { op: 11, len: 99, prev: 3, next: Some(0) },
+            Msg::ChainRts { op: 11, len: 99, prev: 0, next: None },
+            Msg::ChainSgl { op: 11, origin: 4, start: 0, n: 2, sges },
+            Msg::ChainDone { op: 11, origin: 4, len: 99 },
+            Msg::SendInline { len: 3, data },
+            Msg::SendBuf { buf: 2, len: 200 },
+        ];
+        for m in msgs {
+            assert_eq!(decode(&encode(&m)), Ok(m), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn routing_and_ranges_are_checked() {
+        let l = limits();
+        let m = Msg::WriteReq {
+            op: 1,
+            rkey: 1,
+            roff: 0,
+            len: 10,
+        };
+        assert_eq!(validate(&m, Queue::Tx, &l), Err(WireError::WrongQueue));
+        assert_eq!(validate(&m, Queue::Rx, &l), Ok(()));
+        let bad = Msg::SendBuf { buf: 8, len: 1 };
+        assert_eq!(validate(&bad, Queue::PostQ, &l), Err(WireError::OutOfRange));
+        let mut sges = [WireSge::default(); SGES_PER_MSG];
+        sges[0] = WireSge { offset: 0, len: 64 };
+        let into_queues = Msg::Sgl {
+            op: 1,
+            start: 0,
+            n: 1,
+            sges,
+        };
+        assert_eq!(
+            validate(&into_queues, Queue::Tx, &l),
+            Err(WireError::OutOfRange)
+        );
+    }
+
+    #[test]
+    fn chunking_covers_every_byte_once() {
+        let ext = [
+            (4096u64, 10u64),
+            (9000, u64::from(SGE_MAX_LEN) + 5),
+            (100_000, 1),
+            (5000, 3),
+            (6000, 4),
+            (7000, 5),
+        ];
+        let mut pos = 0u64;
+        let mut total = 0u64;
+        chunk_sgl(&ext, |start, n, sges| {
+            assert_eq!(u64::from(start), pos);
+            for s in &sges[..n as usize] {
+                pos += u64::from(s.len);
+                total += u64::from(s.len);
+            }
+        });
+        assert_eq!(total, ext.iter().map(|e| e.1).sum::<u64>());
+    }
+}

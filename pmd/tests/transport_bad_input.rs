@@ -1,0 +1,467 @@
+//! Bad input from a peer: malformed, misrouted, out-of-range, replayed and
+//! unknown messages injected straight into a victim's window. The victim
+//! must count and drop them (or fail the operation they name), never panic,
+//! and keep serving honest peers with its regions intact.
+
+mod transport_common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ntbdk_pmd::transport::inject::{Injector, Ring};
+use ntbdk_pmd::transport::loopback::{LoopbackDevice, LoopbackFabric};
+use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
+use ntbdk_pmd::transport::{
+    Access, Completion, Config, DropKind, Geometry, RegionKey, RemoteAddr, Sge, Status, Transport,
+    epoch,
+};
+use proptest::prelude::*;
+use transport_common::{Rng, collect, drain};
+
+struct Setup {
+    _fabric: Arc<LoopbackFabric>,
+    ts: Vec<Transport>,
+    rogue: Transport,
+    inj: Injector,
+    protected: RegionKey,
+    open: RegionKey,
+}
+
+fn setup() -> Setup {
+    let fabric = LoopbackFabric::new(3, 4 << 20);
+    let cfg = Config::new(Geometry::small(3));
+    let rogue_dev: Arc<LoopbackDevice> = Arc::new(fabric.join(2).unwrap());
+    let mut ts: Vec<Transport> = (0..2)
+        .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
+        .collect();
+    let mut rogue = Transport::new(rogue_dev.clone(), cfg).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(ts[0].is_connected(1)
+        && ts[1].is_connected(0)
+        && ts[1].is_connected(2)
+        && rogue.is_connected(1))
+    {
+        ts[0].progress();
+        ts[1].progress();
+        rogue.progress();
+        assert!(Instant::now() < end);
+    }
+    let protected = ts[1]
+        .register_region(4096, Access::LOCAL | Access::REMOTE_READ)
+        .unwrap();
+    ts[1].region_write(protected, 0, &[0xab; 4096]).unwrap();
+    let open = ts[1].register_region(4096, Access::ALL).unwrap();
+    let e = epoch(rogue.incarnation(), ts[1].incarnation());
+    let inj = Injector::new(&*rogue_dev, 1, *ts[1].layout(), e).unwrap();
+    Setup {
+        _fabric: fabric,
+        ts,
+        rogue,
+        inj,
+        protected,
+        open,
+    }
+}
+
+/// The victim still serves the honest peer and its protected region is intact.
+fn honest_traffic_works(s: &mut Setup) {
+    let q0 = s.ts[0].create_qp(1).unwrap();
+    let q1 = s.ts[1].create_qp(0).unwrap();
+    let src = s.ts[0].register_region(4096, Access::LOCAL).unwrap();
+    s.ts[0].region_write(src, 0, &[0x5a; 4096]).unwrap();
+    s.ts[0]
+        .post_write(
+            q0,
+            &[Sge {
+                key: src,
+                offset: 0,
+                len: 4096,
+            }],
+            RemoteAddr {
+                key: s.open,
+                offset: 0,
+            },
+            1,
+        )
+        .unwrap();
+    let c = collect(&mut s.ts, 0, 1);
+    assert_eq!((c[0].status, c[0].cookie), (Status::Success, 1));
+    let rb = s.ts[1].register_region(64, Access::LOCAL).unwrap();
+    s.ts[1]
+        .post_recv(
+            q1,
+            Sge {
+                key: rb,
+                offset: 0,
+                len: 64,
+            },
+            2,
+        )
+        .unwrap();
+    s.ts[0].post_send(q0, b"ok", 3).unwrap();
+    let c = collect(&mut s.ts, 1, 1);
+    assert!(
+        c.iter()
+            .any(|c| c.cookie == 2 && c.status == Status::Success),
+        "{c:?}"
+    );
+    let mut back = [0u8; 4096];
+    s.ts[1].region_read(s.protected, 0, &mut back).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0xab),
+        "a protected region changed"
+    );
+    s.ts[0].deregister_region(src).unwrap();
+    s.ts[1].deregister_region(rb).unwrap();
+}
+
+fn sgl(op: u64, start: u32, entries: &[(u64, u32)]) -> [WireSge; SGES_PER_MSG] {
+    let _ = (op, start);
+    let mut s = [WireSge::default(); SGES_PER_MSG];
+    for (i, &(offset, len)) in entries.iter().enumerate() {
+        s[i] = WireSge { offset, len };
+    }
+    s
+}
+
+#[test]
+fn each_kind_of_bad_message_is_counted_and_dropped() {
+    let mut s = setup();
+    let victim_qp = s.ts[1].create_qp(2).unwrap();
+    let window_len = s.ts[1].device().local_window(0).unwrap().len() as u64;
+    let enc = |m: Msg| wire::encode(&m);
+    let cases: Vec<(Ring, [u8; 56], DropKind)> = vec![
+        (Ring::Rx, [0xee; 56], DropKind::Malformed),
+        (
+            Ring::Tx,
+            {
+                let mut b = enc(Msg::Done { op: 1, len: 1 });
+                b[40] = 1;
+                b
+            },
+            DropKind::Malformed,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::WriteReq {
+                op: 5,
+                rkey: s.open.0,
+                roff: 0,
+                len: 10,
+            }),
+            DropKind::WrongQueue,
+        ),
+        (
+            Ring::Cq,
+            enc(Msg::Ack {
+                op: 999,
+                status: WireStatus::Ok,
+                len: 1,
+            }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Cq,
+            enc(Msg::Done { op: 12345, len: 10 }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::Sgl {
+                op: 77,
+                start: 0,
+                n: 1,
+                sges: sgl(77, 0, &[(0, 64)]),
+            }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::Sgl {
+                op: 77,
+                start: 0,
+                n: 1,
+                sges: sgl(77, 0, &[(window_len - 8, 64)]),
+            }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::Sgl {
+                op: 77,
+                start: 0,
+                n: 1,
+                sges: sgl(77, 0, &[(1 << 20, 64)]),
+            }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::WriteReq {
+                op: 10,
+                rkey: s.protected.0,
+                roff: 0,
+                len: 10,
+            }),
+            DropKind::Access,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::WriteReq {
+                op: 11,
+                rkey: s.open.0,
+                roff: 4090,
+                len: 10,
+            }),
+            DropKind::Access,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::WriteReq {
+                op: 11,
+                rkey: s.open.0,
+                roff: 0,
+                len: 10,
+            }),
+            DropKind::Replay,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::WriteReq {
+                op: 3,
+                rkey: s.open.0,
+                roff: 0,
+                len: 10,
+            }),
+            DropKind::Replay,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::WriteReq {
+                op: 12,
+                rkey: s.open.0,
+                roff: u64::MAX - 2,
+                len: 10,
+            }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::WriteReq {
+                op: 13,
+                rkey: 0xdead,
+                roff: 0,
+                len: 10,
+            }),
+            DropKind::Access,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::ReadSgl {
+                op: 4242,
+                start: 0,
+                n: 1,
+                sges: sgl(0, 0, &[(1 << 20, 64)]),
+            }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::ReadReq {
+                op: 20,
+                rkey: s.open.0,
+                roff: 0,
+                len: 0,
+            }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::PostQ,
+            enc(Msg::SendBuf { buf: 1000, len: 10 }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::PostQ,
+            enc(Msg::SendBuf {
+                buf: 1,
+                len: 100_000,
+            }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::ReadSize {
+                op: 31337,
+                status: WireStatus::Ok,
+                len: 100,
+            }),
+            DropKind::UnknownOp,
+        ),
+    ];
+    let rb = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
+    for i in 0..4 {
+        s.ts[1]
+            .post_recv(
+                victim_qp,
+                Sge {
+                    key: rb,
+                    offset: i * 1024,
+                    len: 1024,
+                },
+                500 + i,
+            )
+            .unwrap();
+    }
+    for (i, (ring, body, kind)) in cases.into_iter().enumerate() {
+        let before = s.ts[1].counters(victim_qp).dropped(kind);
+        s.inj.push(ring, &body).unwrap();
+        for _ in 0..3 {
+            s.ts[1].progress();
+        }
+        let after = s.ts[1].counters(victim_qp).dropped(kind);
+        assert_eq!(
+            after,
+            before + 1,
+            "case {i}: expected one more {kind:?}: {:?}",
+            s.ts[1].counters(victim_qp)
+        );
+    }
+    // No operation of the victim's was completed by any of it, and its
+    // posted receives are still there.
+    assert!(drain(&mut s.ts[1]).is_empty());
+    assert_eq!(s.ts[1].resources(victim_qp).recvs_posted, 4);
+    // Scribbling over the whole section of the rogue in the victim's window
+    // (queues, FreeQ, credits) does no harm either.
+    let sec = s.ts[1].layout().section_offset(2);
+    let size = s.ts[1].layout().section_size();
+    let mut junk = vec![0u8; size];
+    Rng(99).fill(&mut junk);
+    s.inj.scribble(sec, &junk).unwrap();
+    for _ in 0..10 {
+        s.ts[1].progress();
+    }
+    honest_traffic_works(&mut s);
+    let _ = &s.rogue;
+}
+
+#[test]
+fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
+    // The rogue is the target: it answers our write intent with an SGL that
+    // points outside its region area; the write must fail, not copy.
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let src = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
+    s.ts[1]
+        .post_write(
+            q,
+            &[Sge {
+                key: src,
+                offset: 0,
+                len: 100,
+            }],
+            RemoteAddr {
+                key: RegionKey(1),
+                offset: 0,
+            },
+            9,
+        )
+        .unwrap();
+    // The victim's first op id is 1; the SGL claims 200 bytes of a 100-byte write.
+    let big = sgl(1, 0, &[((1 << 20) as u64, 200)]);
+    s.inj
+        .push(
+            Ring::Tx,
+            &wire::encode(&Msg::Sgl {
+                op: 1,
+                start: 0,
+                n: 1,
+                sges: big,
+            }),
+        )
+        .unwrap();
+    let c = collect(&mut s.ts, 1, 1);
+    assert_eq!((c[0].cookie, c[0].status), (9, Status::Protocol));
+    // An Ack for a write whose data never moved is a protocol error too.
+    s.ts[1]
+        .post_write(
+            q,
+            &[Sge {
+                key: src,
+                offset: 0,
+                len: 100,
+            }],
+            RemoteAddr {
+                key: RegionKey(1),
+                offset: 0,
+            },
+            10,
+        )
+        .unwrap();
+    s.inj
+        .push(
+            Ring::Cq,
+            &wire::encode(&Msg::Ack {
+                op: 2,
+                status: WireStatus::Ok,
+                len: 100,
+            }),
+        )
+        .unwrap();
+    let c = collect(&mut s.ts, 1, 1);
+    assert_eq!((c[0].cookie, c[0].status), (10, Status::Protocol));
+    honest_traffic_works(&mut s);
+}
+
+fn ring_of(x: u8) -> Ring {
+    [Ring::Rx, Ring::Tx, Ring::Cq, Ring::PostQ][(x % 4) as usize]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Random and mutated messages from a rogue peer: no panic, no hang,
+    /// protected memory intact, honest traffic unaffected.
+    #[test]
+    fn random_and_mutated_messages_do_no_harm(
+        raw in prop::collection::vec((any::<u8>(), prop::array::uniform32(any::<u8>()), prop::array::uniform24(any::<u8>())), 1..48),
+        mutate in prop::collection::vec((any::<u8>(), 0usize..56, any::<u8>()), 1..48),
+    ) {
+        let mut s = setup();
+        let q = s.ts[1].create_qp(2).unwrap();
+        let rb = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
+        for i in 0..4 {
+            s.ts[1].post_recv(q, Sge { key: rb, offset: i * 1024, len: 1024 }, i).unwrap();
+        }
+        for (r, a, b) in raw {
+            let mut body = [0u8; 56];
+            body[..32].copy_from_slice(&a);
+            body[32..].copy_from_slice(&b);
+            body[0] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x10, 0x11, body[0]][(body[0] % 12) as usize];
+            s.inj.push(ring_of(r), &body).unwrap();
+            s.ts[1].progress();
+        }
+        // Mutations of plausible messages naming the victim's real keys.
+        let open = s.open.0;
+        let base = [
+            Msg::WriteReq { op: 1000, rkey: open, roff: 0, len: 100 },
+            Msg::ReadReq { op: 1001, rkey: open, roff: 0, len: 100 },
+            Msg::ReadIntent { op: 1002, rkey: open, roff: 0 },
+            Msg::Rts { op: 1003, len: 100 },
+            Msg::Done { op: 1000, len: 100 },
+            Msg::ReadSgl { op: 1001, start: 0, n: 1, sges: sgl(0, 0, &[(1 << 20, 100)]) },
+            Msg::SendBuf { buf: 0, len: 10 },
+        ];
+        for (i, (which, at, x)) in mutate.into_iter().enumerate() {
+            let m = base[which as usize % base.len()];
+            let mut body = wire::encode(&m);
+            body[at] ^= x;
+            let ring = match m { Msg::WriteReq { .. } | Msg::Rts { .. } => Ring::Rx, Msg::Done { .. } => Ring::Cq, Msg::SendBuf { .. } => Ring::PostQ, _ => Ring::Tx };
+            s.inj.push(if i % 7 == 0 { ring_of(x) } else { ring }, &body).unwrap();
+            s.ts[1].progress();
+        }
+        let _ = drain(&mut s.ts[1]);
+        honest_traffic_works(&mut s);
+        let mut c = [Completion::default(); 4];
+        let _ = s.ts[1].poll_completions(&mut c);
+    }
+}

@@ -1,0 +1,649 @@
+//! The transport between in-process hosts (loopback fabric): every operation,
+//! error completions, handshake failure, peer death and reconnect.
+
+mod transport_common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ntbdk_pmd::hw::NtbDevice;
+use ntbdk_pmd::transport::loopback::LoopbackFabric;
+use ntbdk_pmd::transport::{
+    Access, Completion, Config, Geometry, OpKind, PeerState, RemoteAddr, SendWr, Sge, Status,
+    Transport, TransportError,
+};
+use transport_common::{Rng, collect, drain, loopback};
+
+const WIN: usize = 8 << 20;
+
+fn geo(n: u16) -> Geometry {
+    Geometry {
+        ports: n,
+        queue_depth: 32,
+        eager_count: 16,
+        eager_size: 1024,
+    }
+}
+
+#[test]
+fn send_recv_inline_and_buffered_with_cookies() {
+    let (_f, mut ts) = loopback(2, WIN, geo(2));
+    let qa = ts[0].create_qp(1).unwrap();
+    let qb = ts[1].create_qp(0).unwrap();
+    let rbuf = ts[1].register_region(64 * 1024, Access::LOCAL).unwrap();
+    let sizes = [1usize, 7, 47, 48, 49, 64, 500, 1024];
+    for (i, _) in sizes.iter().enumerate() {
+        let sge = Sge {
+            key: rbuf,
+            offset: i as u64 * 2048,
+            len: 1024,
+        };
+        ts[1].post_recv(qb, sge, 100 + i as u64).unwrap();
+    }
+    let mut rng = Rng(7);
+    let payloads: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&n| {
+            let mut v = vec![0u8; n];
+            rng.fill(&mut v);
+            v
+        })
+        .collect();
+    let wrs: Vec<SendWr> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| SendWr {
+            data: p,
+            cookie: i as u64,
+        })
+        .collect();
+    assert_eq!(ts[0].post_sends(qa, &wrs).unwrap(), sizes.len());
+    let sent = drain(&mut ts[0]);
+    assert_eq!(sent.len(), sizes.len());
+    for (i, c) in sent.iter().enumerate() {
+        assert_eq!(
+            (c.op, c.status, c.cookie, c.bytes),
+            (OpKind::Send, Status::Success, i as u64, sizes[i] as u64)
+        );
+    }
+    let got = collect(&mut ts, 1, sizes.len());
+    for (i, c) in got.iter().enumerate() {
+        assert_eq!(
+            (c.op, c.status, c.cookie, c.bytes),
+            (
+                OpKind::Recv,
+                Status::Success,
+                100 + i as u64,
+                sizes[i] as u64
+            )
+        );
+        let mut back = vec![0u8; sizes[i]];
+        ts[1].region_read(rbuf, i as u64 * 2048, &mut back).unwrap();
+        assert_eq!(back, payloads[i]);
+    }
+    // Too large for the posted buffer: LocalLength, and the buffer comes back.
+    ts[1]
+        .post_recv(
+            qb,
+            Sge {
+                key: rbuf,
+                offset: 0,
+                len: 10,
+            },
+            999,
+        )
+        .unwrap();
+    ts[0].post_send(qa, &[1u8; 100], 5).unwrap();
+    let got = collect(&mut ts, 1, 1);
+    assert_eq!((got[0].status, got[0].cookie), (Status::LocalLength, 999));
+    // Too large to send eagerly: refused at once.
+    assert!(matches!(
+        ts[0].post_send(qa, &[0u8; 1025], 1),
+        Err(TransportError::Invalid(_))
+    ));
+    // Every eager buffer returns.
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[0].resources(qa).eager_free != 16 {
+        ts[0].progress();
+        ts[1].progress();
+        assert!(Instant::now() < end, "{:?}", ts[0].resources(qa));
+    }
+}
+
+#[test]
+fn sends_beyond_the_rings_are_refused_then_flow() {
+    let (_f, mut ts) = loopback(2, WIN, geo(2));
+    let qa = ts[0].create_qp(1).unwrap();
+    let qb = ts[1].create_qp(0).unwrap();
+    let rbuf = ts[1].register_region(4096, Access::LOCAL).unwrap();
+    let mut posted = 0u64;
+    let mut received = 0u64;
+    let end = Instant::now() + Duration::from_secs(10);
+    while received < 1000 {
+        match ts[0].post_send(qa, &posted.to_le_bytes(), posted) {
+            Ok(()) => posted += 1,
+            Err(TransportError::Busy { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+        drain(&mut ts[0]);
+        if ts[1].resources(qb).recvs_posted < 4 {
+            ts[1]
+                .post_recv(
+                    qb,
+                    Sge {
+                        key: rbuf,
+                        offset: 0,
+                        len: 8,
+                    },
+                    0,
+                )
+                .unwrap();
+        }
+        for c in drain(&mut ts[1]) {
+            assert_eq!(c.status, Status::Success);
+            let mut v = [0u8; 8];
+            ts[1].region_read(rbuf, 0, &mut v).unwrap();
+            assert_eq!(u64::from_le_bytes(v), received, "in order, exactly once");
+            received += 1;
+        }
+        assert!(Instant::now() < end);
+    }
+}
+
+fn scattered_region(
+    t: &mut Transport,
+    rng: &mut Rng,
+    len: usize,
+    access: Access,
+) -> ntbdk_pmd::transport::RegionKey {
+    let max_ext = 64 * (1 + rng.below(64) as usize);
+    t.register_region_scattered(len, access, max_ext).unwrap()
+}
+
+fn local_sges(rng: &mut Rng, key: ntbdk_pmd::transport::RegionKey, len: u64) -> Vec<Sge> {
+    let mut off = 0;
+    rng.split(len, 6)
+        .into_iter()
+        .map(|l| {
+            let s = Sge {
+                key,
+                offset: off,
+                len: l,
+            };
+            off += l;
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn writes_and_reads_random_sizes_and_fragmentation() {
+    let (_f, mut ts) = loopback(2, 16 << 20, geo(2));
+    let qa = ts[0].create_qp(1).unwrap();
+    let _qb = ts[1].create_qp(0).unwrap();
+    let mut rng = Rng(0x5eed);
+    let free_a = ts[0].region_area_free();
+    let free_b = ts[1].region_area_free();
+    for round in 0..24u64 {
+        let len = if round % 6 == 0 {
+            1 + rng.below(2 << 20)
+        } else {
+            1 + rng.below(64 << 10)
+        } as usize;
+        let mut data = vec![0u8; len];
+        rng.fill(&mut data);
+        let src = scattered_region(&mut ts[0], &mut rng, len, Access::LOCAL);
+        ts[0].region_write(src, 0, &data).unwrap();
+        let off = rng.below(4096);
+        let dst = scattered_region(&mut ts[1], &mut rng, len + off as usize, Access::ALL);
+        // Write.
+        let sges = local_sges(&mut rng, src, len as u64);
+        ts[0]
+            .post_write(
+                qa,
+                &sges,
+                RemoteAddr {
+                    key: dst,
+                    offset: off,
+                },
+                round,
+            )
+            .unwrap();
+        let c = collect(&mut ts, 0, 1);
+        assert_eq!(
+            (c[0].op, c[0].status, c[0].cookie, c[0].bytes),
+            (OpKind::Write, Status::Success, round, len as u64)
+        );
+        let mut back = vec![0u8; len];
+        ts[1].region_read(dst, off, &mut back).unwrap();
+        assert!(back == data, "write round {round}: {len} bytes differ");
+        // Read it back, size known, into a fresh scattered region.
+        let into = scattered_region(&mut ts[0], &mut rng, len, Access::LOCAL);
+        let sges = local_sges(&mut rng, into, len as u64);
+        ts[0]
+            .post_read(
+                qa,
+                &sges,
+                RemoteAddr {
+                    key: dst,
+                    offset: off,
+                },
+                1000 + round,
+            )
+            .unwrap();
+        let c = collect(&mut ts, 0, 1);
+        assert_eq!(
+            (c[0].op, c[0].status, c[0].cookie, c[0].bytes),
+            (OpKind::Read, Status::Success, 1000 + round, len as u64)
+        );
+        let mut back = vec![0u8; len];
+        ts[0].region_read(into, 0, &mut back).unwrap();
+        assert!(back == data, "read round {round}");
+        // Size unknown: the rest of the region from `off`.
+        ts[0]
+            .post_read_unknown(
+                qa,
+                RemoteAddr {
+                    key: dst,
+                    offset: off,
+                },
+                64 << 20,
+                2000 + round,
+            )
+            .unwrap();
+        let c = collect(&mut ts, 0, 1);
+        assert_eq!(
+            (c[0].op, c[0].status, c[0].cookie, c[0].bytes),
+            (
+                OpKind::ReadUnknown,
+                Status::Success,
+                2000 + round,
+                len as u64
+            )
+        );
+        let got = c[0].region.expect("a region for the data");
+        let mut back = vec![0u8; len];
+        ts[0].region_read(got, 0, &mut back).unwrap();
+        assert!(back == data, "unknown-size read round {round}");
+        for k in [src, into, got] {
+            ts[0].deregister_region(k).unwrap();
+        }
+        ts[1].deregister_region(dst).unwrap();
+    }
+    assert_eq!(ts[0].region_area_free(), free_a);
+    assert_eq!(ts[1].region_area_free(), free_b);
+    assert_eq!(ts[0].outstanding(), 0);
+    let c = ts[0].counters(qa);
+    assert_eq!(
+        (c.writes, c.reads, c.failed_ops, c.dropped_total()),
+        (24, 48, 0, 0)
+    );
+    for t in &ts {
+        assert_eq!(t.device().counters().non_posted_reads, 0);
+    }
+}
+
+#[test]
+fn many_writes_in_flight_with_a_batch() {
+    let (_f, mut ts) = loopback(2, WIN, geo(2));
+    let qa = ts[0].create_qp(1).unwrap();
+    let src = ts[0].register_region(200 * 1000, Access::LOCAL).unwrap();
+    let dst = ts[1].register_region(200 * 1000, Access::ALL).unwrap();
+    let mut rng = Rng(3);
+    let mut data = vec![0u8; 200 * 1000];
+    rng.fill(&mut data);
+    ts[0].region_write(src, 0, &data).unwrap();
+    let sges: Vec<[Sge; 1]> = (0..200u64)
+        .map(|i| {
+            [Sge {
+                key: src,
+                offset: i * 1000,
+                len: 1000,
+            }]
+        })
+        .collect();
+    let wrs: Vec<_> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ntbdk_pmd::transport::WriteWr {
+            local: s,
+            remote: RemoteAddr {
+                key: dst,
+                offset: i as u64 * 1000,
+            },
+            cookie: i as u64,
+        })
+        .collect();
+    assert_eq!(ts[0].post_writes(qa, &wrs).unwrap(), 200);
+    let mut c = collect(&mut ts, 0, 200);
+    c.sort_by_key(|c| c.cookie);
+    for (i, c) in c.iter().enumerate() {
+        assert_eq!((c.cookie, c.status), (i as u64, Status::Success));
+    }
+    let mut back = vec![0u8; 200 * 1000];
+    ts[1].region_read(dst, 0, &mut back).unwrap();
+    assert!(back == data);
+}
+
+#[test]
+fn multicast_put_reaches_every_target_once() {
+    let (_f, mut ts) = loopback(4, WIN, geo(4));
+    let qps: Vec<_> = (1..4).map(|p| ts[0].create_qp(p).unwrap()).collect();
+    let mut rng = Rng(11);
+    for round in 0..6u64 {
+        let len = 1 + rng.below(300_000) as usize;
+        let mut data = vec![0u8; len];
+        rng.fill(&mut data);
+        let src = ts[0]
+            .register_region_scattered(len, Access::LOCAL, 4096)
+            .unwrap();
+        ts[0].region_write(src, 0, &data).unwrap();
+        let sges = local_sges(&mut rng, src, len as u64);
+        ts[0].post_multicast_put(&qps, &sges, round).unwrap();
+        let c = collect(&mut ts, 0, 1);
+        assert_eq!(
+            (c[0].op, c[0].status, c[0].cookie, c[0].bytes),
+            (OpKind::MulticastPut, Status::Success, round, len as u64)
+        );
+        for (i, t) in ts.iter_mut().enumerate().skip(1) {
+            let got = drain(t);
+            assert_eq!(got.len(), 1, "target {i}: {got:?}");
+            assert_eq!(
+                (got[0].op, got[0].status, got[0].bytes),
+                (OpKind::MulticastRecv, Status::Success, len as u64)
+            );
+            let region = got[0].region.unwrap();
+            let mut back = vec![0u8; len];
+            t.region_read(region, 0, &mut back).unwrap();
+            assert!(back == data, "target {i} round {round}");
+            t.deregister_region(region).unwrap();
+        }
+        ts[0].deregister_region(src).unwrap();
+    }
+}
+
+#[test]
+fn remote_access_errors_complete_with_an_error() {
+    let (_f, mut ts) = loopback(2, WIN, geo(2));
+    let qa = ts[0].create_qp(1).unwrap();
+    let src = ts[0].register_region(4096, Access::LOCAL).unwrap();
+    let ro = ts[1]
+        .register_region(4096, Access::LOCAL | Access::REMOTE_READ)
+        .unwrap();
+    let wo = ts[1]
+        .register_region(4096, Access::LOCAL | Access::REMOTE_WRITE)
+        .unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 100,
+    }];
+    ts[0]
+        .post_write(qa, &sge, RemoteAddr { key: ro, offset: 0 }, 1)
+        .unwrap();
+    ts[0]
+        .post_write(
+            qa,
+            &sge,
+            RemoteAddr {
+                key: wo,
+                offset: 4000,
+            },
+            2,
+        )
+        .unwrap();
+    ts[0]
+        .post_write(
+            qa,
+            &sge,
+            RemoteAddr {
+                key: ntbdk_pmd::transport::RegionKey(12345),
+                offset: 0,
+            },
+            3,
+        )
+        .unwrap();
+    ts[0]
+        .post_read(qa, &sge, RemoteAddr { key: wo, offset: 0 }, 4)
+        .unwrap();
+    ts[0]
+        .post_read_unknown(qa, RemoteAddr { key: wo, offset: 0 }, 1 << 20, 5)
+        .unwrap();
+    ts[0]
+        .post_read_unknown(qa, RemoteAddr { key: ro, offset: 0 }, 100, 6)
+        .unwrap();
+    let mut c = collect(&mut ts, 0, 6);
+    c.sort_by_key(|c| c.cookie);
+    let st: Vec<_> = c.iter().map(|c| c.status).collect();
+    assert_eq!(
+        st,
+        [
+            Status::RemoteAccess,
+            Status::RemoteAccess,
+            Status::RemoteAccess,
+            Status::RemoteAccess,
+            Status::RemoteAccess,
+            Status::TooLarge
+        ]
+    );
+    // Local errors are refused at post time.
+    assert!(
+        ts[0]
+            .post_write(
+                qa,
+                &[Sge {
+                    key: src,
+                    offset: 4000,
+                    len: 200
+                }],
+                RemoteAddr { key: wo, offset: 0 },
+                9
+            )
+            .is_err()
+    );
+    assert!(
+        ts[0]
+            .post_read(
+                qa,
+                &[Sge {
+                    key: ro,
+                    offset: 0,
+                    len: 1
+                }],
+                RemoteAddr { key: ro, offset: 0 },
+                9
+            )
+            .is_err()
+    );
+    assert_eq!(ts[0].outstanding(), 0);
+    let qb = ts[1].create_qp(0).unwrap();
+    assert!(
+        ts[1]
+            .counters(qb)
+            .dropped(ntbdk_pmd::transport::DropKind::Access)
+            >= 4
+    );
+}
+
+#[test]
+fn geometry_mismatch_fails_the_handshake_cleanly() {
+    let fabric = LoopbackFabric::new(2, WIN);
+    let mut a = Transport::new(Arc::new(fabric.join(0).unwrap()), Config::new(geo(2))).unwrap();
+    let other = Geometry {
+        queue_depth: 64,
+        ..geo(2)
+    };
+    let mut b = Transport::new(Arc::new(fabric.join(1).unwrap()), Config::new(other)).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !matches!(a.peer_state(1), PeerState::Failed(_))
+        || !matches!(b.peer_state(0), PeerState::Failed(_))
+    {
+        a.progress();
+        b.progress();
+        assert!(
+            Instant::now() < end,
+            "{:?} {:?}",
+            a.peer_state(1),
+            b.peer_state(0)
+        );
+    }
+    let qa = a.create_qp(1).unwrap();
+    let err = a.post_send(qa, b"x", 0).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HandshakeFailed { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("queue depth"), "{err}");
+    assert!(a.wait_connected(1, Duration::from_millis(10)).is_err());
+}
+
+#[test]
+fn peer_death_fails_its_operations_and_it_can_reconnect() {
+    let (fabric, mut ts) = loopback(3, WIN, geo(3));
+    let q1 = ts[0].create_qp(1).unwrap();
+    let q2 = ts[0].create_qp(2).unwrap();
+    let src = ts[0].register_region(1 << 20, Access::LOCAL).unwrap();
+    let d1 = ts[1].register_region(1 << 20, Access::ALL).unwrap();
+    let d2 = ts[2].register_region(1 << 20, Access::ALL).unwrap();
+    let rb = ts[1].register_region(4096, Access::LOCAL).unwrap();
+    let free0 = ts[0].region_area_free();
+    // Outstanding work towards port 1, which never progresses again.
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 1 << 20,
+    }];
+    for i in 0..5 {
+        ts[0]
+            .post_write(q1, &sge, RemoteAddr { key: d1, offset: 0 }, i)
+            .unwrap();
+    }
+    ts[0]
+        .post_read_unknown(q1, RemoteAddr { key: d1, offset: 0 }, 1 << 30, 5)
+        .unwrap();
+    ts[0].post_multicast_put(&[q1, q2], &sge, 6).unwrap();
+    ts[0]
+        .post_recv(
+            q1,
+            Sge {
+                key: src,
+                offset: 0,
+                len: 64,
+            },
+            7,
+        )
+        .unwrap();
+    for _ in 0..10 {
+        ts[0].progress();
+        ts[2].progress();
+    }
+    assert!(ts[0].outstanding() >= 6);
+    fabric.kill(1);
+    let t1 = ts.remove(1);
+    let mut ts2 = ts; // [port 0, port 2]
+    let mut c = collect(&mut ts2, 0, 8);
+    c.sort_by_key(|c| c.cookie);
+    for (i, c) in c.iter().enumerate() {
+        assert_eq!(c.cookie, i as u64);
+        let want = if c.op == OpKind::Recv {
+            Status::Flushed
+        } else {
+            Status::PeerDown
+        };
+        assert_eq!(c.status, want, "{c:?}");
+    }
+    assert_eq!(ts2[0].outstanding(), 0);
+    assert_eq!(ts2[0].region_area_free(), free0);
+    assert_eq!(ts2[0].peer_state(1), PeerState::Down);
+    // Port 2 still works.
+    ts2[0]
+        .post_write(q2, &sge, RemoteAddr { key: d2, offset: 0 }, 50)
+        .unwrap();
+    let c = collect(&mut ts2, 0, 1);
+    assert_eq!(c[0].status, Status::Success);
+    // Port 1 comes back (a new host), reconnects, and everything is full again.
+    drop(t1);
+    let dev = fabric.join(1).unwrap();
+    let mut t1 = Transport::new(Arc::new(dev), Config::new(geo(3))).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !ts2[0].is_connected(1) || !t1.is_connected(0) {
+        ts2[0].progress();
+        ts2[1].progress();
+        t1.progress();
+        assert!(Instant::now() < end);
+    }
+    while ts2[0].resources(q1).eager_free != 16 {
+        ts2[0].progress();
+        t1.progress();
+        assert!(Instant::now() < end);
+    }
+    let r = ts2[0].resources(q1);
+    assert_eq!((r.backlog, r.outstanding, r.serving), (0, 0, 0));
+    assert_eq!(r.postq_free, 32);
+    let d1 = t1.register_region(1 << 20, Access::ALL).unwrap();
+    ts2[0]
+        .post_write(q1, &sge, RemoteAddr { key: d1, offset: 0 }, 60)
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let c = loop {
+        t1.progress();
+        let got = drain(&mut ts2[0]);
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(Instant::now() < end);
+    };
+    assert_eq!((c[0].status, c[0].cookie), (Status::Success, 60));
+    assert_eq!(ts2[0].counters(q1).connects, 2);
+    let _ = rb;
+}
+
+#[test]
+fn restarting_transport_on_the_same_device_reconnects() {
+    let fabric = LoopbackFabric::new(2, WIN);
+    let da: Arc<dyn NtbDevice> = Arc::new(fabric.join(0).unwrap());
+    let mut a = Transport::new(da.clone(), Config::new(geo(2))).unwrap();
+    let b = Transport::new(Arc::new(fabric.join(1).unwrap()), Config::new(geo(2))).unwrap();
+    let mut ts = [a, b];
+    transport_common::connect_all(&mut ts);
+    let [old_a, mut b] = ts;
+    let qb = b.create_qp(0).unwrap();
+    let rb = b.register_region(64, Access::LOCAL).unwrap();
+    b.post_recv(
+        qb,
+        Sge {
+            key: rb,
+            offset: 0,
+            len: 8,
+        },
+        1,
+    )
+    .unwrap();
+    drop(old_a);
+    a = Transport::new(da, Config::new(geo(2))).unwrap();
+    let mut ts = [a, b];
+    transport_common::connect_all(&mut ts);
+    let c = drain(&mut ts[1]);
+    assert_eq!(c.len(), 1, "the old connection's receive is flushed: {c:?}");
+    assert_eq!(c[0].status, Status::Flushed);
+    let qa = ts[0].create_qp(1).unwrap();
+    let qb = ts[1].create_qp(0).unwrap();
+    ts[1]
+        .post_recv(
+            qb,
+            Sge {
+                key: rb,
+                offset: 0,
+                len: 8,
+            },
+            2,
+        )
+        .unwrap();
+    ts[0].post_send(qa, b"again", 3).unwrap();
+    let c = collect(&mut ts, 1, 1);
+    assert_eq!(
+        (c[0].status, c[0].cookie, c[0].bytes),
+        (Status::Success, 2, 5)
+    );
+    let _ = Completion::default();
+}
