@@ -1,4 +1,6 @@
 //! Shared code of the ntbdk applications.
 
+pub mod fwd;
+pub mod perf;
 pub mod report;
 pub mod tool;

@@ -130,7 +130,7 @@ fn each_kind_of_bad_message_is_counted_and_dropped() {
     let victim_qp = s.ts[1].create_qp(2).unwrap();
     let window_len = s.ts[1].device().local_window(0).unwrap().len() as u64;
     let enc = |m: Msg| wire::encode(&m);
-    let cases: Vec<(Ring, [u8; 56], DropKind)> = vec![
+    let mut cases: Vec<(Ring, [u8; 56], DropKind)> = vec![
         (Ring::Rx, [0xee; 56], DropKind::Malformed),
         (
             Ring::Tx,
@@ -298,6 +298,57 @@ fn each_kind_of_bad_message_is_counted_and_dropped() {
             DropKind::UnknownOp,
         ),
     ];
+    cases.extend([
+        (
+            Ring::Cq,
+            enc(Msg::ChainDone {
+                op: 5000,
+                origin: 0,
+                len: 10,
+            }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Cq,
+            enc(Msg::ChainDone {
+                op: 5000,
+                origin: 9999,
+                len: 10,
+            }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Tx,
+            enc(Msg::ChainSgl {
+                op: 1,
+                origin: 1,
+                start: 0,
+                n: 1,
+                sges: sgl(0, 0, &[(1 << 20, 64)]),
+            }),
+            DropKind::UnknownOp,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::ChainRts {
+                op: 40,
+                len: 100,
+                prev: 1,
+                next: Some(2),
+            }),
+            DropKind::OutOfRange,
+        ),
+        (
+            Ring::Rx,
+            enc(Msg::ChainRts {
+                op: 41,
+                len: 100,
+                prev: 0,
+                next: Some(0),
+            }),
+            DropKind::OutOfRange,
+        ),
+    ]);
     let rb = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
     for i in 0..4 {
         s.ts[1]
@@ -447,6 +498,8 @@ proptest! {
             Msg::ReadReq { op: 1001, rkey: open, roff: 0, len: 100 },
             Msg::ReadIntent { op: 1002, rkey: open, roff: 0 },
             Msg::Rts { op: 1003, len: 100 },
+            Msg::ChainRts { op: 1004, len: 100, prev: 2, next: Some(0) },
+            Msg::ChainDone { op: 1004, origin: 2, len: 100 },
             Msg::Done { op: 1000, len: 100 },
             Msg::ReadSgl { op: 1001, start: 0, n: 1, sges: sgl(0, 0, &[(1 << 20, 100)]) },
             Msg::SendBuf { buf: 0, len: 10 },
@@ -455,7 +508,7 @@ proptest! {
             let m = base[which as usize % base.len()];
             let mut body = wire::encode(&m);
             body[at] ^= x;
-            let ring = match m { Msg::WriteReq { .. } | Msg::Rts { .. } => Ring::Rx, Msg::Done { .. } => Ring::Cq, Msg::SendBuf { .. } => Ring::PostQ, _ => Ring::Tx };
+            let ring = match m { Msg::WriteReq { .. } | Msg::Rts { .. } | Msg::ChainRts { .. } => Ring::Rx, Msg::Done { .. } | Msg::ChainDone { .. } => Ring::Cq, Msg::SendBuf { .. } => Ring::PostQ, _ => Ring::Tx };
             s.inj.push(if i % 7 == 0 { ring_of(x) } else { ring }, &body).unwrap();
             s.ts[1].progress();
         }
@@ -464,4 +517,25 @@ proptest! {
         let mut c = [Completion::default(); 4];
         let _ = s.ts[1].poll_completions(&mut c);
     }
+}
+
+#[test]
+fn a_flood_of_requests_is_refused_past_the_limit() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let limit = 4096u64; // Config::new's max_outstanding
+    for op in 1..=limit + 10 {
+        let m = Msg::WriteReq {
+            op,
+            rkey: s.open.0,
+            roff: 0,
+            len: 10,
+        };
+        s.inj.push(Ring::Rx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+    }
+    let c = s.ts[1].counters(q);
+    assert_eq!(c.dropped(DropKind::Overload), 10, "{c:?}");
+    assert_eq!(s.ts[1].resources(q).serving, limit as usize);
+    honest_traffic_works(&mut s);
 }

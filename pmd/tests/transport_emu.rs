@@ -11,11 +11,20 @@ use std::time::{Duration, Instant};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::hw::{HwError, NtbDevice, Port};
 use ntbdk_pmd::transport::{
-    Access, Config, Geometry, OpKind, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
+    Access, Config, Geometry, MulticastMode, OpKind, PeerState, RegionKey, RemoteAddr, Sge, Status,
+    Transport,
 };
 use transport_common::{Host, Rng, RoleChild, TestDir, child_role, env, fnv};
 
 const LONG: Duration = Duration::from_secs(30);
+
+/// The tests of this file spin several processes each; on a small machine
+/// running them one at a time keeps heartbeats fresh and timings sane.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn geo(ports: u16) -> Geometry {
     Geometry {
@@ -184,6 +193,7 @@ fn bye(h: &mut Host, p: Port) -> u64 {
 
 #[test]
 fn workload_between_processes_every_byte_verified() {
+    let _serial = serial();
     const MAX: u64 = 8 << 20;
     let r_len = MAX + (64 << 10);
     let dir = TestDir::new("workload");
@@ -356,7 +366,14 @@ fn workload_between_processes_every_byte_verified() {
         h.t.region_write(src, 0, &data).unwrap();
         cookie += 1;
         let s = sges(&mut rng, src, len);
-        h.t.post_multicast_put(&targets, &s, cookie).unwrap();
+        // Fan-out, and store-and-forward down the chain [2, 1] every other round.
+        if round % 2 == 0 {
+            h.t.post_multicast_put(&targets, &s, cookie).unwrap();
+        } else {
+            let chain = [targets[1], targets[0]];
+            h.t.post_multicast_put_with(&chain, &s, MulticastMode::Chain, cookie)
+                .unwrap();
+        }
         let c = h.wait(cookie, LONG);
         assert_eq!(
             (c.op, c.status, c.bytes),
@@ -386,6 +403,11 @@ fn workload_between_processes_every_byte_verified() {
         assert!(k.wait_success(LONG));
     }
     assert_eq!(h.t.outstanding(), 0);
+    assert!(
+        h.done.is_empty(),
+        "completions nobody waited for: {:?}",
+        h.done
+    );
     for p in 1..3 {
         let qp = h.qp(p);
         let c = h.t.counters(qp);
@@ -395,12 +417,13 @@ fn workload_between_processes_every_byte_verified() {
 
 #[test]
 fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
+    let _serial = serial();
     let r_len: u64 = 4 << 20;
     let dir = TestDir::new("death");
     let fabric = EmuFabric::create_in(
         &dir.0,
         "death",
-        &fabric_cfg(3, 24 << 20, Duration::from_millis(100)),
+        &fabric_cfg(3, 24 << 20, Duration::from_millis(200)),
     )
     .unwrap();
     let dev = Arc::new(join(&fabric, 0));
@@ -715,6 +738,7 @@ fn mesh() {
 
 #[test]
 fn sixty_four_hosts_exchange_all_to_all() {
+    let _serial = serial();
     let dir = TestDir::new("mesh");
     let fabric = EmuFabric::create_in(
         &dir.0,
@@ -741,6 +765,7 @@ fn sixty_four_hosts_exchange_all_to_all() {
 
 #[test]
 fn sixty_four_concurrent_non_posted_readers_exhaust_the_rlut() {
+    let _serial = serial();
     // The reason the transport never reads: each in-flight non-posted read
     // holds an R-LUT entry at the target, and there are only 32.
     let dir = TestDir::new("rlut");

@@ -97,6 +97,32 @@ fn msg() -> impl Strategy<Value = Msg> {
             len
         }),
         (any::<u64>(), any::<u32>()).prop_map(|(op, len)| Msg::Rts { op, len }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u16>(),
+            prop::option::of(any::<u16>())
+        )
+            .prop_map(|(op, len, prev, next)| Msg::ChainRts {
+                op,
+                len,
+                prev,
+                next: next.map(|n| n.min(0xfffe))
+            }),
+        (any::<u64>(), any::<u16>(), any::<u32>(), sges()).prop_map(
+            |(op, origin, start, (n, sges))| Msg::ChainSgl {
+                op,
+                origin,
+                start,
+                n,
+                sges
+            }
+        ),
+        (any::<u64>(), any::<u16>(), any::<u32>()).prop_map(|(op, origin, len)| Msg::ChainDone {
+            op,
+            origin,
+            len
+        }),
         (prop::collection::vec(any::<u8>(), 0..=INLINE_MAX)).prop_map(|v| {
             let mut data = [0u8; INLINE_MAX];
             data[..v.len()].copy_from_slice(&v);
@@ -117,7 +143,9 @@ fn check(body: &Body, q: Queue) -> Result<(), TestCaseError> {
         if let Ok(v) = wire::decode_validated(body, q, &LIMITS) {
             prop_assert_eq!(v, m);
             match v {
-                Msg::Sgl { start, n, sges, .. } | Msg::ReadSgl { start, n, sges, .. } => {
+                Msg::Sgl { start, n, sges, .. }
+                | Msg::ReadSgl { start, n, sges, .. }
+                | Msg::ChainSgl { start, n, sges, .. } => {
                     prop_assert!((1..=SGES_PER_MSG as u8).contains(&n));
                     let mut end = u64::from(start);
                     for s in &sges[..n as usize] {
@@ -156,7 +184,7 @@ proptest! {
         body[32..].copy_from_slice(&tail);
         check(&body, q)?;
         // Bodies with a valid op code and otherwise random bytes.
-        for code in [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 0x10, 0x11] {
+        for code in [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 0x0a, 0x0b, 0x0c, 0x10, 0x11] {
             body[0] = code;
             check(&body, q)?;
         }

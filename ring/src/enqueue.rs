@@ -48,7 +48,11 @@ impl<T: Copy> Ring<T> {
     /// ```
     #[inline]
     pub fn enqueue(&self, item: T) -> Result<(), T> {
-        if self.enqueue_n(core::slice::from_ref(&item), Amount::Exactly).n == 1 {
+        if self
+            .enqueue_n(core::slice::from_ref(&item), Amount::Exactly)
+            .n
+            == 1
+        {
             Ok(())
         } else {
             Err(item)

@@ -1,33 +1,8 @@
 //! The ring's header: the `#[repr(C)]` block at the start of its region, how
 //! big a region must be, and how an attached region is validated.
 //!
-//! The region of a ring of capacity `N` holding `T` is laid out as follows
-//! (offsets in bytes, all integers in the machine's byte order):
-//!
-//! | offset | size | field |
-//! | ---: | ---: | --- |
-//! | 0 | 8 | magic, `b"NTBDKRNG"` read as a little-endian `u64`; stored last by `init_in` |
-//! | 8 | 4 | header version ([`VERSION`]) |
-//! | 12 | 4 | header size in bytes (384) |
-//! | 16 | 4 | `size_of::<T>()` |
-//! | 20 | 4 | `align_of::<T>()` |
-//! | 24 | 4 | mode flags: bit 0 multi-producer, bit 1 multi-consumer |
-//! | 28 | 4 | reserved, 0 |
-//! | 32 | 8 | capacity `N` (a power of two) |
-//! | 40 | 8 | mask `N - 1` |
-//! | 128 | 8 | producer head |
-//! | 136 | 8 | producer tail |
-//! | 144 | 8 | producer's cached copy of the consumer tail (single producer only) |
-//! | 256 | 8 | consumer head |
-//! | 264 | 8 | consumer tail |
-//! | 272 | 8 | consumer's cached copy of the producer tail (single consumer only) |
-//! | 384 | `N * size_of::<T>()` | the slots |
-//!
-//! The metadata, the producer indices and the consumer indices each own a
-//! 128-byte block (two cache lines on x86, so the adjacent-line prefetcher
-//! does not couple them). Indices are free-running `u64`s, masked with `N - 1`
-//! on access: they never wrap in practice, so a stale compare-and-swap cannot
-//! succeed by wrap-around.
+//! The layout is documented in the crate documentation ("Region layout"),
+//! and `tests::layout_matches_the_documented_table` keeps the two in step.
 
 use core::mem::{align_of, size_of};
 
@@ -78,10 +53,10 @@ pub(crate) struct Side {
     /// Every index below this one is finished by this side (written, for the
     /// producers; read, for the consumers). The other side reads it.
     pub(crate) tail: AtomicU64,
-    /// Single sides only: the other side's tail as this side last read it.
-    /// Written and read only by this side's one thread, so checking for room
-    /// does not touch the other side's cache line until the cached view runs
-    /// out.
+    /// The other side's tail as this side last read it, so that checking
+    /// for room does not touch the other side's cache line until the cached
+    /// view runs out. A single side's one thread accesses it relaxed; the
+    /// threads of a multi side share it with release/acquire.
     pub(crate) other_tail: AtomicU64,
 }
 
@@ -228,9 +203,10 @@ pub(crate) fn validate<T>(hdr: &Header, len: usize) -> Result<(usize, RingMode),
             expected_align: align_of::<T>(),
         });
     }
-    let mode = RingMode::from_flags(m.flags.load(Ordering::Relaxed)).ok_or(RingError::Corrupted {
-        reason: "unknown mode flags",
-    })?;
+    let mode =
+        RingMode::from_flags(m.flags.load(Ordering::Relaxed)).ok_or(RingError::Corrupted {
+            reason: "unknown mode flags",
+        })?;
     if m.reserved.load(Ordering::Relaxed) != 0 {
         return Err(RingError::Corrupted {
             reason: "reserved field is not zero",

@@ -111,16 +111,34 @@ impl SideRef<'_> {
     /// Multi side: compare-and-swap the head from the value the count was
     /// computed with; on failure another thread reserved first, so recount
     /// from the head it left.
+    ///
+    /// The side shares one cached copy of the other side's tail. Any value in
+    /// it was the real tail once, so it under-counts; but it may be older
+    /// than the head another thread has since moved, which would make the
+    /// count negative (a huge `u64`): a count above the capacity, like one
+    /// below `want`, sends us to the real tail.
     #[inline(always)]
     fn reserve_multi(&self, want: usize, amount: Amount) -> Reservation {
         // Acquire (and AcqRel/Acquire on the CAS below): the thread that set
         // this head had read an other-side tail that allowed it; acquiring
-        // the head makes our read of that tail at least as recent, so the
-        // count below cannot go negative.
+        // the head makes our read of that tail at least as recent, so a count
+        // from the real tail cannot go negative.
         let mut head = self.own.head.load(Ordering::Acquire);
+        // Acquire: pairs with the release store of whichever thread of this
+        // side cached it, which had acquired it from the other side.
+        let mut other_tail = self.own.other_tail.load(Ordering::Acquire);
         loop {
-            let other_tail = self.other.tail.load(Ordering::Acquire);
-            let avail = available(self.offset, other_tail, head, self.capacity);
+            let counted = self.offset.wrapping_add(other_tail).wrapping_sub(head);
+            let avail = if counted < want as u64 || counted > self.capacity as u64 {
+                other_tail = self.other.tail.load(Ordering::Acquire);
+                // Release: hands the synchronisation with the other side on
+                // to the threads of this side that acquire the cache. Racing
+                // stores may leave an older value: still a lower bound.
+                self.own.other_tail.store(other_tail, Ordering::Release);
+                available(self.offset, other_tail, head, self.capacity)
+            } else {
+                counted as usize
+            };
             let n = decide(want, avail, amount);
             if n == 0 {
                 return Reservation {

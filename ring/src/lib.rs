@@ -40,9 +40,11 @@
 //! 1. **Reserve.** Read the own head `h` and the *other* side's tail, and
 //!    compute how many slots are available: `capacity + cons.tail - h` free
 //!    slots for a producer, `prod.tail - h` filled slots for a consumer.
-//!    Decide `n` (all or nothing for bulk, up to the number asked for burst).
-//!    A `Multi` side then moves its head from `h` to `h + n` with a
-//!    compare-and-swap; if another thread moved it first, it starts again
+//!    (Each side keeps a cached copy of the other side's tail in its own
+//!    block and reads the real one only when the cache shows too few slots;
+//!    see below.) Decide `n` (all or nothing for bulk, up to the number asked
+//!    for burst). A `Multi` side then moves its head from `h` to `h + n` with
+//!    a compare-and-swap; if another thread moved it first, it starts again
 //!    from the head the CAS returned. A `Single` side just stores `h + n`.
 //! 2. **Copy** the elements into or out of slots `h .. h + n`, which now
 //!    belong to this thread alone: other threads of the same side reserve
@@ -69,13 +71,20 @@
 //!   `h` had seen an other-side tail that made `h` legal; acquiring its head
 //!   makes our read of that tail at least as recent, so the available count
 //!   is never negative (a wrapped-around count would overwrite live slots).
-//! - A `Single` side reads and stores its own head `Relaxed` (no other thread
-//!   writes it) and keeps, in its own block, a **cached copy of the other
-//!   side's tail**, also `Relaxed`. Only when the cache shows too few slots
-//!   does it load the real tail (`Acquire`) and refresh the cache, so an
-//!   uncontended fast path touches no cache line the other side writes
-//!   except the slots. A stale cache only under-counts: the other tail only
-//!   grows.
+//! - Each side keeps, in its own block, a **cached copy of the other side's
+//!   tail**, and loads the real tail (`Acquire`) and refreshes the cache only
+//!   when the cached view shows too few slots. The uncontended fast path thus
+//!   touches no cache line the other side writes, except the slots. Every
+//!   value the cache holds was the real tail once and tails only grow, so a
+//!   stale cache under-counts, never over-counts.
+//! - A `Single` side reads and stores its own head and its cache `Relaxed`:
+//!   only its one thread touches them.
+//! - A `Multi` side's threads share the cache, so it is stored `Release` and
+//!   loaded `Acquire` (whoever uses a cached tail synchronises, through the
+//!   thread that cached it, with the other side's release of those slots).
+//!   A cached tail may be older than the head another thread has since
+//!   moved; the count is then "negative", a `u64` above the capacity, and
+//!   that too sends the thread to the real tail.
 //! - [`Ring::len`] loads the consumer tail, then the producer tail, both
 //!   `Acquire`, so the difference is never negative.
 //!
@@ -90,6 +99,39 @@
 //! outside the slot array. What it cannot prevent: a process that dies
 //! between reserving and publishing on a `Multi` side stalls that side (later
 //! threads wait for its tail), as in DPDK.
+//!
+//! # Region layout
+//!
+//! The region of a ring of capacity `N` holding `T` is laid out as follows
+//! (offsets in bytes, all integers in the machine's byte order):
+//!
+//! | offset | size | field |
+//! | ---: | ---: | --- |
+//! | 0 | 8 | magic, `b"NTBDKRNG"` read as a little-endian `u64`; stored last by `init_in` |
+//! | 8 | 4 | header layout version, 1 |
+//! | 12 | 4 | header size in bytes (384) |
+//! | 16 | 4 | `size_of::<T>()` |
+//! | 20 | 4 | `align_of::<T>()` |
+//! | 24 | 4 | mode flags: bit 0 multi-producer, bit 1 multi-consumer |
+//! | 28 | 4 | reserved, 0 |
+//! | 32 | 8 | capacity `N` (a power of two) |
+//! | 40 | 8 | mask `N - 1` |
+//! | 128 | 8 | producer head |
+//! | 136 | 8 | producer tail |
+//! | 144 | 8 | producers' cached copy of the consumer tail |
+//! | 256 | 8 | consumer head |
+//! | 264 | 8 | consumer tail |
+//! | 272 | 8 | consumers' cached copy of the producer tail |
+//! | 384 | `N * size_of::<T>()` | the slots |
+//!
+//! The metadata, the producer indices and the consumer indices each own a
+//! 128-byte block (two cache lines on x86, so the adjacent-line prefetcher
+//! does not couple them). Indices are free-running `u64`s, masked with `N - 1`
+//! on access: they never wrap in practice, so a stale compare-and-swap cannot
+//! succeed by wrap-around.
+//!
+//! [`Ring::attach`] checks everything in the first block against what this
+//! build would have written, and the region length against the capacity.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

@@ -111,7 +111,12 @@ mod tests {
 
     #[test]
     fn flags_round_trip() {
-        for mode in [RingMode::SPSC, RingMode::MPMC, RingMode::SPMC, RingMode::MPSC] {
+        for mode in [
+            RingMode::SPSC,
+            RingMode::MPMC,
+            RingMode::SPMC,
+            RingMode::MPSC,
+        ] {
             assert_eq!(RingMode::from_flags(mode.to_flags()), Some(mode));
         }
         assert_eq!(RingMode::from_flags(4), None);

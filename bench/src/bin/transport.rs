@@ -25,20 +25,35 @@
 //!   threads pinned to the same two cores (a stream socket pair, blocking
 //!   reads); half the round trip.
 //!
-//! Floors (issue 6, checked once the transport rows exist): 1 MiB write
+//! - **ntbdk** rows: two transports on a private emulated fabric in this
+//!   process, one per thread, pinned to the same two cores (core `a`
+//!   initiates, core `b` serves: it progresses, reposts receives and, for
+//!   the latency row, echoes). *write* bandwidth at the same three sizes
+//!   (bursts of 32, 128 outstanding), with the default copy engine
+//!   (non-temporal stores from 256 KiB) and with cached stores only; 64 B
+//!   one-way latency as half a `send` ping-pong; and the 64 B `send` rate
+//!   with bursts of 32, counted where the messages arrive. Bandwidth and
+//!   rate batches last about 2 ms each (each drains its pipeline).
+//!
+//! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
 //! and ≤ 0.1× the Unix socket; 64 B send rate (burst 32) ≥ 10 M messages/s.
 
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use ntbdk_bench::{core_pair, describe_machine, pin};
+use ntbdk_bench::{Row, check_floor, core_pair, describe_machine, pin, print_floor_header};
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::transport::{
+    Access, Completion, Config, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge,
+    Transport, TransportError, WriteWr,
+};
 
 /// Message sizes of the bandwidth rows.
 const BW_SIZES: [usize; 3] = [64 << 10, 1 << 20, 8 << 20];
@@ -54,11 +69,12 @@ const BATCH_TIME: Duration = Duration::from_micros(20);
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Transport baselines: memcpy bandwidth, cache-line and Unix socket ping-pong, pinned"
+    about = "ntbdk transport vs its baselines (memcpy, cache-line and Unix socket ping-pong), pinned"
 )]
 struct Args {
-    /// Operations (copies, round trips) per case. Default: as many as take
-    /// about --target-ms, found by a short calibration.
+    /// Operations (copies, round trips) per case, rounded up to whole timed
+    /// batches. Default: as many as take about --target-ms, found by a short
+    /// calibration.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     iters: Option<u64>,
     /// Duration each case aims at when --iters is not given, in milliseconds.
@@ -133,7 +149,7 @@ fn main() -> Result<()> {
         .next_multiple_of(8 << 20)
         .clamp(MIN_ARENA, MAX_ARENA);
 
-    println!("## Transport baselines\n");
+    println!("## Transport (ntbdk-pmd) and its baselines\n");
     println!("- machine: {}", describe_machine());
     println!("- cores: {a} and {b}; figures are the median batch, mean beside it");
     println!(
@@ -177,9 +193,15 @@ fn main() -> Result<()> {
             bw.push((size, sample(name, p, &mut op)));
         }
     }
-    // ntbdk rows: added with the transport (write bandwidth at 64 KiB, 1 MiB
-    // and 8 MiB between the two cores, pushed into `bw`, then the 1 MiB floor
-    // checked against the memcpy rows with `check_floor`).
+    // ntbdk rows: write bandwidth at the same sizes, core `a` writing into a
+    // region that a thread on core `b` serves (two transports on a private
+    // emulated fabric, one process).
+    let ntb_bw = ntb_write_bw(a, b, &BW_SIZES, None, args.iters, target)?;
+    bw.extend(ntb_bw);
+    // The same with the copy engine's non-temporal stores off: what the
+    // default threshold (256 KiB) costs or saves at these sizes.
+    let ntb_bw = ntb_write_bw(a, b, &BW_SIZES, Some(usize::MAX), args.iters, target)?;
+    bw.extend(ntb_bw);
     print_bandwidth(&bw);
 
     // One-way latency between cores `a` and `b`.
@@ -216,10 +238,64 @@ fn main() -> Result<()> {
         target,
     );
     lat.push(unix_socket_pingpong(a, b, p)?);
-    // ntbdk rows: added with the transport (64 B one-way latency, pushed
-    // into `lat`, with the floors against both rows above; and a 64 B send
-    // rate table, burst 32, against the 10 M messages/s floor).
+    // ntbdk rows: 64 B one-way latency (a send ping-pong: the serving thread
+    // echoes each message), and the 64 B send rate with bursts of 32.
+    lat.push(ntb_send_latency(a, b, MSG, args.iters, target)?);
+    // For comparison: the largest send that fits one queue slot (inline).
+    lat.push(ntb_send_latency(a, b, 48, args.iters, target)?);
     print_latency(&lat);
+    let rate = ntb_send_rate(a, b, args.iters, target)?;
+    println!("\n### {MSG} B send rate, burst {BURST}\n");
+    println!("| case | M messages/s | ns/message | mean M messages/s | messages |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| {} | {:.2} | {:.1} | {:.2} | {} |",
+        rate.name,
+        1e3 / rate.typical_ns(),
+        rate.typical_ns(),
+        1e3 / rate.mean_ns(),
+        rate.ops()
+    );
+
+    // Floors of issue 6, all as throughput ratios (a latency at most k
+    // times another is a rate at least 1/k times the other's).
+    print_floor_header();
+    let find = |rows: &[(usize, Samples)], prefix: &str, size: usize| {
+        rows.iter()
+            .find(|(s, r)| *s == size && r.name.starts_with(prefix))
+            .map(|(_, r)| as_row(r))
+            .expect("row measured above")
+    };
+    let ours = find(&bw, "ntbdk write 1 MiB (default", 1 << 20);
+    let mut met = check_floor(
+        "1 MiB write >= 0.8x memcpy (cached)",
+        &ours,
+        &find(&bw, "memcpy 1 MiB, cached", 1 << 20),
+        0.8,
+    );
+    met &= check_floor(
+        "1 MiB write >= 0.8x memcpy (cold)",
+        &ours,
+        &find(&bw, "memcpy 1 MiB, cold", 1 << 20),
+        0.8,
+    );
+    let (cl, sock, ntb) = (as_row(&lat[0]), as_row(&lat[1]), as_row(&lat[2]));
+    met &= check_floor("64 B latency <= 2x cache line", &ntb, &cl, 0.5);
+    met &= check_floor("64 B latency <= 0.1x Unix socket", &ntb, &sock, 10.0);
+    let ten_m = Row {
+        name: "10 M messages/s".into(),
+        ops: 10_000_000,
+        elapsed: Duration::from_secs(1),
+    };
+    met &= check_floor("64 B send rate >= 10 M/s", &as_row(&rate), &ten_m, 1.0);
+    println!(
+        "\n{}",
+        if met {
+            "every floor met"
+        } else {
+            "at least one floor MISSED (see bench/RESULTS.md for why)"
+        }
+    );
     Ok(())
 }
 
@@ -418,4 +494,462 @@ fn parse_size(s: &str) -> Option<usize> {
         _ => (s, 1),
     };
     num.parse::<usize>().ok().map(|n| n * mult)
+}
+
+// ---- ntbdk rows ----
+
+/// Slots per message queue of the ntbdk rows (as `ntb-perf`).
+const Q_DEPTH: u32 = 256;
+/// Eager buffers per sender.
+const EAGER_COUNT: u32 = 128;
+/// Bytes per eager buffer.
+const EAGER_SIZE: u32 = 4096;
+/// Receives kept posted.
+const RECVS: u64 = 256;
+/// Writes outstanding at once in the bandwidth rows (perftest's tx-depth).
+const TX_DEPTH: usize = 128;
+/// Work requests per post call.
+const BURST: usize = 32;
+/// A timed batch of the ntbdk bandwidth and rate rows lasts about this long
+/// (each batch drains its pipeline, so it must be long against a round trip).
+const NTB_BATCH_TIME: Duration = Duration::from_millis(2);
+
+/// What the serving thread does besides progressing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Serve {
+    /// Serve writes, repost receives.
+    Passive,
+    /// Also answer each message with a send of the same length.
+    EchoSend,
+}
+
+/// The initiator's side of an ntbdk session between two threads.
+struct Side {
+    t: Transport,
+    qp: Qp,
+    /// Our data region (source of writes).
+    data: RegionKey,
+    /// The peer's data region (target of writes).
+    remote: RegionKey,
+    recv: RegionKey,
+    /// Messages the serving thread received so far.
+    received: Arc<AtomicU64>,
+    comps: Vec<Completion>,
+}
+
+impl Side {
+    fn repost(&mut self, cookie: u64) -> Result<()> {
+        let sge = Sge {
+            key: self.recv,
+            offset: (cookie % RECVS) * u64::from(EAGER_SIZE),
+            len: u64::from(EAGER_SIZE),
+        };
+        self.t.post_recv(self.qp, sge, cookie)?;
+        Ok(())
+    }
+}
+
+fn ntb_config() -> (FabricConfig, Config) {
+    let geometry = Geometry {
+        ports: 2,
+        queue_depth: Q_DEPTH,
+        eager_count: EAGER_COUNT,
+        eager_size: EAGER_SIZE,
+    };
+    let layout = geometry.layout().expect("constant geometry");
+    let window = layout
+        .window_size_for(RECVS as usize * EAGER_SIZE as usize + (8 << 20) + (64 << 10))
+        .next_multiple_of(1 << 20);
+    let fabric = FabricConfig {
+        slots: 2,
+        window_size: window,
+        heartbeat_timeout: Duration::from_secs(2),
+        ..FabricConfig::default()
+    };
+    (fabric, Config::new(geometry))
+}
+
+/// Joins `fabric` at `slot` and sets up a transport with a data region
+/// (8 MiB, all access) and receive buffers.
+fn ntb_endpoint(
+    fabric: &EmuFabric,
+    dir: &std::path::Path,
+    slot: u16,
+    cfg: &Config,
+) -> Result<(Transport, RegionKey, RegionKey)> {
+    let dev = EmuDevice::join(
+        fabric,
+        &DeviceConfig {
+            slot: Some(slot),
+            fabric: fabric.config().clone(),
+            dir: Some(dir.to_path_buf()),
+            ..DeviceConfig::default()
+        },
+    )?;
+    let mut t = Transport::new(Arc::new(dev), cfg.clone())?;
+    let recv = t.register_region(RECVS as usize * EAGER_SIZE as usize, Access::LOCAL)?;
+    let data = t.register_region(8 << 20, Access::ALL)?;
+    t.region_write(data, 0, &vec![0x5a; 8 << 20])?;
+    Ok((t, data, recv))
+}
+
+/// Runs `f` on core `a` against a transport served by a thread on core `b`,
+/// both on a private emulated fabric in one process.
+fn ntb_session<R>(
+    a: usize,
+    b: usize,
+    serve: Serve,
+    nt_threshold: Option<usize>,
+    f: impl FnOnce(&mut Side) -> Result<R>,
+) -> Result<R> {
+    let dir = std::env::temp_dir().join(format!("ntbdk-bench-transport-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
+    let (fcfg, mut cfg) = ntb_config();
+    if let Some(nt) = nt_threshold {
+        cfg.nt_threshold = nt;
+    }
+    let fabric = EmuFabric::create_in(&dir, "bench", &fcfg)?;
+    let stop = AtomicBool::new(false);
+    let received = Arc::new(AtomicU64::new(0));
+    let (key_tx, key_rx) = std::sync::mpsc::channel();
+    let result = std::thread::scope(|s| -> Result<R> {
+        let server = s.spawn(|| -> Result<()> {
+            let (mut t, data, recv) = ntb_endpoint(&fabric, &dir, 1, &cfg)?;
+            let _ = key_tx.send(data);
+            let qp = t.create_qp(0)?;
+            t.wait_connected(0, Duration::from_secs(10))?;
+            for i in 0..RECVS {
+                t.post_recv(qp, recv_sge(recv, i), i)?;
+            }
+            pin(b);
+            let mut comps = vec![Completion::default(); 64];
+            let mut echo = vec![0u8; EAGER_SIZE as usize];
+            let mut polls = 0u32;
+            let mut got = 0u64;
+            loop {
+                let n = t.poll_completions(&mut comps);
+                for c in &comps[..n] {
+                    if c.op == OpKind::Recv {
+                        if serve == Serve::EchoSend && c.status.is_ok() {
+                            let len = c.bytes as usize;
+                            let off = (c.cookie % RECVS) * u64::from(EAGER_SIZE);
+                            t.region_read(recv, off, &mut echo[..len])?;
+                            while let Err(e) = t.post_send(qp, &echo[..len], 0) {
+                                if !matches!(e, TransportError::Busy { .. }) {
+                                    return Err(e.into());
+                                }
+                                t.progress();
+                            }
+                        }
+                        t.post_recv(qp, recv_sge(recv, c.cookie), c.cookie)?;
+                        got += 1;
+                    }
+                }
+                if n > 0 {
+                    // One store per poll, not one per message: the
+                    // initiator reads this line while it sends.
+                    received.store(got, Ordering::Relaxed);
+                }
+                polls = polls.wrapping_add(1);
+                if polls.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+            }
+        });
+        let run = || -> Result<R> {
+            let (mut t, data, recv) = ntb_endpoint(&fabric, &dir, 0, &cfg)?;
+            let remote = key_rx
+                .recv_timeout(Duration::from_secs(10))
+                .context("the serving thread did not set up")?;
+            let qp = t.create_qp(1)?;
+            t.wait_connected(1, Duration::from_secs(10))?;
+            for i in 0..RECVS {
+                t.post_recv(qp, recv_sge(recv, i), i)?;
+            }
+            pin(a);
+            let mut side = Side {
+                t,
+                qp,
+                data,
+                remote,
+                recv,
+                received: received.clone(),
+                comps: vec![Completion::default(); 64],
+            };
+            f(&mut side)
+        };
+        let r = run();
+        stop.store(true, Ordering::Relaxed);
+        let served = server.join().expect("serving thread panicked");
+        let r = r?;
+        served?;
+        Ok(r)
+    });
+    drop(fabric);
+    let _ = EmuFabric::destroy_in(&dir, "bench");
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn recv_sge(recv: RegionKey, cookie: u64) -> Sge {
+    Sge {
+        key: recv,
+        offset: (cookie % RECVS) * u64::from(EAGER_SIZE),
+        len: u64::from(EAGER_SIZE),
+    }
+}
+
+/// Fails on a completion with an error status.
+fn ok(c: &Completion) -> Result<()> {
+    if !c.status.is_ok() {
+        bail!("a {:?} failed: {:?}", c.op, c.status);
+    }
+    Ok(())
+}
+
+/// `n` writes of `size` bytes, bursts of [`BURST`], at most [`TX_DEPTH`]
+/// outstanding, drained at the end; returns how long they took.
+fn ntb_writes(side: &mut Side, size: u64, n: u64) -> Result<Duration> {
+    let local = [Sge {
+        key: side.data,
+        offset: 0,
+        len: size,
+    }];
+    let wr = WriteWr {
+        local: &local,
+        remote: RemoteAddr {
+            key: side.remote,
+            offset: 0,
+        },
+        cookie: 0,
+    };
+    let wrs = vec![wr; BURST];
+    let (mut posted, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let mut idle = 0u32;
+    while done < n {
+        let out = (posted - done) as usize;
+        if posted < n && out < TX_DEPTH {
+            let k = BURST.min(TX_DEPTH - out).min((n - posted) as usize);
+            match side.t.post_writes(side.qp, &wrs[..k]) {
+                Ok(m) => posted += m as u64,
+                Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let m = side.t.poll_completions(&mut side.comps);
+        for c in &side.comps[..m] {
+            ok(c)?;
+            if c.op == OpKind::Write {
+                done += 1;
+            }
+        }
+        if m > 0 {
+            idle = 0;
+        } else {
+            idle += 1;
+            if idle.is_multiple_of(4096) {
+                if last.elapsed() > Duration::from_secs(10) {
+                    bail!("writes stalled ({} outstanding)", posted - done);
+                }
+            } else if idle == 1 {
+                last = Instant::now();
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// The timed batches of `op` (which does `n` operations and returns how
+/// long they took), each lasting about `batch_time` (and at least
+/// `min_batch` operations), for about `target` in all (or `iters`
+/// operations), after 50 ms of warm-up.
+fn ntb_sample(
+    name: String,
+    iters: Option<u64>,
+    target: Duration,
+    min_batch: u64,
+    batch_time: Duration,
+    mut op: impl FnMut(u64) -> Result<Duration>,
+) -> Result<Samples> {
+    // Warm up first: the first writes into a window fault its pages in.
+    let warm_end = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < warm_end {
+        op(min_batch)?;
+    }
+    let mut n = min_batch;
+    let mut per_op = loop {
+        let t = op(n)?;
+        if t >= batch_time.max(Duration::from_millis(2)) || n >= 1 << 24 {
+            break t.as_secs_f64() / n as f64;
+        }
+        n *= 2;
+    };
+    // A preempted probe would make every operation look slow: keep the
+    // fastest of three.
+    for _ in 0..2 {
+        per_op = per_op.min(op(n)?.as_secs_f64() / n as f64);
+    }
+    let batch = ((batch_time.as_secs_f64() / per_op) as u64).max(min_batch);
+    let ops = iters.unwrap_or(((target.as_secs_f64() / per_op) as u64).max(1));
+    let batches = ops.div_ceil(batch).max(1);
+    let mut times = Vec::with_capacity(batches as usize);
+    for _ in 0..batches {
+        times.push(op(batch)?);
+    }
+    Ok(Samples { name, batch, times })
+}
+
+/// ntbdk write bandwidth at `sizes`, core `a` writing into a region served
+/// by core `b`.
+fn ntb_write_bw(
+    a: usize,
+    b: usize,
+    sizes: &[usize],
+    nt_threshold: Option<usize>,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Vec<(usize, Samples)>> {
+    ntb_session(a, b, Serve::Passive, nt_threshold, |side| {
+        let mut rows = Vec::new();
+        for &size in sizes {
+            let stores = match nt_threshold {
+                None => "default",
+                Some(usize::MAX) => "cached stores",
+                Some(_) => "custom stores",
+            };
+            let name = format!(
+                "ntbdk write {} ({stores}; burst {BURST}, depth {TX_DEPTH}), cores {a} -> {b}",
+                size_name(size)
+            );
+            let s = ntb_sample(name, iters, target, 16, NTB_BATCH_TIME, |n| {
+                ntb_writes(side, size as u64, n)
+            })?;
+            rows.push((size, s));
+        }
+        Ok(rows)
+    })
+}
+
+/// `n` round trips of a `len`-byte send echoed by the serving thread.
+fn ntb_send_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
+    let msg = vec![7u8; len];
+    let start = Instant::now();
+    for _ in 0..n {
+        loop {
+            match side.t.post_send(side.qp, &msg, 0) {
+                Ok(()) => break,
+                Err(TransportError::Busy { .. }) => {
+                    side.t.progress();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let t0 = Instant::now();
+        'wait: loop {
+            let m = side.t.poll_completions(&mut side.comps);
+            let mut got = None;
+            for c in &side.comps[..m] {
+                ok(c)?;
+                if c.op == OpKind::Recv {
+                    got = Some(c.cookie);
+                }
+            }
+            if let Some(cookie) = got {
+                side.repost(cookie)?;
+                break 'wait;
+            }
+            if m == 0 && t0.elapsed() > Duration::from_secs(10) {
+                bail!("no echo within 10 s");
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// Send ping-pong samples (round trips) of `len`-byte messages.
+fn ntb_send_latency(
+    a: usize,
+    b: usize,
+    len: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Samples> {
+    let how = if len <= 48 { "inline" } else { "eager buffer" };
+    ntb_session(a, b, Serve::EchoSend, None, |side| {
+        ntb_sample(
+            format!("ntbdk send ping-pong {len} B ({how}), cores {a} <-> {b}"),
+            iters,
+            target,
+            1,
+            BATCH_TIME,
+            |n| ntb_send_pingpong(side, len, n),
+        )
+    })
+}
+
+/// Sends of [`MSG`] bytes in bursts of [`BURST`] until the serving thread
+/// has received `n` more; returns how long that took.
+fn ntb_send_burst(side: &mut Side, n: u64) -> Result<Duration> {
+    let msg = [7u8; MSG];
+    let wrs = vec![
+        SendWr {
+            data: &msg,
+            cookie: 0
+        };
+        BURST
+    ];
+    let base = side.received.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let mut posted = 0u64;
+    let mut spins = 0u32;
+    loop {
+        let got = side.received.load(Ordering::Relaxed) - base;
+        if got >= n {
+            return Ok(start.elapsed());
+        }
+        if posted < n {
+            let k = BURST.min((n - posted) as usize);
+            match side.t.post_sends(side.qp, &wrs[..k]) {
+                Ok(m) => posted += m as u64,
+                Err(TransportError::Busy { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Send completions are immediate: drain them (and make progress:
+        // credits and returned eager buffers).
+        let m = side.t.poll_completions(&mut side.comps);
+        for c in &side.comps[..m] {
+            ok(c)?;
+        }
+        spins += 1;
+        if spins.is_multiple_of(4096) && start.elapsed() > Duration::from_secs(10) {
+            bail!("sends stalled: {got} of {n} received");
+        }
+    }
+}
+
+/// 64 B send rate with bursts of 32, counted where the messages arrive.
+fn ntb_send_rate(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    ntb_session(a, b, Serve::Passive, None, |side| {
+        ntb_sample(
+            format!("ntbdk send {MSG} B, burst {BURST}, cores {a} -> {b} (received)"),
+            iters,
+            target,
+            BURST as u64,
+            NTB_BATCH_TIME,
+            |n| ntb_send_burst(side, n),
+        )
+    })
+}
+
+/// Rows as the floor check wants them (operations and total time of the
+/// median-batch rate).
+fn as_row(s: &Samples) -> Row {
+    Row {
+        name: s.name.clone(),
+        ops: 1_000_000,
+        elapsed: Duration::from_nanos((s.typical_ns() * 1e6) as u64),
+    }
 }

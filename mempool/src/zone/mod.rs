@@ -215,8 +215,8 @@ impl Zone {
     /// Maps a zone created elsewhere (typically received from another process
     /// over a Unix socket with `SCM_RIGHTS`) after validating it: it must be
     /// a sealed ntbdk memfd whose header (magic, version, page size, sizes)
-    /// matches the file. The mapping is locked when possible (a failure is a
-    /// warning).
+    /// matches the file. The mapping is not locked again: the pages are
+    /// already allocated and locked by the creator's mapping.
     ///
     /// # Errors
     /// [`MemError::BadZone`] saying what did not match; [`MemError::Io`] when
@@ -271,7 +271,6 @@ impl Zone {
             page_size,
             fd,
         };
-        zone.lock();
         Ok(zone)
     }
 

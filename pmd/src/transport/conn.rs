@@ -14,6 +14,9 @@ use super::sgl::ExtentCursor;
 use super::types::PeerState;
 use super::wire::Body;
 
+/// Most messages waiting for credits towards one ring of a peer.
+pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;
+
 /// Ring indices: the order of the credit words.
 pub(crate) const RX: usize = 0;
 pub(crate) const TX: usize = 1;
@@ -150,9 +153,17 @@ impl Conn {
     /// Sends `body` on `ring` of the peer, or queues it behind earlier ones
     /// while the ring has no credit.
     #[inline]
+    ///
+    /// A peer that stops crediting while we keep producing for it would make
+    /// the backlog grow without bound: past [`BACKLOG_LIMIT`] messages the
+    /// connection is declared broken (an error, like a device failure).
     pub fn emit(&mut self, local: &LocalWindow, ring: usize, body: &Body) -> HwResult<()> {
         if self.backlog[ring].is_empty() && self.prod[ring].free(local).0 > 0 {
             self.prod[ring].push(&self.win, body)
+        } else if self.backlog[ring].len() >= BACKLOG_LIMIT {
+            Err(crate::hw::HwError::Fabric(
+                "the peer stopped crediting its queue: connection reset".into(),
+            ))
         } else {
             self.backlog[ring].push_back(*body);
             Ok(())

@@ -20,10 +20,13 @@ pub enum DropKind {
     BadBuffer = 6,
     /// A credit word going backwards or beyond what was produced.
     BadCredit = 7,
+    /// The peer started more operations than we serve at once, or stopped
+    /// crediting what we send it (refused, or the connection reset).
+    Overload = 8,
 }
 
 /// Number of [`DropKind`]s.
-pub const DROP_KINDS: usize = 8;
+pub const DROP_KINDS: usize = 9;
 
 /// Counters of one queue pair (one peer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

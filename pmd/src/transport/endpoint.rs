@@ -1,7 +1,7 @@
 //! [`Transport`]: one host's endpoint — its window, region table, peers and
 //! operations — and the verbs-like posting API.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
 use super::error::{Result, Status, TransportError};
 use super::geometry::Layout;
+use super::idhash::IdMap;
 use super::region::{Access, RegionKey, RegionTable};
 use super::sgl::{ExtentCursor, RemoteAddr, Sge};
 use super::types::{Completion, Config, OpKind, PeerState, Qp, Resources};
@@ -166,7 +167,7 @@ pub struct Transport {
     pub(crate) peers: Vec<Peer>,
     pub(crate) connected: Vec<Port>,
     pub(crate) regions: RegionTable,
-    pub(crate) ops: HashMap<u64, OutOp>,
+    pub(crate) ops: IdMap<u64, OutOp>,
     pub(crate) next_op: u64,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) engine: Box<dyn DmaEngine>,
@@ -175,6 +176,24 @@ pub struct Transport {
     pub(crate) events: Vec<LinkEvent>,
     pub(crate) doomed: Vec<Port>,
     pub(crate) scratch: Vec<(wire::Queue, Msg)>,
+    pub(crate) chain_early: Vec<EarlySgl>,
+}
+
+/// A chain target's storage that arrived before our own request to send.
+#[derive(Debug)]
+pub(crate) struct EarlySgl {
+    pub origin: Port,
+    pub op: u64,
+    pub from: Port,
+    pub start: u32,
+    pub sges: Vec<wire::WireSge>,
+    pub at: Instant,
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.say_goodbye();
+    }
 }
 
 impl std::fmt::Debug for Transport {
@@ -239,7 +258,7 @@ impl Transport {
             incarnation,
             connected: Vec::new(),
             regions,
-            ops: HashMap::new(),
+            ops: IdMap::default(),
             next_op: 1,
             completions: VecDeque::new(),
             engine: Box::new(CpuEngine {
@@ -251,6 +270,7 @@ impl Transport {
             events: Vec::new(),
             doomed: Vec::new(),
             scratch: Vec::new(),
+            chain_early: Vec::new(),
         };
         t.write_header()?;
         for p in 0..t.peers.len() as Port {
@@ -396,7 +416,8 @@ impl Transport {
             .register(len as u64, access, Some(max_extent as u64))
     }
 
-    /// Deregisters a region.
+    /// Deregisters a region. Do not deregister a region that posted work
+    /// still uses (as in RDMA verbs): its bytes may be handed out again.
     pub fn deregister_region(&mut self, key: RegionKey) -> Result<()> {
         self.regions.deregister(key)
     }
@@ -785,12 +806,17 @@ impl Transport {
         cookie: u64,
     ) -> Result<()> {
         if targets.is_empty() {
-            return Err(TransportError::Invalid("multicast put needs at least one target".into()));
+            return Err(TransportError::Invalid(
+                "multicast put needs at least one target".into(),
+            ));
         }
         for (i, t) in targets.iter().enumerate() {
             self.check_post(*t)?;
             if targets[..i].contains(t) {
-                return Err(TransportError::Invalid(format!("port {} is listed twice", t.peer)));
+                return Err(TransportError::Invalid(format!(
+                    "port {} is listed twice",
+                    t.peer
+                )));
             }
         }
         let (src, len) = self.resolve_sges(local, Access::LOCAL_READ)?;

@@ -105,6 +105,19 @@ impl Transport {
         }
     }
 
+    /// Tells every peer we are going away: a hello from a fresh incarnation
+    /// that has seen nobody, so each peer tears its connection down at once
+    /// (failing what involves us) instead of waiting for timeouts.
+    pub(crate) fn say_goodbye(&mut self) {
+        self.incarnation = super::endpoint::random_u64(self.incarnation);
+        for p in 0..self.peers.len() as Port {
+            if p != self.me && self.peers[p as usize].state != PeerState::Down {
+                self.peers[p as usize].peer_inc = 0;
+                self.send_hello(p);
+            }
+        }
+    }
+
     pub(crate) fn link_up(&mut self, peer: Port, generation: u64) {
         let p = &mut self.peers[peer as usize];
         if p.conn.is_some() && p.link_gen != generation {

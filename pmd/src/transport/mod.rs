@@ -59,11 +59,35 @@
 //! fail, is dropped and counted ([`DropKind`]). Every operation has a
 //! deadline; nothing waits forever.
 //!
+//! A peer can still exhaust only what it is given: at most
+//! `Config::max_outstanding` operations served for it at once (more are
+//! refused with an error `Ack`), a bounded backlog of messages towards it
+//! (a peer that stops crediting is disconnected), storage it asks for only
+//! from the region area and only until its operation's deadline.
+//!
 //! # Connections
-//! See [`handshake`](self#connections): hellos with posted writes, a new
-//! epoch per pair of incarnations, teardown on link down / new incarnation
-//! (outstanding operations complete with [`Status::PeerDown`], receives are
-//! flushed, buffers and credits start afresh on reconnect).
+//! A handshake with posted writes only (see the `handshake` module source):
+//! each side writes a hello {magic, version, geometry, its incarnation, the
+//! incarnation of ours it saw} into its mailbox in the peer's window; a side
+//! is connected once it sees its own incarnation in the peer's hello, and
+//! both derive the connection epoch from the two incarnations, so nothing of
+//! an earlier connection is ever taken for a new message. A different
+//! version or geometry fails the connection with a clear error
+//! ([`PeerState::Failed`], [`TransportError::HandshakeFailed`]). Link down
+//! (the device's dead-peer detection), a new incarnation of the peer, or a
+//! transport being dropped (it says goodbye with a fresh incarnation) tears
+//! the connection down: outstanding operations complete with
+//! [`Status::PeerDown`], posted receives are flushed, regions allocated for
+//! the peer's operations are freed, and the peer's section is cleared, so
+//! eager buffers and credits start afresh when it reconnects.
+//!
+//! # Batching and progress
+//! A slot is published by its own tag, so a batch of work requests
+//! ([`Transport::post_sends`], [`Transport::post_writes`]) is a run of
+//! slots written back to back with no index to update; with
+//! [`Config::doorbell`] the batch ends with one doorbell. Consumers credit
+//! back once per quarter ring. All progress happens in
+//! [`Transport::poll_completions`] / [`Transport::progress`]: no threads.
 
 mod conn;
 mod counters;
@@ -72,6 +96,7 @@ mod endpoint;
 mod error;
 mod geometry;
 mod handshake;
+mod idhash;
 pub mod inject;
 pub mod loopback;
 mod progress;

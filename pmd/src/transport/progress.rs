@@ -5,10 +5,10 @@ use std::time::Instant;
 
 use crate::hw::{LocalWindow, PeerWindow, Port};
 
-use super::conn::{CQ, InOp, POSTQ, RX, TX};
+use super::conn::{CQ, ChainLink, InOp, POSTQ, RX, TX};
 use super::counters::DropKind;
 use super::dma::DmaEngine;
-use super::endpoint::{OutKind, Transport};
+use super::endpoint::{EarlySgl, OutKind, Transport};
 use super::error::Status;
 use super::region::{Access, RegionKey};
 use super::sgl::ExtentCursor;
@@ -123,6 +123,18 @@ impl Transport {
     }
 
     fn expire(&mut self, now: Instant) {
+        let timeout = self.cfg.op_timeout;
+        let stale: Vec<Port> = self
+            .chain_early
+            .iter()
+            .filter(|e| now.duration_since(e.at) >= timeout)
+            .map(|e| e.from)
+            .collect();
+        self.chain_early
+            .retain(|e| now.duration_since(e.at) < timeout);
+        for from in stale {
+            self.count(from, DropKind::UnknownOp);
+        }
         let expired: Vec<u64> = self
             .ops
             .iter()
@@ -232,8 +244,10 @@ impl Transport {
     }
 
     /// Registers a fresh inbound op id on `ring` (0: RX, 1: TX); `false`
-    /// (counted) for a replay.
+    /// (counted) for a replay, or (refused with an error `Ack`) when we
+    /// already serve `max_outstanding` operations for this peer.
     fn fresh(&mut self, p: Port, ring: usize, op: u64) -> bool {
+        let limit = self.cfg.max_outstanding;
         let peer = &mut self.peers[p as usize];
         let Some(c) = peer.conn.as_mut() else {
             return false;
@@ -243,6 +257,17 @@ impl Transport {
             return false;
         }
         c.hwm[ring] = op;
+        if c.inbound.len() >= limit {
+            // Serving too much for this peer already: refuse this one.
+            peer.counters.drop_one(DropKind::Overload);
+            let nak = Msg::Ack {
+                op,
+                status: WireStatus::NoRoom,
+                len: 0,
+            };
+            self.emit(p, CQ, &nak);
+            return false;
+        }
         true
     }
 
@@ -270,7 +295,9 @@ impl Transport {
         if self.peers[p as usize].conn.is_none() {
             return;
         }
-        let deadline = Instant::now() + self.cfg.op_timeout;
+        // Only the messages that start an operation need the clock.
+        let timeout = self.cfg.op_timeout;
+        let deadline = || Instant::now() + timeout;
         match m {
             Msg::WriteReq {
                 op,
@@ -300,7 +327,14 @@ impl Transport {
                         );
                     }
                     Ok(ext) => {
-                        self.inbound_insert(p, op, InOp::Write { len, deadline });
+                        self.inbound_insert(
+                            p,
+                            op,
+                            InOp::Write {
+                                len,
+                                deadline: deadline(),
+                            },
+                        );
                         self.emit_sgl(p, op, &ext);
                     }
                 }
@@ -331,13 +365,34 @@ impl Transport {
                             InOp::McRecv {
                                 region: key,
                                 len,
-                                deadline,
+                                deadline: deadline(),
+                                chain: None,
                             },
                         );
                         self.emit_sgl(p, op, &ext);
                     }
                 }
             }
+            Msg::ChainRts {
+                op,
+                len,
+                prev,
+                next,
+            } => self.on_chain_rts(p, op, len, prev, next, deadline()),
+            Msg::ChainSgl {
+                op,
+                origin,
+                start,
+                n,
+                sges,
+            } => self.on_chain_sgl(
+                p,
+                origin,
+                op,
+                start,
+                &sges[..(n as usize).min(SGES_PER_MSG)],
+            ),
+            Msg::ChainDone { op, origin, len } => self.on_done(p, origin, op, len),
             Msg::ReadSize { op, status, len } => self.on_read_size(p, op, status, len),
             Msg::Sgl { op, start, n, sges } => {
                 self.on_sgl(p, op, start, &sges[..(n as usize).min(SGES_PER_MSG)])
@@ -376,7 +431,7 @@ impl Transport {
                             src: ExtentCursor::new(ext),
                             len,
                             delivered: 0,
-                            deadline,
+                            deadline: deadline(),
                         },
                     ),
                 }
@@ -408,7 +463,7 @@ impl Transport {
                 };
                 self.emit(p, RX, &reply);
             }
-            Msg::Done { op, len } => self.on_done(p, op, len),
+            Msg::Done { op, len } => self.on_done(p, p, op, len),
             Msg::Ack { op, status, len } => self.on_ack(p, op, status, len),
             Msg::SendInline { len, data } => {
                 self.deliver(p, None, &data[..(len as usize).min(data.len())])
@@ -579,11 +634,21 @@ impl Transport {
                 }
             }
             OutKind::Multicast {
-                targets, len, put, ..
+                targets,
+                len,
+                put,
+                chain,
+                ..
             } if !*put => {
+                // In a chain only the first target answers us.
+                let chain = *chain;
                 let Some(t) = targets
                     .iter_mut()
-                    .find(|t| t.peer == p && !t.ready && t.status.is_none())
+                    .enumerate()
+                    .find(|(i, t)| {
+                        t.peer == p && !t.ready && t.status.is_none() && (!chain || *i == 0)
+                    })
+                    .map(|(_, t)| t)
                 else {
                     return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
                 };
@@ -597,6 +662,13 @@ impl Transport {
                 o.deadline = Instant::now() + timeout;
                 if t.got == *len {
                     t.ready = true;
+                    if chain {
+                        // The first target's clear-to-send comes only once
+                        // the whole chain is ready.
+                        for t in targets.iter_mut() {
+                            t.ready = true;
+                        }
+                    }
                     self.mc_maybe_put(op);
                 }
             }
@@ -659,20 +731,46 @@ impl Transport {
         }
     }
 
-    fn on_done(&mut self, p: Port, op: u64, len: u32) {
-        let peer = &mut self.peers[p as usize];
-        let Some(c) = peer.conn.as_mut() else { return };
-        let reply = match c.inbound.remove(&op) {
+    /// A `Done` (from the initiator) or `ChainDone` (from the previous
+    /// target of a chain) for op `op` of `origin`.
+    fn on_done(&mut self, from: Port, origin: Port, op: u64, len: u32) {
+        if origin as usize >= self.peers.len() {
+            return self.count(from, DropKind::UnknownOp);
+        }
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return self.count(from, DropKind::UnknownOp);
+        };
+        let legit = match c.inbound.get(&op) {
+            Some(InOp::McRecv {
+                chain: Some(ch), ..
+            }) => ch.prev == from,
+            Some(_) => from == origin,
+            None => false,
+        };
+        if !legit {
+            return self.count(from, DropKind::UnknownOp);
+        }
+        let entry = c.inbound.remove(&op);
+        let counters = &mut self.peers[origin as usize].counters;
+        let reply = match entry {
             Some(InOp::Write { len: l, .. }) if l == len => {
-                peer.counters.served += 1;
-                peer.counters.bytes_in += u64::from(len);
+                counters.served += 1;
+                counters.bytes_in += u64::from(len);
                 WireStatus::Ok
             }
-            Some(InOp::McRecv { region, len: l, .. }) if l == len => {
-                peer.counters.served += 1;
-                peer.counters.bytes_in += u64::from(len);
+            Some(InOp::McRecv {
+                region,
+                len: l,
+                chain,
+                ..
+            }) if l == len => {
+                counters.served += 1;
+                counters.bytes_in += u64::from(len);
+                if let Some(ch) = chain {
+                    self.chain_forward(origin, op, len, region, &ch);
+                }
                 self.completions.push_back(Completion {
-                    peer: p,
+                    peer: origin,
                     op: OpKind::MulticastRecv,
                     status: Status::Success,
                     bytes: u64::from(len),
@@ -682,17 +780,17 @@ impl Transport {
                 WireStatus::Ok
             }
             Some(other) => {
-                peer.counters.drop_one(DropKind::OutOfRange);
+                counters.drop_one(DropKind::OutOfRange);
                 if let InOp::McRecv { region, .. } = other {
                     let _ = self.regions.deregister(region);
                 }
                 WireStatus::Protocol
             }
-            None => return peer.counters.drop_one(DropKind::UnknownOp),
+            None => return,
         };
         let len = if reply == WireStatus::Ok { len } else { 0 };
         self.emit(
-            p,
+            origin,
             CQ,
             &Msg::Ack {
                 op,
@@ -700,6 +798,227 @@ impl Transport {
                 len,
             },
         );
+    }
+
+    /// Chain target: the data is deposited in `region`; forward it to the
+    /// next target's storage and tell it.
+    fn chain_forward(
+        &mut self,
+        origin: Port,
+        op: u64,
+        len: u32,
+        region: RegionKey,
+        ch: &ChainLink,
+    ) {
+        let Some(next) = ch.next else { return };
+        if ch.next_got != len {
+            return;
+        }
+        let src = self
+            .regions
+            .get(region)
+            .map(|r| r.slice(0, u64::from(len)))
+            .unwrap_or_default();
+        let Self {
+            peers,
+            engine,
+            local,
+            ..
+        } = self;
+        let Some(c) = peers[next as usize].conn.as_ref() else {
+            return;
+        };
+        let mut cur = ExtentCursor::new(src);
+        if copy_pieces(
+            engine.as_mut(),
+            local,
+            &c.win,
+            &mut cur,
+            0,
+            &to_wire(&ch.next_sgl),
+        ) {
+            peers[next as usize].counters.bytes_out += u64::from(len);
+            self.emit(next, CQ, &Msg::ChainDone { op, origin, len });
+        } else {
+            self.doomed.push(next);
+        }
+    }
+
+    fn on_chain_rts(
+        &mut self,
+        p: Port,
+        op: u64,
+        len: u32,
+        prev: Port,
+        next: Option<Port>,
+        deadline: Instant,
+    ) {
+        if !self.fresh(p, 0, op) {
+            return;
+        }
+        let ports = self.peers.len();
+        let me = self.me;
+        let ok_port = |x: Port| (x as usize) < ports && x != me;
+        let valid = ok_port(prev) && next.is_none_or(|n| ok_port(n) && n != p && n != prev);
+        if !valid {
+            self.count(p, DropKind::OutOfRange);
+            let nak = Msg::Ack {
+                op,
+                status: WireStatus::Protocol,
+                len: 0,
+            };
+            return self.emit(p, CQ, &nak);
+        }
+        let Ok(key) = self.regions.register(u64::from(len), Access::LOCAL, None) else {
+            let nak = Msg::Ack {
+                op,
+                status: WireStatus::NoRoom,
+                len: 0,
+            };
+            return self.emit(p, CQ, &nak);
+        };
+        let link = ChainLink {
+            prev,
+            next,
+            next_sgl: Vec::new(),
+            next_got: 0,
+            cts_sent: false,
+        };
+        self.inbound_insert(
+            p,
+            op,
+            InOp::McRecv {
+                region: key,
+                len,
+                deadline,
+                chain: Some(Box::new(link)),
+            },
+        );
+        // The next target's storage may have come before our request.
+        let mut early = Vec::new();
+        self.chain_early.retain(|e| {
+            let mine = e.origin == p && e.op == op;
+            if mine {
+                early.push((e.from, e.start, e.sges.clone()));
+            }
+            !mine
+        });
+        for (from, start, sges) in early {
+            self.on_chain_sgl(from, p, op, start, &sges);
+        }
+        if next.is_none() {
+            self.chain_cts(p, op);
+        }
+    }
+
+    /// Chain target: the successor's storage is complete (or there is
+    /// none): send ours to our predecessor.
+    fn chain_cts(&mut self, origin: Port, op: u64) {
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return;
+        };
+        let Some(InOp::McRecv {
+            region,
+            len,
+            chain: Some(ch),
+            ..
+        }) = c.inbound.get_mut(&op)
+        else {
+            return;
+        };
+        if ch.cts_sent {
+            return;
+        }
+        ch.cts_sent = true;
+        let (prev, region, len) = (ch.prev, *region, *len);
+        let ext = self
+            .regions
+            .get(region)
+            .map(|r| r.slice(0, u64::from(len)))
+            .unwrap_or_default();
+        if prev == origin {
+            return self.emit_sgl(origin, op, &ext);
+        }
+        if self.peers[prev as usize].conn.is_none() {
+            if let Some(InOp::McRecv { region, .. }) = self.peers[origin as usize]
+                .conn
+                .as_mut()
+                .and_then(|c| c.inbound.remove(&op))
+            {
+                let _ = self.regions.deregister(region);
+            }
+            let nak = Msg::Ack {
+                op,
+                status: WireStatus::Protocol,
+                len: 0,
+            };
+            return self.emit(origin, CQ, &nak);
+        }
+        let mut msgs = Vec::new();
+        wire::chunk_sgl(&ext, |start, n, sges| {
+            msgs.push(Msg::ChainSgl {
+                op,
+                origin,
+                start,
+                n,
+                sges,
+            })
+        });
+        for m in &msgs {
+            self.emit(prev, TX, m);
+        }
+    }
+
+    /// Chain target: part of the next target's storage, from it.
+    fn on_chain_sgl(&mut self, s: Port, origin: Port, op: u64, start: u32, sges: &[WireSge]) {
+        if origin as usize >= self.peers.len() || origin == self.me {
+            return self.count(s, DropKind::UnknownOp);
+        }
+        let timeout = self.cfg.op_timeout;
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return self.count(s, DropKind::UnknownOp);
+        };
+        let total: u64 = sges.iter().map(|x| u64::from(x.len)).sum();
+        match c.inbound.get_mut(&op) {
+            Some(InOp::McRecv {
+                len,
+                chain: Some(ch),
+                deadline,
+                ..
+            }) if ch.next == Some(s) && !ch.cts_sent => {
+                if start != ch.next_got || u64::from(start) + total > u64::from(*len) {
+                    if let Some(InOp::McRecv { region, .. }) = c.inbound.remove(&op) {
+                        let _ = self.regions.deregister(region);
+                    }
+                    self.count(s, DropKind::OutOfRange);
+                    let nak = Msg::Ack {
+                        op,
+                        status: WireStatus::Protocol,
+                        len: 0,
+                    };
+                    return self.emit(origin, CQ, &nak);
+                }
+                ch.next_sgl
+                    .extend(sges.iter().map(|x| (x.offset, u64::from(x.len))));
+                ch.next_got += total as u32;
+                *deadline = Instant::now() + timeout;
+                if ch.next_got == *len {
+                    self.chain_cts(origin, op);
+                }
+            }
+            Some(_) => self.count(s, DropKind::UnknownOp),
+            None if op > c.hwm[0] && self.chain_early.len() < 1024 => {
+                self.chain_early.push(EarlySgl {
+                    origin,
+                    op,
+                    from: s,
+                    start,
+                    sges: sges.to_vec(),
+                    at: Instant::now(),
+                });
+            }
+            None => self.count(s, DropKind::UnknownOp),
+        }
     }
 
     fn on_ack(&mut self, p: Port, op: u64, status: WireStatus, len: u32) {
@@ -757,7 +1076,8 @@ impl Transport {
     /// then puts when the check-in counter reaches zero, and completes when
     /// every target is resolved.
     pub(crate) fn mc_target_failed(&mut self, op: u64, p: Port, status: Status) {
-        let Some(OutKind::Multicast { targets, .. }) = self.ops.get_mut(&op).map(|o| &mut o.kind)
+        let Some(OutKind::Multicast { targets, chain, .. }) =
+            self.ops.get_mut(&op).map(|o| &mut o.kind)
         else {
             return;
         };
@@ -766,6 +1086,12 @@ impl Transport {
             .find(|t| t.peer == p && t.status.is_none())
         {
             t.status = Some(status);
+        }
+        if *chain && !status.is_ok() {
+            // A broken chain: the other targets will not get the data either.
+            for t in targets.iter_mut().filter(|t| t.status.is_none()) {
+                t.status = Some(status);
+            }
         }
         self.mc_maybe_put(op);
     }
@@ -783,11 +1109,12 @@ impl Transport {
             len,
             targets,
             put,
+            chain,
         }) = ops.get_mut(&op).map(|o| &mut o.kind)
         else {
             return;
         };
-        let len = *len;
+        let (len, chain) = (*len, *chain);
         // The check-in counter: targets neither ready nor failed.
         let waiting = targets
             .iter()
@@ -796,7 +1123,13 @@ impl Transport {
         if waiting == 0 && !*put {
             *put = true;
             let mut dones = Vec::new();
-            for t in targets.iter_mut().filter(|t| t.status.is_none()) {
+            // Fan-out: one copy per target. Chain: to the first only; it
+            // deposits and forwards.
+            for (_, t) in targets
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, t)| t.status.is_none() && (!chain || *i == 0))
+            {
                 let Some(c) = peers[t.peer as usize].conn.as_ref() else {
                     t.status = Some(Status::PeerDown);
                     continue;
@@ -813,6 +1146,11 @@ impl Transport {
                     peers[t.peer as usize].counters.bytes_out += u64::from(len);
                     dones.push(t.peer);
                 } else {
+                    t.status = Some(Status::PeerDown);
+                }
+            }
+            if chain && dones.is_empty() {
+                for t in targets.iter_mut().filter(|t| t.status.is_none()) {
                     t.status = Some(Status::PeerDown);
                 }
             }

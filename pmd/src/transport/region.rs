@@ -6,7 +6,9 @@
 //! Every access a peer asks for is resolved here, against the key, the
 //! permissions and the region's length, before a byte moves.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::idhash::IdMap;
 
 use super::error::{Result, TransportError};
 
@@ -92,10 +94,23 @@ impl Region {
 }
 
 /// The region table and the allocator of the region area.
+///
+/// # Example
+/// ```
+/// use ntbdk_pmd::transport::{Access, RegionTable};
+/// let mut t = RegionTable::new(4096, 4096 + 64 * 1024, 1);
+/// let k = t.register(1000, Access::LOCAL | Access::REMOTE_WRITE, Some(256)).unwrap();
+/// // Built from extents of at most 256 bytes: a peer's write of 300 bytes
+/// // at offset 200 lands in two of them.
+/// assert_eq!(t.resolve(k, 200, 300, Access::REMOTE_WRITE).unwrap().len(), 2);
+/// // No remote read permission, and nothing beyond the region's end.
+/// assert!(t.resolve(k, 0, 10, Access::REMOTE_READ).is_err());
+/// assert!(t.resolve(k, 990, 20, Access::REMOTE_WRITE).is_err());
+/// ```
 #[derive(Debug)]
 pub struct RegionTable {
     free: BTreeMap<u64, u64>,
-    regions: HashMap<u32, Region>,
+    regions: IdMap<u32, Region>,
     next_key: u32,
     total: u64,
 }
@@ -111,7 +126,7 @@ impl RegionTable {
         }
         Self {
             free,
-            regions: HashMap::new(),
+            regions: IdMap::default(),
             next_key: first_key.max(1),
             total: end.saturating_sub(start),
         }

@@ -333,7 +333,12 @@ pub fn encode(msg: &Msg) -> Body {
         Msg::ReadIntent { op, rkey, roff } => scalar(code::READ_INTENT, 0, rkey, op, roff, 0),
         Msg::ReadSize { op, status, len } => scalar(code::READ_SIZE, status as u8, 0, op, 0, len),
         Msg::Rts { op, len } => scalar(code::RTS, 0, 0, op, 0, len),
-        Msg::ChainRts { op, len, prev, next } => scalar(
+        Msg::ChainRts {
+            op,
+            len,
+            prev,
+            next,
+        } => scalar(
             code::CHAIN_RTS,
             0,
             next.map_or(0, |n| u32::from(n) + 1),
@@ -394,7 +399,10 @@ fn decode_scalar(b: &Body, uses_a: bool, uses_b: bool, uses_c: bool) -> Result<(
     }
 }
 
-fn decode_sgl(b: &Body, with_origin: bool) -> Result<(u64, u32, u8, [WireSge; SGES_PER_MSG]), WireError> {
+fn decode_sgl(
+    b: &Body,
+    with_origin: bool,
+) -> Result<(u64, u32, u8, [WireSge; SGES_PER_MSG]), WireError> {
     let n = b[1];
     if n == 0 || n as usize > SGES_PER_MSG || (!with_origin && (b[2] != 0 || b[3] != 0)) {
         return Err(WireError::Malformed);
@@ -503,7 +511,12 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
                 0 => None,
                 x => Some(u16::try_from(x - 1).map_err(|_| WireError::Malformed)?),
             };
-            Msg::ChainRts { op, len: c, prev, next }
+            Msg::ChainRts {
+                op,
+                len: c,
+                prev,
+                next,
+            }
         }
         code::CHAIN_SGL => {
             let (op, start, n, sges) = decode_sgl(b, true)?;
@@ -579,7 +592,9 @@ pub struct Limits {
 /// permissions) are the transport's; this one needs no state and never panics.
 pub fn validate(msg: &Msg, queue: Queue, limits: &Limits) -> Result<(), WireError> {
     let allowed = match msg {
-        Msg::WriteReq { .. } | Msg::Rts { .. } | Msg::ChainRts { .. } | Msg::ReadSize { .. } => Queue::Rx,
+        Msg::WriteReq { .. } | Msg::Rts { .. } | Msg::ChainRts { .. } | Msg::ReadSize { .. } => {
+            Queue::Rx
+        }
         Msg::ChainSgl { .. } => Queue::Tx,
         Msg::ChainDone { .. } => Queue::Cq,
         Msg::Sgl { .. } | Msg::ReadReq { .. } | Msg::ReadSgl { .. } | Msg::ReadIntent { .. } => {
@@ -637,6 +652,17 @@ pub fn validate(msg: &Msg, queue: Queue, limits: &Limits) -> Result<(), WireErro
 }
 
 /// Decodes and validates in one step: the entry point of the fuzz target.
+///
+/// # Example
+/// ```
+/// use ntbdk_pmd::transport::wire::{self, Limits, Msg, Queue};
+/// let limits = Limits { max_len: 1 << 20, region_start: 4096, window_len: 1 << 20, eager_count: 8, eager_size: 256 };
+/// let body = wire::encode(&Msg::Rts { op: 9, len: 100 });
+/// assert_eq!(wire::decode_validated(&body, Queue::Rx, &limits), Ok(Msg::Rts { op: 9, len: 100 }));
+/// // The same message on the wrong queue, or garbage, is refused.
+/// assert!(wire::decode_validated(&body, Queue::Cq, &limits).is_err());
+/// assert!(wire::decode_validated(&[0xff; 56], Queue::Rx, &limits).is_err());
+/// ```
 pub fn decode_validated(b: &Body, queue: Queue, limits: &Limits) -> Result<Msg, WireError> {
     let m = decode(b)?;
     validate(&m, queue, limits)?;
@@ -809,10 +835,30 @@ mod tests {
                 len: 77,
             },
             Msg::Rts { op: 10, len: 99 },
-            Msg::ChainRts { op: 11, len: 99, prev: 3, next: Some(0) },
-            Msg::ChainRts { op: 11, len: 99, prev: 0, next: None },
-            Msg::ChainSgl { op: 11, origin: 4, start: 0, n: 2, sges },
-            Msg::ChainDone { op: 11, origin: 4, len: 99 },
+            Msg::ChainRts {
+                op: 11,
+                len: 99,
+                prev: 3,
+                next: Some(0),
+            },
+            Msg::ChainRts {
+                op: 11,
+                len: 99,
+                prev: 0,
+                next: None,
+            },
+            Msg::ChainSgl {
+                op: 11,
+                origin: 4,
+                start: 0,
+                n: 2,
+                sges,
+            },
+            Msg::ChainDone {
+                op: 11,
+                origin: 4,
+                len: 99,
+            },
             Msg::SendInline { len: 3, data },
             Msg::SendBuf { buf: 2, len: 200 },
         ];

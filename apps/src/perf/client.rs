@@ -1,0 +1,487 @@
+//! The measuring side of `ntb-perf`: bandwidth (a window of outstanding
+//! work requests posted in bursts, completions polled in bursts) and latency
+//! (one operation at a time, into an HDR histogram of nanoseconds).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use ntbdk_pmd::hw::{NtbDevice, Port};
+use ntbdk_pmd::transport::{
+    Completion, OpKind, Qp, QpCounters, RegionKey, RemoteAddr, SendWr, Sge, TransportError, WriteWr,
+};
+
+use super::control::{ClientControl, Command, Phase};
+use super::endpoint::{EAGER_SIZE, Endpoint};
+use super::session::check_interrupted;
+use super::{Op, budget::Budget};
+use crate::report::{BwRow, LatRow, new_histogram};
+
+/// Completions polled per call.
+const POLL_BURST: usize = 64;
+
+/// One server as the client sees it.
+struct Server {
+    qp: Qp,
+    key: RegionKey,
+    len: u64,
+    ctl: ClientControl,
+}
+
+/// The client: our endpoint and the servers it measures against.
+///
+/// # Example
+/// A server on a thread and a client, on a private fabric in a temporary
+/// directory:
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use ntbdk_apps::perf::{Budget, Client, Endpoint, Op, control::ServerControl,
+///     fabric_config, serve};
+/// use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric};
+///
+/// let dir = std::env::temp_dir().join(format!("ntbdk-doc-client-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let fabric = EmuFabric::create_in(&dir, "doc", &fabric_config(2)).unwrap();
+/// let device = |slot| {
+///     let cfg = DeviceConfig {
+///         slot: Some(slot),
+///         fabric: fabric.config().clone(),
+///         dir: Some(dir.clone()),
+///         ..DeviceConfig::default()
+///     };
+///     Arc::new(EmuDevice::join(&fabric, &cfg).unwrap())
+/// };
+/// let timeout = Duration::from_secs(10);
+/// let (server_dev, client_dev) = (device(1), device(0));
+/// let server = std::thread::spawn(move || {
+///     let mut ctl = ServerControl::new(server_dev.clone()).unwrap();
+///     let mut ep = Endpoint::new(server_dev, timeout).unwrap();
+///     serve(&mut ep, &mut ctl, 0, timeout).unwrap()
+/// });
+/// let ep = Endpoint::new(client_dev, timeout).unwrap();
+/// let mut client = Client::connect(ep, &[1], timeout).unwrap();
+/// let bw = client.bandwidth(Op::Write, 4096, 8, 32, Budget::iterations(100)).unwrap();
+/// assert_eq!((bw.bytes, bw.iterations), (4096, 100));
+/// let lat = client.latency(Op::Send, 64, 10, Budget::iterations(100)).unwrap();
+/// assert_eq!(lat.iterations, 100);
+/// client.stop().unwrap();
+/// assert!(server.join().unwrap().echoes >= 100); // and the warm-up's
+/// drop(client);
+/// EmuFabric::destroy_in(&dir, "doc").unwrap();
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub struct Client {
+    ep: Endpoint,
+    servers: Vec<Server>,
+    timeout: Duration,
+    comps: Vec<Completion>,
+}
+
+impl Client {
+    /// Connects to `ports` (servers), exchanges region keys through the
+    /// control channel and posts receives. Every wait ends after `timeout`.
+    pub fn connect(mut ep: Endpoint, ports: &[Port], timeout: Duration) -> Result<Self> {
+        let dev: Arc<dyn NtbDevice> = ep.t.device().clone();
+        let mut servers = Vec::new();
+        for (i, &p) in ports.iter().enumerate() {
+            let qp = ep.t.create_qp(p)?;
+            ep.t.wait_connected(p, timeout).map_err(|e| {
+                anyhow::anyhow!("{e}: is port {p} an ntb-perf --server, and still running?")
+            })?;
+            ep.post_recvs(qp)?;
+            let mut ctl = ClientControl::new(dev.clone(), p, i)?;
+            let t = &mut ep.t;
+            let key = ctl.call(
+                Command::Hello {
+                    client_key: ep.data.0,
+                },
+                timeout,
+                || {
+                    t.progress();
+                    check_interrupted()
+                },
+            )?;
+            let len = u64::from(ctl.call(Command::RegionLen, timeout, || {
+                t.progress();
+                check_interrupted()
+            })?);
+            servers.push(Server {
+                qp,
+                key: RegionKey(key),
+                len,
+                ctl,
+            });
+        }
+        Ok(Self {
+            ep,
+            servers,
+            timeout,
+            comps: vec![Completion::default(); POLL_BURST],
+        })
+    }
+
+    /// The endpoint (counters, transport).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The servers' ports.
+    pub fn server_ports(&self) -> Vec<Port> {
+        self.servers.iter().map(|s| s.qp.peer()).collect()
+    }
+
+    /// Counters of the queue pair to each server.
+    pub fn counters(&self) -> Vec<(Port, QpCounters)> {
+        self.servers
+            .iter()
+            .map(|s| (s.qp.peer(), self.ep.t.counters(s.qp)))
+            .collect()
+    }
+
+    /// The largest message `op` can move here.
+    pub fn max_size(&self, op: Op) -> u64 {
+        let region = self
+            .servers
+            .iter()
+            .map(|s| s.len)
+            .fold(self.ep.data_len, u64::min);
+        match op {
+            Op::Send => u64::from(EAGER_SIZE).min(region),
+            Op::Write | Op::Read => region,
+        }
+    }
+
+    /// Tells every server (or the first only) what to do next.
+    fn phase(&mut self, phase: Phase, first_only: bool) -> Result<()> {
+        let n = if first_only { 1 } else { self.servers.len() };
+        let timeout = self.timeout;
+        for s in &mut self.servers[..n] {
+            let t = &mut self.ep.t;
+            s.ctl.call(Command::Phase(phase), timeout, || {
+                t.progress();
+                check_interrupted()
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Ends the session with every server.
+    pub fn stop(&mut self) -> Result<()> {
+        let timeout = self.timeout;
+        for s in &mut self.servers {
+            let t = &mut self.ep.t;
+            s.ctl.call(Command::Stop, timeout, || {
+                t.progress();
+                check_interrupted()
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Bandwidth of `op` with messages of `size`: bursts of `burst` work
+    /// requests, at most `depth` outstanding, spread over the servers in
+    /// turn, for `budget` after `depth` untimed warm-up operations.
+    pub fn bandwidth(
+        &mut self,
+        op: Op,
+        size: u64,
+        burst: usize,
+        depth: usize,
+        budget: Budget,
+    ) -> Result<BwRow> {
+        self.check_size(op, size)?;
+        self.phase(Phase::Passive, false)?;
+        let warm = Budget::iterations(depth as u64);
+        self.pump(op, size, burst, depth, warm)?;
+        let t0 = Instant::now();
+        let done = self.pump(op, size, burst, depth, budget)?;
+        Ok(BwRow::new(size, done, t0.elapsed()))
+    }
+
+    fn check_size(&self, op: Op, size: u64) -> Result<()> {
+        let max = self.max_size(op);
+        if size == 0 || size > max {
+            bail!(
+                "{op:?} of {size} bytes: at most {max} bytes here{}",
+                if op == Op::Send {
+                    " (a send carries one eager buffer; use --op write for larger messages)"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(())
+    }
+
+    /// Posts bursts until `budget` is spent (counting operations posted),
+    /// then drains; returns the operations completed.
+    fn pump(
+        &mut self,
+        op: Op,
+        size: u64,
+        burst: usize,
+        depth: usize,
+        budget: Budget,
+    ) -> Result<u64> {
+        let start = Instant::now();
+        let local = [Sge {
+            key: self.ep.data,
+            offset: 0,
+            len: size,
+        }];
+        let payload = vec![0x5au8; size.min(u64::from(EAGER_SIZE)) as usize];
+        let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
+        let mut sends: Vec<SendWr<'_>> = Vec::new();
+        match op {
+            Op::Write => {
+                for s in &self.servers {
+                    let wr = WriteWr {
+                        local: &local,
+                        remote: RemoteAddr {
+                            key: s.key,
+                            offset: 0,
+                        },
+                        cookie: 0,
+                    };
+                    writes.push(vec![wr; burst]);
+                }
+            }
+            Op::Send => {
+                sends = vec![
+                    SendWr {
+                        data: &payload,
+                        cookie: 0
+                    };
+                    burst
+                ]
+            }
+            Op::Read => {}
+        }
+        let (mut posted, mut done) = (0u64, 0u64);
+        let mut turn = 0usize;
+        let mut empty = 0u32;
+        let mut last_progress = Instant::now();
+        let mut stopping = false;
+        let mut turn_clock = 0u32;
+        loop {
+            // The clock is read every 8th turn only: at millions of
+            // messages a second it would cost as much as the posting.
+            turn_clock = turn_clock.wrapping_add(1);
+            if !stopping
+                && (budget.remaining(posted) == Some(0)
+                    || (turn_clock.is_multiple_of(8) && budget.reached(posted, start.elapsed())))
+            {
+                stopping = true;
+            }
+            let outstanding = (posted - done) as usize;
+            if !stopping && outstanding < depth {
+                let left = budget.remaining(posted).unwrap_or(u64::MAX);
+                let k = burst.min(depth - outstanding).min(left as usize);
+                let i = turn % self.servers.len();
+                turn += 1;
+                let s = &self.servers[i];
+                let r = match op {
+                    Op::Write => self.ep.t.post_writes(s.qp, &writes[i][..k]),
+                    Op::Send => self.ep.t.post_sends(s.qp, &sends[..k]),
+                    Op::Read => {
+                        let remote = RemoteAddr {
+                            key: s.key,
+                            offset: 0,
+                        };
+                        let mut n = 0;
+                        let mut res = Ok(0);
+                        for _ in 0..k {
+                            if let Err(e) = self.ep.t.post_read(s.qp, &local, remote, 0) {
+                                res = Err(e);
+                                break;
+                            }
+                            n += 1;
+                        }
+                        if n > 0 { Ok(n) } else { res }
+                    }
+                };
+                match r {
+                    Ok(n) => posted += n as u64,
+                    Err(
+                        TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. },
+                    ) => {}
+                    Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
+                }
+            } else if stopping && outstanding == 0 {
+                return Ok(done);
+            }
+            let n = self.ep.t.poll_completions(&mut self.comps);
+            if n > 0 {
+                for c in &self.comps[..n] {
+                    check(c)?;
+                    if matches!(c.op, OpKind::Write | OpKind::Read | OpKind::Send) {
+                        done += 1;
+                    }
+                }
+                empty = 0;
+                last_progress = Instant::now();
+            } else {
+                empty += 1;
+                if empty.is_multiple_of(1024) {
+                    check_interrupted()?;
+                    if posted > done && last_progress.elapsed() >= self.timeout {
+                        bail!(
+                            "no {op:?} completed within {:?} ({} outstanding): \
+                             is the server still running?",
+                            self.timeout,
+                            posted - done
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Latency of `op` with messages of `size`, one operation at a time
+    /// with the first server: `warmup` untimed, then samples until `budget`.
+    /// Sends and writes are ping-pongs (the server answers in kind) and
+    /// record half the round trip; reads record the whole round trip.
+    pub fn latency(&mut self, op: Op, size: u64, warmup: u64, budget: Budget) -> Result<LatRow> {
+        self.check_size(op, size)?;
+        let phase = match op {
+            Op::Send => Phase::SendEcho,
+            Op::Write => Phase::WriteEcho { size: size as u32 },
+            Op::Read => Phase::Passive,
+        };
+        self.phase(phase, true)?;
+        let mut hist = new_histogram();
+        let payload = vec![0xa5u8; size.min(u64::from(EAGER_SIZE)) as usize];
+        let local = [Sge {
+            key: self.ep.data,
+            offset: 0,
+            len: size,
+        }];
+        let s = &self.servers[0];
+        let (qp, remote) = (
+            s.qp,
+            RemoteAddr {
+                key: s.key,
+                offset: 0,
+            },
+        );
+        let mut served = self.ep.t.counters(qp).served;
+        let warm_end = Instant::now() + Duration::from_millis(50);
+        let mut i = 0u64;
+        let t_start = Instant::now();
+        loop {
+            let warming = i < warmup && Instant::now() < warm_end;
+            if !warming && budget.reached(hist.len(), t_start.elapsed()) {
+                break;
+            }
+            let t0 = Instant::now();
+            match op {
+                Op::Send => {
+                    self.post_retry(|t| t.post_send(qp, &payload, i))?;
+                    self.wait(op, |c, _| c.op == OpKind::Recv, |_| true)?;
+                }
+                Op::Write => {
+                    self.post_retry(|t| t.post_write(qp, &local, remote, i))?;
+                    let want = served + 1;
+                    self.wait(
+                        op,
+                        |c, _| c.op == OpKind::Write,
+                        |ep| ep.t.counters(qp).served >= want,
+                    )?;
+                    served = want;
+                }
+                Op::Read => {
+                    self.post_retry(|t| t.post_read(qp, &local, remote, i))?;
+                    self.wait(op, |c, _| c.op == OpKind::Read, |_| true)?;
+                }
+            }
+            let ns = t0.elapsed().as_nanos() as u64;
+            if !warming {
+                let sample = if op == Op::Read { ns } else { ns / 2 };
+                hist.saturating_record(sample.max(1));
+            }
+            i += 1;
+        }
+        Ok(LatRow::from_histogram(size, &hist))
+    }
+
+    /// Posts with `post`, polling while the transport is out of room.
+    fn post_retry(
+        &mut self,
+        mut post: impl FnMut(
+            &mut ntbdk_pmd::transport::Transport,
+        ) -> std::result::Result<(), TransportError>,
+    ) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            match post(&mut self.ep.t) {
+                Ok(()) => return Ok(()),
+                Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {
+                    let n = self.ep.t.poll_completions(&mut self.comps);
+                    for c in &self.comps[..n] {
+                        check(c)?;
+                        if c.op == OpKind::Recv {
+                            self.ep.repost(self.servers[0].qp, c.cookie)?;
+                        }
+                    }
+                    if start.elapsed() >= self.timeout {
+                        bail!(
+                            "no room to post for {:?}: is the server still running?",
+                            self.timeout
+                        );
+                    }
+                    check_interrupted()?;
+                }
+                Err(e) => bail!("posting: {e}"),
+            }
+        }
+    }
+
+    /// Polls until a completion matching `want` arrived and `also` holds;
+    /// reposts the receives it consumes. Fails after the timeout.
+    fn wait(
+        &mut self,
+        op: Op,
+        mut want: impl FnMut(&Completion, &Endpoint) -> bool,
+        mut also: impl FnMut(&Endpoint) -> bool,
+    ) -> Result<()> {
+        let mut got = false;
+        let mut polls = 0u32;
+        let mut start: Option<Instant> = None;
+        loop {
+            let n = self.ep.t.poll_completions(&mut self.comps);
+            for c in &self.comps[..n] {
+                check(c)?;
+                if want(c, &self.ep) {
+                    got = true;
+                }
+                if c.op == OpKind::Recv {
+                    self.ep.repost(self.servers[0].qp, c.cookie)?;
+                }
+            }
+            if got && also(&self.ep) {
+                return Ok(());
+            }
+            polls += 1;
+            if polls.is_multiple_of(1024) {
+                let s = *start.get_or_insert_with(Instant::now);
+                check_interrupted()?;
+                if s.elapsed() >= self.timeout {
+                    bail!(
+                        "no answer to a {op:?} from port {} within {:?}: is the server still running?",
+                        self.servers[0].qp.peer(),
+                        self.timeout
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Fails on a completion with an error status.
+fn check(c: &Completion) -> Result<()> {
+    if !c.status.is_ok() {
+        bail!("a {:?} with port {} failed: {:?}", c.op, c.peer, c.status);
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! The out-of-band control channel between an `ntb-perf` client and its
+//! servers, through scratchpad registers (where perftest uses a TCP socket).
+//!
+//! The client writes a command into the server's scratchpads — code,
+//! argument, the index of its reply registers — and the sequence number
+//! last; the server polls its own sequence register, acts, and answers into
+//! the client's scratchpads `2i + 1` (a value) and then `2i` (the sequence
+//! number acknowledged), where `i` is the server's index in the client's
+//! peer list. Every access is a posted write or a read of one's own
+//! registers: nothing reads through the bridge.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use ntbdk_pmd::hw::{NtbDevice, Port};
+
+/// Server scratchpad: the sequence number of the current command (written
+/// last).
+const SP_SEQ: usize = 0;
+/// Server scratchpad: the command code.
+const SP_CMD: usize = 1;
+/// Server scratchpad: the command's argument.
+const SP_ARG: usize = 2;
+/// Server scratchpad: the index of the client's reply registers.
+const SP_IDX: usize = 3;
+/// The value a server answers to a command it cannot carry out.
+pub const REFUSED: u32 = u32::MAX;
+
+/// What a client asks of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Opens the session: the argument is the client's region key; the
+    /// answer is the server's.
+    Hello {
+        /// The client's data region key.
+        client_key: u32,
+    },
+    /// Asks for the length of the server's data region (the answer).
+    RegionLen,
+    /// Starts a phase: what the server does besides serving (answer 0).
+    Phase(Phase),
+    /// Ends the session; the server exits after answering.
+    Stop,
+}
+
+/// What the server does during a phase, besides serving writes and reads
+/// and reposting receives (which it always does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing more (bandwidth tests, read latency).
+    Passive,
+    /// Echoes every message received with a send of the same length
+    /// (`ib_send_lat`).
+    SendEcho,
+    /// Answers every write placed into its region with a write of `size`
+    /// bytes into the client's region (`ib_write_lat`).
+    WriteEcho {
+        /// Bytes of each answering write.
+        size: u32,
+    },
+}
+
+impl Command {
+    fn encode(self) -> (u32, u32) {
+        match self {
+            Command::Hello { client_key } => (1, client_key),
+            Command::RegionLen => (2, 0),
+            Command::Phase(Phase::Passive) => (3, 0),
+            Command::Phase(Phase::SendEcho) => (4, 0),
+            Command::Phase(Phase::WriteEcho { size }) => (5, size),
+            Command::Stop => (6, 0),
+        }
+    }
+
+    fn decode(code: u32, arg: u32) -> Option<Self> {
+        Some(match code {
+            1 => Command::Hello { client_key: arg },
+            2 => Command::RegionLen,
+            3 => Command::Phase(Phase::Passive),
+            4 => Command::Phase(Phase::SendEcho),
+            5 => Command::Phase(Phase::WriteEcho { size: arg }),
+            6 => Command::Stop,
+            _ => return None,
+        })
+    }
+}
+
+/// Most servers one client can talk to (two reply registers each).
+pub fn max_servers(dev: &dyn NtbDevice) -> usize {
+    dev.spad_count() / 2
+}
+
+/// The client's end of the channel to one server.
+pub struct ClientControl {
+    dev: Arc<dyn NtbDevice>,
+    server: Port,
+    index: usize,
+    seq: u32,
+}
+
+impl ClientControl {
+    /// The channel to `server`, answering into our reply registers `index`.
+    pub fn new(dev: Arc<dyn NtbDevice>, server: Port, index: usize) -> Result<Self> {
+        if index >= max_servers(dev.as_ref()) {
+            bail!(
+                "at most {} servers per client ({} scratchpads, two per server)",
+                max_servers(dev.as_ref()),
+                dev.spad_count()
+            );
+        }
+        // Our reply registers start from zero: a stale answer must not
+        // acknowledge a new command.
+        dev.spad_write(2 * index, 0)?;
+        Ok(Self {
+            dev,
+            server,
+            index,
+            seq: 0,
+        })
+    }
+
+    /// The server's port.
+    pub fn server(&self) -> Port {
+        self.server
+    }
+
+    /// Sends `cmd` and waits for the answer, calling `idle` between polls
+    /// (to keep the transport progressing). Fails after `timeout`, when
+    /// `idle` fails, or when the server refuses.
+    pub fn call(
+        &mut self,
+        cmd: Command,
+        timeout: Duration,
+        mut idle: impl FnMut() -> Result<()>,
+    ) -> Result<u32> {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let (code, arg) = cmd.encode();
+        let peer = self.server;
+        self.dev.peer_spad_write(peer, SP_CMD, code)?;
+        self.dev.peer_spad_write(peer, SP_ARG, arg)?;
+        self.dev.peer_spad_write(peer, SP_IDX, self.index as u32)?;
+        self.dev.peer_spad_write(peer, SP_SEQ, self.seq)?;
+        let start = Instant::now();
+        loop {
+            if self.dev.spad_read(2 * self.index)? == self.seq {
+                let v = self.dev.spad_read(2 * self.index + 1)?;
+                if v == REFUSED {
+                    bail!("the server on port {peer} refused {cmd:?}");
+                }
+                return Ok(v);
+            }
+            idle()?;
+            if start.elapsed() >= timeout {
+                bail!(
+                    "the server on port {peer} did not answer {cmd:?} within {timeout:?}: \
+                     is it an ntb-perf --server, and still running?"
+                );
+            }
+        }
+    }
+}
+
+/// The server's end: polls its own registers for commands.
+pub struct ServerControl {
+    dev: Arc<dyn NtbDevice>,
+    last: u32,
+}
+
+/// A command received, to be answered with [`ServerControl::reply`].
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// The command (`None`: an unknown code, answer [`REFUSED`]).
+    pub cmd: Option<Command>,
+    seq: u32,
+    index: usize,
+}
+
+impl ServerControl {
+    /// The server's end on `dev`; clears the sequence register.
+    pub fn new(dev: Arc<dyn NtbDevice>) -> Result<Self> {
+        dev.spad_write(SP_SEQ, 0)?;
+        Ok(Self { dev, last: 0 })
+    }
+
+    /// A new command, if the client wrote one since the last call.
+    pub fn poll(&mut self) -> Option<Received> {
+        let seq = self.dev.spad_read(SP_SEQ).ok()?;
+        if seq == self.last {
+            return None;
+        }
+        self.last = seq;
+        let code = self.dev.spad_read(SP_CMD).ok()?;
+        let arg = self.dev.spad_read(SP_ARG).ok()?;
+        let index = self.dev.spad_read(SP_IDX).ok()? as usize;
+        Some(Received {
+            cmd: Command::decode(code, arg),
+            seq,
+            index,
+        })
+    }
+
+    /// Answers `rx` with `value` into `client`'s reply registers.
+    pub fn reply(&self, client: Port, rx: &Received, value: u32) -> Result<()> {
+        if 2 * rx.index + 1 >= self.dev.spad_count() {
+            bail!(
+                "the client named reply registers {} that do not exist",
+                rx.index
+            );
+        }
+        self.dev.peer_spad_write(client, 2 * rx.index + 1, value)?;
+        self.dev.peer_spad_write(client, 2 * rx.index, rx.seq)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,161 @@
+//! The serving side of `ntb-perf`: keeps the transport progressing (so
+//! writes land and reads are served), keeps receives posted, answers the
+//! client's commands and, in latency phases, echoes.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use ntbdk_pmd::hw::Port;
+use ntbdk_pmd::transport::{
+    Completion, OpKind, PeerState, RegionKey, RemoteAddr, Sge, TransportError,
+};
+
+use super::control::{Command, Phase, REFUSED, ServerControl};
+use super::endpoint::{EAGER_SIZE, Endpoint};
+use super::session::check_interrupted;
+
+/// What a server did, for its closing line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeStats {
+    /// Commands answered.
+    pub commands: u64,
+    /// Messages received.
+    pub recvs: u64,
+    /// Echoes sent (sends or writes).
+    pub echoes: u64,
+}
+
+/// Serves `client` until it says stop. Fails when the client leaves
+/// without stopping, nothing happens for `timeout`, or Ctrl-C.
+pub fn serve(
+    ep: &mut Endpoint,
+    ctl: &mut ServerControl,
+    client: Port,
+    timeout: Duration,
+) -> Result<ServeStats> {
+    let qp = ep.t.create_qp(client)?;
+    ep.t.wait_connected(client, timeout)
+        .map_err(|e| anyhow::anyhow!("{e}: is port {client} an ntb-perf client?"))?;
+    ep.post_recvs(qp)?;
+    let mut stats = ServeStats::default();
+    let mut comps = vec![Completion::default(); 64];
+    let mut phase = Phase::Passive;
+    let mut client_key: Option<RegionKey> = None;
+    let mut echo = vec![0u8; EAGER_SIZE as usize];
+    let mut served = ep.t.counters(qp).served;
+    let mut owed = 0u64;
+    let mut last_activity = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        let n = ep.t.poll_completions(&mut comps);
+        let mut active = n > 0;
+        for c in &comps[..n] {
+            match c.op {
+                OpKind::Recv if c.status.is_ok() => {
+                    stats.recvs += 1;
+                    if phase == Phase::SendEcho {
+                        let len = c.bytes as usize;
+                        ep.read_recv(c.cookie, &mut echo[..len])?;
+                        post_retry(ep, timeout, |t| t.post_send(qp, &echo[..len], 0))?;
+                        stats.echoes += 1;
+                    }
+                    ep.repost(qp, c.cookie)?;
+                }
+                OpKind::Recv => {
+                    // Flushed by a reset (the connection is gone) or too long.
+                    ep.repost(qp, c.cookie)?;
+                }
+                _ if !c.status.is_ok() => {
+                    bail!("a {:?} to port {} failed: {:?}", c.op, c.peer, c.status);
+                }
+                _ => {}
+            }
+        }
+        if let (Phase::WriteEcho { size }, Some(key)) = (phase, client_key) {
+            let now = ep.t.counters(qp).served;
+            owed += now - served;
+            served = now;
+            while owed > 0 {
+                let local = [Sge {
+                    key: ep.data,
+                    offset: 0,
+                    len: u64::from(size),
+                }];
+                let remote = RemoteAddr { key, offset: 0 };
+                post_retry(ep, timeout, |t| t.post_write(qp, &local, remote, 0))?;
+                owed -= 1;
+                stats.echoes += 1;
+                active = true;
+            }
+        }
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(16)
+            && let Some(rx) = ctl.poll()
+        {
+            active = true;
+            stats.commands += 1;
+            let answer = match rx.cmd {
+                Some(Command::Hello { client_key: k }) => {
+                    client_key = Some(RegionKey(k));
+                    ep.data.0
+                }
+                Some(Command::RegionLen) => ep.data_len as u32,
+                Some(Command::Phase(p)) => {
+                    let ok = match p {
+                        Phase::WriteEcho { size } => {
+                            client_key.is_some() && u64::from(size) <= ep.data_len && size > 0
+                        }
+                        _ => true,
+                    };
+                    if ok {
+                        phase = p;
+                        served = ep.t.counters(qp).served;
+                        owed = 0;
+                        0
+                    } else {
+                        REFUSED
+                    }
+                }
+                Some(Command::Stop) => {
+                    ctl.reply(client, &rx, 0)?;
+                    return Ok(stats);
+                }
+                None => REFUSED,
+            };
+            ctl.reply(client, &rx, answer)?;
+        }
+        if active {
+            last_activity = Instant::now();
+        } else if polls.is_multiple_of(4096) {
+            check_interrupted()?;
+            if ep.t.peer_state(client) != PeerState::Connected {
+                bail!("the client on port {client} left before the end of the run");
+            }
+            if last_activity.elapsed() >= timeout {
+                bail!("nothing from the client on port {client} for {timeout:?}: giving up");
+            }
+        }
+    }
+}
+
+/// Posts with `post`, polling while the transport is out of room.
+fn post_retry(
+    ep: &mut Endpoint,
+    timeout: Duration,
+    mut post: impl FnMut(&mut ntbdk_pmd::transport::Transport) -> Result<(), TransportError>,
+) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        match post(&mut ep.t) {
+            Ok(()) => return Ok(()),
+            Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {
+                ep.t.progress();
+                if start.elapsed() >= timeout {
+                    bail!("no room to post an echo for {timeout:?}: is the client still running?");
+                }
+                check_interrupted()?;
+            }
+            Err(e) => bail!("posting an echo: {e}"),
+        }
+    }
+}

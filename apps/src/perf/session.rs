@@ -1,0 +1,243 @@
+//! Process plumbing shared by `ntb-perf` and `ntb-fwd`: Ctrl-C, pinning,
+//! private fabrics, spawned peers that die with their parent, and waits that
+//! always end.
+
+use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::{NtbDevice, Port};
+
+/// Set by SIGINT / SIGTERM; every wait checks it.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether Ctrl-C (or SIGTERM) arrived.
+#[inline]
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Fails with "interrupted" once Ctrl-C arrived.
+#[inline]
+pub fn check_interrupted() -> Result<()> {
+    if interrupted() {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C and SIGTERM set a flag that every wait checks, so a run ends
+/// through its normal path: fabric removed, children reaped.
+pub fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is async-signal-safe (one atomic store) and
+        // has the signature `signal` expects.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// A spawned peer dies with the process that spawned it (`PR_SET_PDEATHSIG`).
+pub fn die_with_parent() {
+    // SAFETY: PR_SET_PDEATHSIG with a valid signal number only sets a
+    // process attribute; no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    // The parent may have died before the call: then we were re-parented.
+    if std::os::unix::process::parent_id() == 1 {
+        std::process::exit(1);
+    }
+}
+
+/// The cores this process may use (as first seen, before any pinning).
+pub fn usable_cores() -> Vec<core_affinity::CoreId> {
+    core_affinity::get_core_ids().unwrap_or_default()
+}
+
+/// Core `index` of `cores`, or a clear error naming `flag`.
+pub fn pick_core(
+    cores: &[core_affinity::CoreId],
+    index: usize,
+    flag: &str,
+) -> Result<core_affinity::CoreId> {
+    match cores.len() {
+        0 => Ok(core_affinity::CoreId { id: 0 }),
+        n if index < n => Ok(cores[index]),
+        n => bail!(
+            "{flag} {index}: this process may use {n} cores (0..={}); pick one of those",
+            n - 1
+        ),
+    }
+}
+
+/// Pins the calling thread (call it after joining the fabric, so the
+/// device's heartbeat thread stays free to run anywhere).
+pub fn pin(tool: &str, core: core_affinity::CoreId) {
+    if !core_affinity::set_for_current(core) {
+        eprintln!("{tool}: warning: could not pin to core {}", core.id);
+    }
+}
+
+/// Attaches to the existing fabric `name`, with a hint on how to create it.
+pub fn attach(name: &str, hint: &str) -> Result<EmuFabric> {
+    EmuFabric::attach(name).map_err(|e| anyhow!("{e}\n({hint})"))
+}
+
+/// Attaches to `name`, or creates it with `cfg`; returns a guard that
+/// removes a fabric we created.
+pub fn attach_or_create(
+    name: &str,
+    cfg: &FabricConfig,
+) -> Result<(EmuFabric, Option<FabricGuard>)> {
+    if let Ok(f) = EmuFabric::attach(name) {
+        return Ok((f, None));
+    }
+    match EmuFabric::create(name, cfg) {
+        Ok(f) => Ok((f, Some(FabricGuard(name.to_string())))),
+        // Created by someone else meanwhile: attach to theirs.
+        Err(_) => Ok((EmuFabric::attach(name)?, None)),
+    }
+}
+
+/// Joins `fabric` at `slot` (or the first free slot).
+pub fn join(fabric: &EmuFabric, slot: Option<Port>) -> Result<EmuDevice> {
+    if let Some(s) = slot
+        && usize::from(s) >= fabric.config().slots
+    {
+        bail!(
+            "--slot {s}: fabric {:?} has slots 0..={}",
+            fabric.name(),
+            fabric.config().slots - 1
+        );
+    }
+    let cfg = DeviceConfig {
+        slot,
+        fabric: fabric.config().clone(),
+        ..DeviceConfig::default()
+    };
+    EmuDevice::join(fabric, &cfg).with_context(|| format!("joining fabric {:?}", fabric.name()))
+}
+
+/// Waits up to `timeout` until `count` peers' links are up: the ports in
+/// `want` if given, else the first other ports that come up. `child_alive`
+/// is asked now and then (a spawned peer that exited is an error).
+pub fn wait_peers(
+    dev: &EmuDevice,
+    want: &[Port],
+    count: usize,
+    timeout: Duration,
+    tool: &str,
+    mut child_alive: impl FnMut() -> Result<()>,
+) -> Result<Vec<Port>> {
+    for &p in want {
+        if p == dev.port() {
+            bail!(
+                "--peer-slot {p} is our own slot on fabric {:?}: name the other side's slot",
+                dev.fabric().name()
+            );
+        }
+        dev.link(p)
+            .with_context(|| format!("--peer-slot {p} on fabric {:?}", dev.fabric().name()))?;
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let up: Vec<Port> = if want.is_empty() {
+            dev.peer_ports()
+                .into_iter()
+                .filter(|&p| dev.link(p).is_ok_and(|l| l.up))
+                .take(count)
+                .collect()
+        } else {
+            want.iter()
+                .copied()
+                .filter(|&p| dev.link(p).is_ok_and(|l| l.up))
+                .collect()
+        };
+        if up.len() >= count {
+            return Ok(up);
+        }
+        child_alive()?;
+        check_interrupted()?;
+        if Instant::now() >= deadline {
+            bail!(
+                "{} of {count} peer(s) joined fabric {:?} within {timeout:?} (we are port {}): \
+                 start the other side ({tool} --fabric {} --server) or wait longer (--timeout)",
+                up.len(),
+                dev.fabric().name(),
+                dev.port(),
+                dev.fabric().name()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Removes a fabric this process created, on every exit path.
+pub struct FabricGuard(pub String);
+
+impl Drop for FabricGuard {
+    fn drop(&mut self) {
+        let _ = EmuFabric::destroy(&self.0);
+    }
+}
+
+/// Spawned peers, killed and reaped on every exit path that did not wait
+/// for them.
+#[derive(Default)]
+pub struct Children(Vec<Option<Child>>);
+
+impl Children {
+    /// Takes charge of `child`.
+    pub fn push(&mut self, child: Child) {
+        self.0.push(Some(child));
+    }
+
+    /// Fails if a child already exited (before it was expected to).
+    pub fn check_running(&mut self, what: &str) -> Result<()> {
+        for c in self.0.iter_mut().flatten() {
+            if let Some(status) = c.try_wait().context("checking on a spawned peer")? {
+                bail!("{what} exited early ({status})");
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for every child to exit; kills the ones left
+    /// after that. Returns their statuses.
+    pub fn wait_all(&mut self, timeout: Duration) -> Result<Vec<ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        let mut statuses = Vec::new();
+        for slot in &mut self.0 {
+            let Some(child) = slot.as_mut() else { continue };
+            loop {
+                if let Some(s) = child.try_wait().context("waiting for a spawned peer")? {
+                    statuses.push(s);
+                    *slot = None;
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    bail!("a spawned peer did not exit within {timeout:?} after the run");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(statuses)
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for mut child in self.0.drain(..).flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Property tests: random single-threaded sequences of operations on a ring
+//! and on a `VecDeque` model, checking every return value, the free and
+//! remaining counts included, and the contents moved.
+#![cfg(not(loom))] // loom builds run only tests/loom.rs
+
+use std::collections::VecDeque;
+
+use ntbdk_ring::{Burst, Ring, RingMode};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue,
+    Dequeue,
+    EnqueueBulk(usize),
+    EnqueueBurst(usize),
+    DequeueBulk(usize),
+    DequeueBurst(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    // Sizes up to 20 exceed the largest capacity tested (16).
+    prop_oneof![
+        Just(Op::Enqueue),
+        Just(Op::Dequeue),
+        (0usize..=20).prop_map(Op::EnqueueBulk),
+        (0usize..=20).prop_map(Op::EnqueueBurst),
+        (0usize..=20).prop_map(Op::DequeueBulk),
+        (0usize..=20).prop_map(Op::DequeueBurst),
+    ]
+}
+
+fn mode() -> impl Strategy<Value = RingMode> {
+    prop_oneof![
+        Just(RingMode::SPSC),
+        Just(RingMode::MPSC),
+        Just(RingMode::SPMC),
+        Just(RingMode::MPMC),
+    ]
+}
+
+/// The model: a `VecDeque` plus the two cached tails the ring keeps, so that
+/// the free/remaining counts it reports can be predicted exactly.
+///
+/// Each side counts from its cached copy of the other side's tail and reads
+/// the real tail only when the cache shows fewer slots than asked for, so a
+/// reported count is exact at a refresh and a lower bound otherwise.
+struct Model {
+    cap: usize,
+    items: VecDeque<u64>,
+    /// Elements enqueued and dequeued so far (the producer and consumer tails).
+    enqueued: usize,
+    dequeued: usize,
+    /// The producers' cached consumer tail and the consumers' cached producer tail.
+    prod_cache: usize,
+    cons_cache: usize,
+}
+
+impl Model {
+    /// Free slots the producer side sees when asked for `want`.
+    fn free_seen(&mut self, want: usize) -> usize {
+        if self.cap + self.prod_cache - self.enqueued < want {
+            self.prod_cache = self.dequeued;
+        }
+        self.cap + self.prod_cache - self.enqueued
+    }
+
+    /// Elements the consumer side sees when asked for `want`.
+    fn held_seen(&mut self, want: usize) -> usize {
+        if self.cons_cache - self.dequeued < want {
+            self.cons_cache = self.enqueued;
+        }
+        self.cons_cache - self.dequeued
+    }
+
+    fn push(&mut self, items: &[u64]) {
+        self.items.extend(items);
+        self.enqueued += items.len();
+    }
+
+    fn pop(&mut self, n: usize) -> Vec<u64> {
+        self.dequeued += n;
+        self.items.drain(..n).collect()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn ring_matches_vecdeque(
+        mode in mode(),
+        cap_log2 in 0u32..=4,
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        let cap = 1usize << cap_log2;
+        let ring = Ring::<u64>::new(cap, mode).unwrap();
+        let mut model = Model {
+            cap,
+            items: VecDeque::new(),
+            enqueued: 0,
+            dequeued: 0,
+            prod_cache: 0,
+            cons_cache: 0,
+        };
+        let mut next = 0u64;
+        let mut fresh = |n: usize| -> Vec<u64> {
+            let v: Vec<u64> = (next..next + n as u64).collect();
+            next += n as u64;
+            v
+        };
+
+        for op in ops {
+            match op {
+                Op::Enqueue => {
+                    let v = fresh(1)[0];
+                    if model.free_seen(1) >= 1 {
+                        prop_assert_eq!(ring.enqueue(v), Ok(()));
+                        model.push(&[v]);
+                    } else {
+                        prop_assert_eq!(ring.enqueue(v), Err(v));
+                    }
+                }
+                Op::Dequeue => {
+                    let expect = if model.held_seen(1) >= 1 { model.pop(1).pop() } else { None };
+                    prop_assert_eq!(ring.dequeue(), expect);
+                }
+                Op::EnqueueBulk(n) => {
+                    let items = fresh(n);
+                    let free = model.free_seen(n);
+                    if n <= free {
+                        prop_assert_eq!(ring.enqueue_bulk(&items), Ok(free - n));
+                        model.push(&items);
+                    } else {
+                        prop_assert_eq!(ring.enqueue_bulk(&items), Err(free));
+                    }
+                }
+                Op::EnqueueBurst(n) => {
+                    let items = fresh(n);
+                    let free = model.free_seen(n);
+                    let moved = n.min(free);
+                    prop_assert_eq!(ring.enqueue_burst(&items), Burst { n: moved, left: free - moved });
+                    model.push(&items[..moved]);
+                }
+                Op::DequeueBulk(n) => {
+                    let mut out = vec![u64::MAX; n];
+                    let held = model.held_seen(n);
+                    if n <= held {
+                        prop_assert_eq!(ring.dequeue_bulk(&mut out), Ok(held - n));
+                        prop_assert_eq!(out, model.pop(n));
+                    } else {
+                        prop_assert_eq!(ring.dequeue_bulk(&mut out), Err(held));
+                        prop_assert!(out.iter().all(|&v| v == u64::MAX), "refused bulk wrote");
+                    }
+                }
+                Op::DequeueBurst(n) => {
+                    let mut out = vec![u64::MAX; n];
+                    let held = model.held_seen(n);
+                    let moved = n.min(held);
+                    prop_assert_eq!(ring.dequeue_burst(&mut out), Burst { n: moved, left: held - moved });
+                    prop_assert_eq!(&out[..moved], &model.pop(moved)[..]);
+                    prop_assert!(out[moved..].iter().all(|&v| v == u64::MAX), "burst wrote past n");
+                }
+            }
+            // The queries read both real tails: always exact.
+            let len = model.items.len();
+            prop_assert_eq!(ring.len(), len);
+            prop_assert_eq!(ring.free_count(), cap - len);
+            prop_assert_eq!(ring.is_empty(), len == 0);
+            prop_assert_eq!(ring.is_full(), len == cap);
+        }
+    }
+
+    /// Elements wider than a word (a small `#[repr(C)]` descriptor) keep
+    /// every byte through wrap-around copies.
+    #[test]
+    fn descriptors_survive_wrapping_bursts(
+        sizes in prop::collection::vec(1usize..=12, 1..60),
+    ) {
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        struct Desc {
+            offset: u64,
+            len: u32,
+            flags: u16,
+            tag: u8,
+            pad: u8,
+        }
+        let desc = |i: u64| Desc { offset: i * 4096, len: i as u32 ^ 0xA5A5, flags: i as u16, tag: i as u8, pad: 0 };
+        let ring = Ring::<Desc>::new(8, RingMode::SPSC).unwrap();
+        let (mut sent, mut recv) = (0u64, 0u64);
+        for n in sizes {
+            let batch: Vec<Desc> = (sent..sent + n as u64).map(desc).collect();
+            sent += ring.enqueue_burst(&batch).n as u64;
+            let mut out = vec![desc(u64::MAX); n / 2 + 1];
+            let got = ring.dequeue_burst(&mut out).n;
+            for d in &out[..got] {
+                prop_assert_eq!(*d, desc(recv));
+                recv += 1;
+            }
+        }
+        prop_assert_eq!(ring.len() as u64, sent - recv);
+    }
+}
