@@ -44,15 +44,22 @@ pub(crate) struct Meta {
     pub(crate) mask: AtomicU64,
 }
 
-/// One side's indices (producer or consumer), alone in a 128-byte block.
+/// One side's indices (producer or consumer), in two 128-byte blocks: the
+/// tail, which the other side reads, alone in the first; the head and the
+/// cached copy of the other side's tail, which only this side touches, in the
+/// second. The fast path of either side thus never *loads* from a cache line
+/// the other side writes, except when its cached view runs out.
 #[repr(C, align(128))]
 pub(crate) struct Side {
-    /// Next index this side will reserve. Multi sides move it with a
-    /// compare-and-swap; single sides with a plain store.
-    pub(crate) head: AtomicU64,
     /// Every index below this one is finished by this side (written, for the
     /// producers; read, for the consumers). The other side reads it.
     pub(crate) tail: AtomicU64,
+    /// Fills the tail's block.
+    pub(crate) tail_pad: [u8; LINE - size_of::<AtomicU64>()],
+    /// Multi sides only: the next index this side will reserve, moved with
+    /// a compare-and-swap. (A single side has nothing reserved between its
+    /// operations, so its head is its tail; this field stays 0.)
+    pub(crate) head: AtomicU64,
     /// The other side's tail as this side last read it, so that checking
     /// for room does not touch the other side's cache line until the cached
     /// view runs out. A single side's one thread accesses it relaxed; the
@@ -74,8 +81,9 @@ pub(crate) struct Header {
 impl Side {
     fn new() -> Side {
         Side {
-            head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
+            tail_pad: [0; LINE - size_of::<AtomicU64>()],
+            head: AtomicU64::new(0),
             other_tail: AtomicU64::new(0),
         }
     }
@@ -238,7 +246,7 @@ mod tests {
 
     #[test]
     fn layout_matches_the_documented_table() {
-        assert_eq!(HEADER_SIZE, 384);
+        assert_eq!(HEADER_SIZE, 640);
         assert_eq!(align_of::<Header>(), LINE);
         assert_eq!(offset_of!(Header, meta) + offset_of!(Meta, magic), 0);
         assert_eq!(offset_of!(Meta, version), 8);
@@ -250,17 +258,17 @@ mod tests {
         assert_eq!(offset_of!(Meta, capacity), 32);
         assert_eq!(offset_of!(Meta, mask), 40);
         assert_eq!(offset_of!(Header, prod), 128);
-        assert_eq!(offset_of!(Header, cons), 256);
-        assert_eq!(offset_of!(Side, head), 0);
-        assert_eq!(offset_of!(Side, tail), 8);
-        assert_eq!(offset_of!(Side, other_tail), 16);
+        assert_eq!(offset_of!(Header, cons), 384);
+        assert_eq!(offset_of!(Side, tail), 0);
+        assert_eq!(offset_of!(Side, head), 128);
+        assert_eq!(offset_of!(Side, other_tail), 136);
         assert_eq!(MAGIC.to_le_bytes(), *b"NTBDKRNG");
     }
 
     #[test]
     fn bytes_for_checks_capacity() {
-        assert_eq!(bytes_for::<u64>(1), Ok(384 + 8));
-        assert_eq!(bytes_for::<u64>(1024), Ok(384 + 8192));
+        assert_eq!(bytes_for::<u64>(1), Ok(640 + 8));
+        assert_eq!(bytes_for::<u64>(1024), Ok(640 + 8192));
         assert_eq!(bytes_for::<u64>(0), Err(RingError::ZeroCapacity));
         assert_eq!(
             bytes_for::<u64>(3),

@@ -79,13 +79,14 @@ impl SideRef<'_> {
         }
     }
 
-    /// Single side: this thread is the only one moving this head, so it is
-    /// read and written with plain (relaxed) accesses, and the other side's
+    /// Single side: this thread is the only one on this side, so nothing is
+    /// ever reserved but unpublished between its operations: its head is its
+    /// own tail, read relaxed, and reserving stores nothing. The other side's
     /// tail is taken from this side's cache unless the cache shows too few
     /// slots.
     #[inline(always)]
     fn reserve_single(&self, want: usize, amount: Amount) -> Reservation {
-        let head = self.own.head.load(Ordering::Relaxed);
+        let head = self.own.tail.load(Ordering::Relaxed);
         let cached = self.own.other_tail.load(Ordering::Relaxed);
         let mut avail = available(self.offset, cached, head, self.capacity);
         if avail < want {
@@ -95,15 +96,9 @@ impl SideRef<'_> {
             self.own.other_tail.store(fresh, Ordering::Relaxed);
             avail = available(self.offset, fresh, head, self.capacity);
         }
-        let n = decide(want, avail, amount);
-        if n > 0 {
-            self.own
-                .head
-                .store(head.wrapping_add(n as u64), Ordering::Relaxed);
-        }
         Reservation {
             head,
-            n,
+            n: decide(want, avail, amount),
             available: avail,
         }
     }

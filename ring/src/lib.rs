@@ -32,8 +32,8 @@
 //! # The head/tail reservation scheme
 //!
 //! Each side (producers, consumers) has a *head* and a *tail*, free-running
-//! `u64` indices masked with `capacity - 1` on access, each side's pair in a
-//! 128-byte block of its own. Slots in `[cons.tail, prod.tail)` hold elements;
+//! `u64` indices masked with `capacity - 1` on access (see "Region layout"
+//! for where they live). Slots in `[cons.tail, prod.tail)` hold elements;
 //! slots in `[prod.tail, cons.tail + capacity)` are free. An operation on
 //! either side runs three steps:
 //!
@@ -45,7 +45,9 @@
 //!    see below.) Decide `n` (all or nothing for bulk, up to the number asked
 //!    for burst). A `Multi` side then moves its head from `h` to `h + n` with
 //!    a compare-and-swap; if another thread moved it first, it starts again
-//!    from the head the CAS returned. A `Single` side just stores `h + n`.
+//!    from the head the CAS returned. A `Single` side has no reservation in
+//!    flight between its operations, so its head is its own tail and it
+//!    stores nothing until it publishes.
 //! 2. **Copy** the elements into or out of slots `h .. h + n`, which now
 //!    belong to this thread alone: other threads of the same side reserve
 //!    beyond `h + n`, and the other side does not go past this side's tail.
@@ -77,8 +79,8 @@
 //!   touches no cache line the other side writes, except the slots. Every
 //!   value the cache holds was the real tail once and tails only grow, so a
 //!   stale cache under-counts, never over-counts.
-//! - A `Single` side reads and stores its own head and its cache `Relaxed`:
-//!   only its one thread touches them.
+//! - A `Single` side reads its own tail (its head) and its cache `Relaxed`:
+//!   only its one thread writes them.
 //! - A `Multi` side's threads share the cache, so it is stored `Release` and
 //!   loaded `Acquire` (whoever uses a cached tail synchronises, through the
 //!   thread that cached it, with the other side's release of those slots).
@@ -109,24 +111,26 @@
 //! | ---: | ---: | --- |
 //! | 0 | 8 | magic, `b"NTBDKRNG"` read as a little-endian `u64`; stored last by `init_in` |
 //! | 8 | 4 | header layout version, 1 |
-//! | 12 | 4 | header size in bytes (384) |
+//! | 12 | 4 | header size in bytes (640) |
 //! | 16 | 4 | `size_of::<T>()` |
 //! | 20 | 4 | `align_of::<T>()` |
 //! | 24 | 4 | mode flags: bit 0 multi-producer, bit 1 multi-consumer |
 //! | 28 | 4 | reserved, 0 |
 //! | 32 | 8 | capacity `N` (a power of two) |
 //! | 40 | 8 | mask `N - 1` |
-//! | 128 | 8 | producer head |
-//! | 136 | 8 | producer tail |
-//! | 144 | 8 | producers' cached copy of the consumer tail |
-//! | 256 | 8 | consumer head |
-//! | 264 | 8 | consumer tail |
-//! | 272 | 8 | consumers' cached copy of the producer tail |
-//! | 384 | `N * size_of::<T>()` | the slots |
+//! | 128 | 8 | producer tail |
+//! | 256 | 8 | producer head (multi-producer rings; 0 otherwise) |
+//! | 264 | 8 | producers' cached copy of the consumer tail |
+//! | 384 | 8 | consumer tail |
+//! | 512 | 8 | consumer head (multi-consumer rings; 0 otherwise) |
+//! | 520 | 8 | consumers' cached copy of the producer tail |
+//! | 640 | `N * size_of::<T>()` | the slots |
 //!
-//! The metadata, the producer indices and the consumer indices each own a
-//! 128-byte block (two cache lines on x86, so the adjacent-line prefetcher
-//! does not couple them). Indices are free-running `u64`s, masked with `N - 1`
+//! Each 128-byte block (two cache lines on x86, so the adjacent-line
+//! prefetcher does not couple blocks) has one role: the metadata, written
+//! once; each side's tail, written by that side and read by the other; each
+//! side's head and cached tail, touched by that side only. Indices are
+//! free-running `u64`s, masked with `N - 1`
 //! on access: they never wrap in practice, so a stale compare-and-swap cannot
 //! succeed by wrap-around.
 //!

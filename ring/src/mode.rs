@@ -12,9 +12,9 @@
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncMode {
-    /// At most one thread at a time uses this side. Publishing is a plain
-    /// store and the side keeps a cached copy of the other side's tail, so
-    /// the fast path touches no shared cache line but the slots.
+    /// At most one thread at a time uses this side. Reserving slots needs no
+    /// atomic read-modify-write and publishing them is one store: the
+    /// cheapest mode.
     ///
     /// This is a promise by the caller, as in DPDK: two threads enqueueing
     /// (or dequeueing) at once on a `Single` side race on the slots and lose

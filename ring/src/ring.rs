@@ -100,7 +100,7 @@ impl<T: Copy> Ring<T> {
     pub const REGION_ALIGN: usize = header::LINE;
 
     /// The size in bytes of a region holding a ring of `capacity` `T`s: a
-    /// 384-byte header, then the slots.
+    /// 640-byte header, then the slots.
     ///
     /// Fails when `capacity` is zero, not a power of two, or too large, or
     /// when `T` is aligned to more than [`REGION_ALIGN`](Self::REGION_ALIGN).
@@ -110,7 +110,7 @@ impl<T: Copy> Ring<T> {
     /// ```
     /// use ntbdk_ring::Ring;
     ///
-    /// assert_eq!(Ring::<u64>::bytes_for(1024)?, 384 + 1024 * 8);
+    /// assert_eq!(Ring::<u64>::bytes_for(1024)?, 640 + 1024 * 8);
     /// assert!(Ring::<u64>::bytes_for(1000).is_err());
     /// # Ok::<(), ntbdk_ring::RingError>(())
     /// ```

@@ -283,12 +283,12 @@ fn corrupted_indices_cannot_leave_the_slot_array() {
     r.init(16, RingMode::SPSC);
     let ring = r.attach().unwrap();
     let indices = [
-        (128, 7),
-        (128 + 8, u64::MAX / 3),
-        (128 + 16, 99),
-        (256, u64::MAX),
-        (256 + 8, 12345),
-        (256 + 16, 1 << 40),
+        (128, u64::MAX / 3),
+        (256, 7),
+        (264, 99),
+        (384, 12345),
+        (512, u64::MAX),
+        (520, 1 << 40),
     ];
     for (offset, v) in indices {
         r.poke_u64(offset, v);

@@ -139,7 +139,8 @@ proptest! {
                     let items = fresh(n);
                     let free = model.free_seen(n);
                     let moved = n.min(free);
-                    prop_assert_eq!(ring.enqueue_burst(&items), Burst { n: moved, left: free - moved });
+                    let expect = Burst { n: moved, left: free - moved };
+                    prop_assert_eq!(ring.enqueue_burst(&items), expect);
                     model.push(&items[..moved]);
                 }
                 Op::DequeueBulk(n) => {
@@ -157,7 +158,8 @@ proptest! {
                     let mut out = vec![u64::MAX; n];
                     let held = model.held_seen(n);
                     let moved = n.min(held);
-                    prop_assert_eq!(ring.dequeue_burst(&mut out), Burst { n: moved, left: held - moved });
+                    let expect = Burst { n: moved, left: held - moved };
+                    prop_assert_eq!(ring.dequeue_burst(&mut out), expect);
                     prop_assert_eq!(&out[..moved], &model.pop(moved)[..]);
                     prop_assert!(out[moved..].iter().all(|&v| v == u64::MAX), "burst wrote past n");
                 }
@@ -186,7 +188,13 @@ proptest! {
             tag: u8,
             pad: u8,
         }
-        let desc = |i: u64| Desc { offset: i * 4096, len: i as u32 ^ 0xA5A5, flags: i as u16, tag: i as u8, pad: 0 };
+        let desc = |i: u64| Desc {
+            offset: i.wrapping_mul(4096),
+            len: i as u32 ^ 0xA5A5,
+            flags: i as u16,
+            tag: i as u8,
+            pad: 0,
+        };
         let ring = Ring::<Desc>::new(8, RingMode::SPSC).unwrap();
         let (mut sent, mut recv) = (0u64, 0u64);
         for n in sizes {

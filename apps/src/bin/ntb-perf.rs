@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, die_with_parent,
@@ -421,8 +421,10 @@ fn measure(
 }
 
 fn test_name(t: Test) -> &'static str {
-    t.to_possible_value()
-        .map_or("?", |v| if v.get_name() == "bw" { "bw" } else { "lat" })
+    match t {
+        Test::Bw => "bw",
+        Test::Lat => "lat",
+    }
 }
 
 /// Queue-pair and device counters of the client, and what they prove.
