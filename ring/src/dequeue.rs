@@ -27,6 +27,7 @@ impl<T: Copy> Ring<T> {
             // not reuse them before we publish ours; `dst` holds
             // `want >= r.n` elements (our caller's promise) and, being the
             // caller's memory, does not overlap the slots.
+            // SAFETY: holds for the reasons given just above.
             unsafe {
                 slots::read(
                     self.slots.as_ptr(),

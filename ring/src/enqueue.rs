@@ -21,6 +21,7 @@ impl<T: Copy> Ring<T> {
             // thread at a time (the mode's contract), and the consumers
             // released them (we acquired their tail) and will not read them
             // before we publish.
+            // SAFETY: holds for the reasons given just above.
             unsafe {
                 slots::write(
                     self.slots.as_ptr(),

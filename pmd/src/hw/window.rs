@@ -150,6 +150,7 @@ impl PeerWindow {
         // lives; `src` is ordinary memory that cannot overlap a mapping we only
         // hold raw pointers to unless the caller built one from it, in which
         // case `copy` (memmove) still holds.
+        // SAFETY: holds for the reasons given just above.
         unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
         self.counters.posted(src.len());
         Ok(())

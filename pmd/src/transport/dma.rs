@@ -71,6 +71,7 @@ impl DmaEngine for CpuEngine {
         // SGLs we issue, never to a region being sent from. A racing write by
         // a misbehaving peer can only change the bytes copied, not make the
         // copy leave the mapping.
+        // SAFETY: holds for the reasons given just above.
         let s = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
         if len >= self.nt_threshold {
             dst.write_nt(dst_off, s)
