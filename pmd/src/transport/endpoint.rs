@@ -175,7 +175,9 @@ pub struct Transport {
     pub(crate) last_slow: Instant,
     pub(crate) events: Vec<LinkEvent>,
     pub(crate) doomed: Vec<Port>,
-    pub(crate) scratch: Vec<(wire::Queue, Msg)>,
+    pub(crate) scratch: Vec<Incoming>,
+    /// Payloads of the multi-slot inline sends in `scratch`.
+    pub(crate) inline_bytes: Vec<u8>,
     pub(crate) chain_early: Vec<EarlySgl>,
 }
 
@@ -207,6 +209,15 @@ impl std::fmt::Debug for Transport {
 }
 
 /// A random nonzero 64-bit number (incarnations, first region keys).
+/// A validated message taken from a ring, waiting to be handled.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A one-slot message.
+    Msg(Msg),
+    /// A multi-slot inline send: `len` bytes at `at` of `inline_bytes`.
+    Inline { at: usize, len: usize },
+}
+
 pub(crate) fn random_u64(salt: u64) -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(salt);
@@ -270,6 +281,7 @@ impl Transport {
             events: Vec::new(),
             doomed: Vec::new(),
             scratch: Vec::new(),
+            inline_bytes: Vec::new(),
             chain_early: Vec::new(),
         };
         t.write_header()?;
@@ -679,8 +691,10 @@ impl Transport {
     }
 
     /// Sends a small message (at most `eager_size` bytes), copied now: up to
-    /// 48 bytes inline in the PostQ slot (one cache line), else into an
-    /// eager buffer the peer lent us plus a slot. Completes with
+    /// 48 bytes inline in one PostQ slot (one cache line), up to
+    /// [`wire::INLINE_LONG_MAX`] (216) bytes inline in up to four
+    /// consecutive slots, else into an eager buffer the peer lent us plus a
+    /// slot. Completes with
     /// [`OpKind::Send`] at once; fails with [`TransportError::Busy`] when
     /// the peer's PostQ or our eager buffers are exhausted.
     pub fn post_send(&mut self, qp: Qp, data: &[u8], cookie: u64) -> Result<()> {
@@ -709,7 +723,15 @@ impl Transport {
                 )));
                 break;
             }
-            if c.prod[POSTQ].free(&self.local).0 == 0 {
+            // Inline in consecutive slots where it fits (no eager buffer,
+            // no buffer to return: fewer cache-line transfers both ways),
+            // as long as the run is at most half the ring (so the
+            // consumer's quarter-ring credits always make room for it).
+            let slots = match wire::inline_slots(len) {
+                Some(k) if k == 1 || 2 * k as u64 <= c.prod[POSTQ].depth() => k,
+                _ => 0,
+            };
+            if !c.prod[POSTQ].room(&self.local, slots.max(1) as u64).0 {
                 err = Some(TransportError::Busy {
                     peer: qp.peer,
                     what: "the peer's PostQ is full",
@@ -718,6 +740,12 @@ impl Transport {
             }
             let r = if len <= INLINE_MAX {
                 c.prod[POSTQ].push(&c.win, &wire::encode_inline(wr.data))
+            } else if slots > 1 {
+                let mut bodies = [[0u8; wire::BODY]; wire::INLINE_SLOTS_MAX];
+                let k = wire::encode_inline_slots(wr.data, &mut bodies).unwrap_or(0);
+                bodies[..k]
+                    .iter()
+                    .try_for_each(|b| c.prod[POSTQ].push(&c.win, b))
             } else {
                 if c.eager_free.is_empty() {
                     c.poll_freeq(&self.local, &mut peer.counters);

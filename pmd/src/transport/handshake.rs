@@ -26,8 +26,9 @@ use super::geometry::{HEADER_SIZE, Part};
 use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
 
-/// Protocol version spoken in hellos.
-pub const VERSION: u16 = 1;
+/// Protocol version spoken in hellos (2: inline sends may span up to four
+/// consecutive PostQ slots).
+pub const VERSION: u16 = 2;
 
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);

@@ -33,14 +33,15 @@
 //! FreeQ entries are self-tagged u64s `(epoch + seq) << 32 | (index + 1)`.
 //!
 //! # Messages
-//! Every message is one slot; `op` is the initiator's operation id.
+//! Every message is one slot (except a long inline send, see below); `op`
+//! is the initiator's operation id.
 //!
 //! | operation | flow |
 //! | --- | --- |
 //! | write | initiator → target RX `WriteReq{op, rkey, roff, len}`; target checks key, remote-write permission and range, → initiator TX `Sgl{op, start, entries}` (5 per slot, as many slots as needed); initiator copies each segment straight into the target's region (the only copy), → target CQ `Done{op, len}`; target → initiator CQ `Ack{op, status, len}`: completion |
 //! | read, size known | initiator → target TX `ReadReq{op, rkey, roff, len}` + `ReadSgl{op, start, entries}` (our region's extents); target checks remote-read permission and range, copies each segment into our window, → initiator CQ `Ack{op, Ok, len}`: completion |
 //! | read, size unknown | initiator → target TX `ReadIntent{op, rkey, roff}`; target → initiator RX `ReadSize{op, status, len}`; initiator allocates a region of that size (bounded by the caller's `max_len`) and reads as above under a fresh op id |
-//! | send | up to 48 bytes inline in one PostQ slot; larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ |
+//! | send | up to 48 bytes inline in one PostQ slot `SendInline`; up to 216 bytes inline in up to four consecutive PostQ slots (a `SEND_INLINE_LONG` head and continuation slots, written back to back; the receiver takes the run once the last slot's tag is there and validates it as a unit); larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ |
 //! | multicast put | initiator → each target RX `Rts{op, len}`; each target allocates storage and answers on our TX with `Sgl` segments (clear to send); a check-in counter of targets not yet ready reaches zero; one put copies to every target and sends each a `Done`; each `Ack`s; one completion |
 //! | multicast put, chain | initiator → each target RX `ChainRts{op, len, prev, next}`; each target allocates storage and, once it holds its successor's storage (`ChainSgl{op, origin, ...}` from `next`, or at once if last), sends its own to `prev` (`ChainSgl`, or a plain `Sgl` to the initiator); the first target's clear-to-send means the whole chain is ready; the initiator copies to the first target and sends `Done`; each target deposits, forwards the data to `next` with `ChainDone{op, origin, len}` and `Ack`s the initiator |
 //!
@@ -98,6 +99,8 @@ mod geometry;
 mod handshake;
 mod idhash;
 pub mod inject;
+#[cfg(test)]
+mod inline_tests;
 pub mod loopback;
 mod progress;
 mod queue;
@@ -107,7 +110,7 @@ mod types;
 pub mod wire;
 
 pub use counters::{DROP_KINDS, DropKind, QpCounters};
-pub use dma::{CpuEngine, DmaEngine};
+pub use dma::{CpuEngine, DmaEngine, MIN_NT_THRESHOLD, default_nt_threshold};
 pub use endpoint::{MulticastMode, SendWr, Transport, WriteWr};
 pub use error::{Result, Status, TransportError};
 pub use geometry::{Geometry, HEADER_SIZE, Layout, Part, REGION_ALIGN};

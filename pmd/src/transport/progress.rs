@@ -8,7 +8,7 @@ use crate::hw::{LocalWindow, PeerWindow, Port};
 use super::conn::{CQ, ChainLink, InOp, POSTQ, RX, TX};
 use super::counters::DropKind;
 use super::dma::DmaEngine;
-use super::endpoint::{EarlySgl, OutKind, Transport};
+use super::endpoint::{EarlySgl, Incoming, OutKind, Transport};
 use super::error::Status;
 use super::region::{Access, RegionKey};
 use super::sgl::ExtentCursor;
@@ -180,10 +180,12 @@ impl Transport {
     fn poll_peer(&mut self, p: Port) -> usize {
         let g = self.cfg.geometry;
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut inline_bytes = std::mem::take(&mut self.inline_bytes);
         {
             let peer = &mut self.peers[p as usize];
             let Some(c) = peer.conn.as_mut() else {
                 self.scratch = scratch;
+                self.inline_bytes = inline_bytes;
                 return 0;
             };
             let limits = Limits {
@@ -201,7 +203,7 @@ impl Transport {
                     };
                     c.cons[k].advance();
                     match wire::decode_validated(&b, q, &limits) {
-                        Ok(m) => scratch.push((q, m)),
+                        Ok(m) => scratch.push(Incoming::Msg(m)),
                         Err(e) => peer.counters.drop_one(drop_kind(e)),
                     }
                 }
@@ -211,10 +213,48 @@ impl Transport {
                 let Some(b) = c.cons[POSTQ].peek(&self.local) else {
                     break;
                 };
+                if b[0] == wire::code::SEND_INLINE_LONG {
+                    // A run of slots, published by its last tag: take it
+                    // once every slot is there, validate it as a unit.
+                    let slots = match wire::decode_inline_head(&b) {
+                        Ok((_, k)) => k,
+                        Err(e) => {
+                            c.cons[POSTQ].advance();
+                            peer.counters.drop_one(drop_kind(e));
+                            continue;
+                        }
+                    };
+                    let mut conts = [[0u8; wire::BODY]; wire::INLINE_SLOTS_MAX - 1];
+                    let mut complete = true;
+                    for k in (1..slots).rev() {
+                        match c.cons[POSTQ].peek_ahead(&self.local, k as u64) {
+                            Some(x) => conts[k - 1] = x,
+                            None => {
+                                complete = false;
+                                break;
+                            }
+                        }
+                    }
+                    if !complete {
+                        break;
+                    }
+                    c.cons[POSTQ].advance_by(slots as u64);
+                    let mut payload = [0u8; wire::INLINE_LONG_MAX];
+                    match wire::gather_inline(&b, &conts[..slots - 1], &mut payload) {
+                        Ok(len) => {
+                            let at = inline_bytes.len();
+                            inline_bytes.extend_from_slice(&payload[..len]);
+                            scratch.push(Incoming::Inline { at, len });
+                            want -= 1;
+                        }
+                        Err(e) => peer.counters.drop_one(drop_kind(e)),
+                    }
+                    continue;
+                }
                 c.cons[POSTQ].advance();
                 match wire::decode_validated(&b, Queue::PostQ, &limits) {
                     Ok(m) => {
-                        scratch.push((Queue::PostQ, m));
+                        scratch.push(Incoming::Msg(m));
                         want -= 1;
                     }
                     Err(e) => peer.counters.drop_one(drop_kind(e)),
@@ -225,10 +265,19 @@ impl Transport {
             }
         }
         let n = scratch.len();
-        for (_, m) in scratch.drain(..) {
-            self.handle(p, m);
+        for m in scratch.drain(..) {
+            match m {
+                Incoming::Msg(m) => self.handle(p, m),
+                Incoming::Inline { at, len } => {
+                    if self.peers[p as usize].conn.is_some() {
+                        self.deliver(p, None, &inline_bytes[at..at + len]);
+                    }
+                }
+            }
         }
+        inline_bytes.clear();
         self.scratch = scratch;
+        self.inline_bytes = inline_bytes;
         let peer = &mut self.peers[p as usize];
         if let Some(c) = peer.conn.as_mut() {
             let batch = u64::from(g.queue_depth / 4).max(1);

@@ -67,6 +67,24 @@ impl Producer {
         (self.depth - (self.seq - self.credit), sane)
     }
 
+    /// Whether `k` slots are free, refreshing the credit from our window
+    /// when fewer look free. The second field is `false` when the credit
+    /// word held nonsense (ignored, as in [`free`](Self::free)).
+    #[inline]
+    pub fn room(&mut self, local: &LocalWindow, k: u64) -> (bool, bool) {
+        let mut sane = true;
+        if self.depth - (self.seq - self.credit) < k {
+            sane = self.refresh(local);
+        }
+        (self.depth - (self.seq - self.credit) >= k, sane)
+    }
+
+    /// Ring depth in slots.
+    #[inline]
+    pub fn depth(&self) -> u64 {
+        self.depth
+    }
+
     /// Re-reads the credit word; `false` when the peer wrote nonsense.
     pub fn refresh(&mut self, local: &LocalWindow) -> bool {
         match local.load_u64(self.credit_offset) {
@@ -125,10 +143,32 @@ impl Consumer {
         Some(body)
     }
 
+    /// Copies out the slot `k` places after the next one if it has arrived
+    /// (its own tag is there), without consuming anything. For messages
+    /// that span consecutive slots.
+    #[inline]
+    pub fn peek_ahead(&self, local: &LocalWindow, k: u64) -> Option<Body> {
+        let seq = self.seq + k;
+        let off = self.base + (seq % self.depth) as usize * SLOT;
+        let t = local.load_u64(off + TAG_OFFSET).ok()?;
+        if t != tag(self.epoch, seq) {
+            return None;
+        }
+        let mut body = [0u8; BODY];
+        local.read(off, &mut body).ok()?;
+        Some(body)
+    }
+
     /// Consumes the message last peeked.
     #[inline]
     pub fn advance(&mut self) {
         self.seq += 1;
+    }
+
+    /// Consumes `k` slots (a message spanning them).
+    #[inline]
+    pub fn advance_by(&mut self, k: u64) {
+        self.seq += k;
     }
 
     /// Messages consumed so far.
@@ -208,6 +248,31 @@ mod tests {
             c.credit(&peer, 4096).unwrap();
         }
         assert_eq!(got, (0..100).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn runs_of_slots_are_seen_slot_by_slot_and_room_counts_them() {
+        let (local, peer) = windows(8192);
+        let mut p = Producer::new(0, 4, 3, 4096);
+        let mut c = Consumer::new(0, 4, 3);
+        assert_eq!(p.room(&local, 4), (true, true));
+        p.push(&peer, &[1u8; BODY]).unwrap();
+        assert!(c.peek_ahead(&local, 1).is_none());
+        p.push(&peer, &[2u8; BODY]).unwrap();
+        p.push(&peer, &[3u8; BODY]).unwrap();
+        assert_eq!(p.room(&local, 2), (false, true));
+        assert_eq!(c.peek_ahead(&local, 2).map(|b| b[0]), Some(3));
+        assert!(c.peek_ahead(&local, 3).is_none());
+        c.advance_by(3);
+        c.credit(&peer, 4096).unwrap();
+        assert_eq!(p.room(&local, 4), (true, true));
+        // Wrapping: slot 3 and then slot 0 again (seq 4).
+        p.push(&peer, &[4u8; BODY]).unwrap();
+        p.push(&peer, &[5u8; BODY]).unwrap();
+        assert_eq!(c.peek(&local).map(|b| b[0]), Some(4));
+        assert_eq!(c.peek_ahead(&local, 1).map(|b| b[0]), Some(5));
+        // A slot of an earlier lap is not taken for a later one.
+        assert!(c.peek_ahead(&local, 5).is_none());
     }
 
     #[test]

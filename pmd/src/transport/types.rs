@@ -23,7 +23,9 @@ pub struct Config {
     pub hello_interval: Duration,
     /// Most operations outstanding at once (as initiator).
     pub max_outstanding: usize,
-    /// Copies of at least this many bytes use non-temporal stores.
+    /// Copies of at least this many bytes use non-temporal stores
+    /// (default: [`default_nt_threshold`](super::default_nt_threshold), the
+    /// last-level cache size, at least 2 MiB; `usize::MAX`: never).
     pub nt_threshold: usize,
     /// Ring the peer's doorbell (bit 0) after each batch of posts, for peers
     /// that sleep on doorbells instead of polling.
@@ -39,7 +41,7 @@ impl Config {
             op_timeout: Duration::from_secs(10),
             hello_interval: Duration::from_millis(20),
             max_outstanding: 4096,
-            nt_threshold: 256 * 1024,
+            nt_threshold: super::dma::default_nt_threshold(),
             doorbell: false,
         }
     }

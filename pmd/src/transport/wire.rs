@@ -30,6 +30,12 @@ pub const TAG_OFFSET: usize = 56;
 pub const SGES_PER_MSG: usize = 5;
 /// Largest payload carried inline in a send slot.
 pub const INLINE_MAX: usize = 48;
+/// Most consecutive slots one inline send spans (a head and up to three
+/// continuation slots).
+pub const INLINE_SLOTS_MAX: usize = 4;
+/// Largest payload carried inline in consecutive send slots: 48 bytes in
+/// the head, 56 in each continuation slot.
+pub const INLINE_LONG_MAX: usize = INLINE_MAX + (INLINE_SLOTS_MAX - 1) * BODY;
 /// Largest length of one SGL entry (24 bits).
 pub const SGE_MAX_LEN: u32 = (1 << 24) - 1;
 /// Largest window offset of an SGL entry (40 bits).
@@ -103,6 +109,9 @@ pub mod code {
     pub const SEND_INLINE: u8 = 0x10;
     /// [`super::Msg::SendBuf`].
     pub const SEND_BUF: u8 = 0x11;
+    /// Head of a multi-slot inline send (see
+    /// [`super::encode_inline_slots`]); not a message on its own.
+    pub const SEND_INLINE_LONG: u8 = 0x12;
 }
 
 /// A decoded message. `op` is always the initiator's operation id.
@@ -382,6 +391,105 @@ pub fn encode_inline(payload: &[u8]) -> Body {
     body[1] = n as u8;
     body[8..8 + n].copy_from_slice(&payload[..n]);
     body
+}
+
+/// Slots an inline send of `len` bytes takes (1 up to [`INLINE_MAX`]
+/// bytes; `None` above [`INLINE_LONG_MAX`]).
+#[inline]
+pub fn inline_slots(len: usize) -> Option<usize> {
+    match len {
+        0..=INLINE_MAX => Some(1),
+        l if l <= INLINE_LONG_MAX => Some(1 + (l - INLINE_MAX).div_ceil(BODY)),
+        _ => None,
+    }
+}
+
+/// Encodes an inline send of `payload` (at most [`INLINE_LONG_MAX`] bytes)
+/// into consecutive slot bodies; returns how many (`None` when too long).
+///
+/// Up to [`INLINE_MAX`] bytes it is one [`Msg::SendInline`] slot. Longer, a
+/// head slot (op code [`code::SEND_INLINE_LONG`], the length in byte 1, the
+/// first 48 payload bytes at 8..56) is followed by continuation slots of 56
+/// payload bytes each, unused bytes zero. The slots are written back to
+/// back; the receiver takes them once the last one's tag is there and
+/// validates them as a unit ([`decode_inline_head`], [`gather_inline`]).
+///
+/// # Example
+/// ```
+/// use ntbdk_pmd::transport::wire::{self, BODY, INLINE_SLOTS_MAX};
+/// let payload: Vec<u8> = (0..100).collect();
+/// let mut slots = [[0u8; BODY]; INLINE_SLOTS_MAX];
+/// let n = wire::encode_inline_slots(&payload, &mut slots).unwrap();
+/// assert_eq!(n, 2);
+/// let (len, k) = wire::decode_inline_head(&slots[0]).unwrap();
+/// assert_eq!((len, k), (100, 2));
+/// let mut out = [0u8; wire::INLINE_LONG_MAX];
+/// assert_eq!(wire::gather_inline(&slots[0], &slots[1..n], &mut out), Ok(100));
+/// assert_eq!(&out[..100], &payload[..]);
+/// ```
+pub fn encode_inline_slots(payload: &[u8], out: &mut [Body; INLINE_SLOTS_MAX]) -> Option<usize> {
+    let n = inline_slots(payload.len())?;
+    if n == 1 {
+        out[0] = encode_inline(payload);
+        return Some(1);
+    }
+    let head = &mut out[0];
+    *head = [0u8; BODY];
+    head[0] = code::SEND_INLINE_LONG;
+    head[1] = payload.len() as u8;
+    head[8..].copy_from_slice(&payload[..INLINE_MAX]);
+    for (i, chunk) in payload[INLINE_MAX..].chunks(BODY).enumerate() {
+        let b = &mut out[1 + i];
+        *b = [0u8; BODY];
+        b[..chunk.len()].copy_from_slice(chunk);
+    }
+    Some(n)
+}
+
+/// Checks the head of a multi-slot inline send: op code, reserved bytes
+/// zero, length above [`INLINE_MAX`] and at most [`INLINE_LONG_MAX`].
+/// Returns the payload length and the number of slots (head included).
+///
+/// Never panics, whatever the bytes.
+#[inline]
+pub fn decode_inline_head(b: &Body) -> Result<(usize, usize), WireError> {
+    if b[0] != code::SEND_INLINE_LONG {
+        return Err(WireError::UnknownCode(b[0]));
+    }
+    let len = b[1] as usize;
+    if len <= INLINE_MAX || len > INLINE_LONG_MAX || b[2..8].iter().any(|&x| x != 0) {
+        return Err(WireError::Malformed);
+    }
+    let slots = inline_slots(len).ok_or(WireError::Malformed)?;
+    Ok((len, slots))
+}
+
+/// Gathers the payload of a multi-slot inline send from its head and its
+/// continuation slots into `out`, after checking the head
+/// ([`decode_inline_head`]), the number of continuation slots and that
+/// every byte past the payload is zero. Returns the payload length.
+///
+/// Never panics, whatever the bytes.
+pub fn gather_inline(
+    head: &Body,
+    conts: &[Body],
+    out: &mut [u8; INLINE_LONG_MAX],
+) -> Result<usize, WireError> {
+    let (len, slots) = decode_inline_head(head)?;
+    if conts.len() != slots - 1 {
+        return Err(WireError::Malformed);
+    }
+    out[..INLINE_MAX].copy_from_slice(&head[8..]);
+    let mut at = INLINE_MAX;
+    for b in conts {
+        let n = (len - at).min(BODY);
+        if b[n..].iter().any(|&x| x != 0) {
+            return Err(WireError::Malformed);
+        }
+        out[at..at + n].copy_from_slice(&b[..n]);
+        at += n;
+    }
+    Ok(len)
 }
 
 fn decode_scalar(b: &Body, uses_a: bool, uses_b: bool, uses_c: bool) -> Result<(), WireError> {
