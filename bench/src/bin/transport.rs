@@ -30,10 +30,15 @@
 //!   initiates, core `b` serves: it progresses, reposts receives and, for
 //!   the latency row, echoes). *write* bandwidth at the same three sizes
 //!   (bursts of 32, 128 outstanding), with the default copy engine
-//!   (non-temporal stores from 256 KiB) and with cached stores only; 64 B
-//!   one-way latency as half a `send` ping-pong; and the 64 B `send` rate
-//!   with bursts of 32, counted where the messages arrive. Bandwidth and
-//!   rate batches last about 2 ms each (each drains its pipeline).
+//!   (non-temporal stores above the largest cache's size) and with cached
+//!   stores only; 64 B one-way latency as half a `send` ping-pong (48 B
+//!   too: the largest one-slot send), and the same 64 B ping-pong with both
+//!   transports on one core (the software part of the round trip: no line
+//!   crosses cores); and the 64 B `send` rate with bursts of 32, counted
+//!   where the messages arrive. Bandwidth and rate batches last about 2 ms
+//!   each (each drains its pipeline).
+//!
+//! `--small-only` runs just the ntbdk latency and rate rows (for profiling).
 //!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
@@ -52,7 +57,7 @@ use ntbdk_bench::{Row, check_floor, core_pair, describe_machine, pin, print_floo
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge,
-    Transport, TransportError, WriteWr,
+    Transport, TransportError, WriteWr, wire,
 };
 
 /// Message sizes of the bandwidth rows.
@@ -80,6 +85,11 @@ struct Args {
     /// Duration each case aims at when --iters is not given, in milliseconds.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     target_ms: u64,
+    /// Run only the ntbdk latency and send-rate cases (with their
+    /// baselines), skipping the bandwidth table and the floor check; for
+    /// profiling the small-message path.
+    #[arg(long)]
+    small_only: bool,
 }
 
 /// The timed batches of one case.
@@ -163,6 +173,9 @@ fn main() -> Result<()> {
     if !pin(a) {
         eprintln!("warning: could not pin to core {a}");
     }
+    if args.small_only {
+        return small_only(a, b, &args, target);
+    }
     let mut bw = Vec::new();
     for &size in &BW_SIZES {
         let (src, mut dst) = (vec![0x5au8; size], vec![0xa5u8; size]);
@@ -199,7 +212,7 @@ fn main() -> Result<()> {
     let ntb_bw = ntb_write_bw(a, b, &BW_SIZES, None, args.iters, target)?;
     bw.extend(ntb_bw);
     // The same with the copy engine's non-temporal stores off: what the
-    // default threshold (256 KiB) costs or saves at these sizes.
+    // default threshold (the largest cache's size) costs or saves here.
     let ntb_bw = ntb_write_bw(a, b, &BW_SIZES, Some(usize::MAX), args.iters, target)?;
     bw.extend(ntb_bw);
     print_bandwidth(&bw);
@@ -243,19 +256,12 @@ fn main() -> Result<()> {
     lat.push(ntb_send_latency(a, b, MSG, args.iters, target)?);
     // For comparison: the largest send that fits one queue slot (inline).
     lat.push(ntb_send_latency(a, b, 48, args.iters, target)?);
+    // What of the 64 B round trip is software: the same on one core, where
+    // no cache line crosses between cores.
+    lat.push(ntb_send_one_core(a, MSG, args.iters, target)?);
     print_latency(&lat);
     let rate = ntb_send_rate(a, b, args.iters, target)?;
-    println!("\n### {MSG} B send rate, burst {BURST}\n");
-    println!("| case | M messages/s | ns/message | mean M messages/s | messages |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
-    println!(
-        "| {} | {:.2} | {:.1} | {:.2} | {} |",
-        rate.name,
-        1e3 / rate.typical_ns(),
-        rate.typical_ns(),
-        1e3 / rate.mean_ns(),
-        rate.ops()
-    );
+    print_rate(&rate);
 
     // Floors of issue 6, all as throughput ratios (a latency at most k
     // times another is a rate at least 1/k times the other's).
@@ -846,7 +852,9 @@ fn ntb_send_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
                 Err(e) => return Err(e.into()),
             }
         }
-        let t0 = Instant::now();
+        // The clock is read once every 4096 empty polls only: reading it
+        // on every poll would slow the loop that waits for the echo.
+        let (mut spins, mut t0) = (0u32, None::<Instant>);
         'wait: loop {
             let m = side.t.poll_completions(&mut side.comps);
             let mut got = None;
@@ -860,8 +868,14 @@ fn ntb_send_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
                 side.repost(cookie)?;
                 break 'wait;
             }
-            if m == 0 && t0.elapsed() > Duration::from_secs(10) {
-                bail!("no echo within 10 s");
+            if m == 0 {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) {
+                    let since = *t0.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_secs(10) {
+                        bail!("no echo within 10 s");
+                    }
+                }
             }
         }
     }
@@ -876,7 +890,11 @@ fn ntb_send_latency(
     iters: Option<u64>,
     target: Duration,
 ) -> Result<Samples> {
-    let how = if len <= 48 { "inline" } else { "eager buffer" };
+    let how = match wire::inline_slots(len) {
+        Some(1) => "inline, 1 slot".to_string(),
+        Some(k) => format!("inline, {k} slots"),
+        None => "eager buffer".to_string(),
+    };
     ntb_session(a, b, Serve::EchoSend, None, |side| {
         ntb_sample(
             format!("ntbdk send ping-pong {len} B ({how}), cores {a} <-> {b}"),
@@ -887,6 +905,87 @@ fn ntb_send_latency(
             |n| ntb_send_pingpong(side, len, n),
         )
     })
+}
+
+/// Software cost of a send round trip with no cross-core transfer: both
+/// transports on core `a`, one thread, each message sent, received, its
+/// receive reposted and echoed back. What is left of a two-core round trip
+/// after this is the cache-line transfers (and polling).
+fn ntb_send_one_core(
+    a: usize,
+    len: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Samples> {
+    let dir = std::env::temp_dir().join(format!("ntbdk-bench-1core-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
+    let (fcfg, cfg) = ntb_config();
+    let fabric = EmuFabric::create_in(&dir, "bench1", &fcfg)?;
+    let run = || -> Result<Samples> {
+        pin(a);
+        let (mut t0, _, recv0) = ntb_endpoint(&fabric, &dir, 0, &cfg)?;
+        let (mut t1, _, recv1) = ntb_endpoint(&fabric, &dir, 1, &cfg)?;
+        let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !(t0.is_connected(1) && t1.is_connected(0)) {
+            t0.progress();
+            t1.progress();
+            if Instant::now() > end {
+                bail!("the two transports did not connect");
+            }
+        }
+        for i in 0..RECVS {
+            t0.post_recv(q0, recv_sge(recv0, i), i)?;
+            t1.post_recv(q1, recv_sge(recv1, i), i)?;
+        }
+        let msg = vec![7u8; len];
+        let mut echo = vec![0u8; len];
+        let mut comps = vec![Completion::default(); 64];
+        // One hop: `from` sends, `to` polls until the receive completes,
+        // reposts it and reads the message into `buf`.
+        let mut hop = |from: &mut Transport,
+                       fq: Qp,
+                       to: &mut Transport,
+                       tq: Qp,
+                       recv: RegionKey,
+                       data: &[u8],
+                       buf: &mut [u8]|
+         -> Result<()> {
+            from.post_send(fq, data, 0)?;
+            from.poll_completions(&mut comps);
+            for _ in 0..1000 {
+                let m = to.poll_completions(&mut comps);
+                if let Some(c) = comps[..m].iter().find(|c| c.op == OpKind::Recv) {
+                    ok(c)?;
+                    let off = (c.cookie % RECVS) * u64::from(EAGER_SIZE);
+                    to.region_read(recv, off, buf)?;
+                    return Ok(to.post_recv(tq, recv_sge(recv, c.cookie), c.cookie)?);
+                }
+            }
+            bail!("a message sent on one core was not received")
+        };
+        let mut back = vec![0u8; len];
+        ntb_sample(
+            format!("ntbdk send ping-pong {len} B, one core (software only), core {a}"),
+            iters,
+            target,
+            1,
+            BATCH_TIME,
+            |n| {
+                let start = Instant::now();
+                for _ in 0..n {
+                    hop(&mut t0, q0, &mut t1, q1, recv1, &msg, &mut echo)?;
+                    hop(&mut t1, q1, &mut t0, q0, recv0, &echo, &mut back)?;
+                }
+                Ok(start.elapsed())
+            },
+        )
+    };
+    let r = run();
+    drop(fabric);
+    let _ = EmuFabric::destroy_in(&dir, "bench1");
+    let _ = std::fs::remove_dir_all(&dir);
+    r
 }
 
 /// Sends of [`MSG`] bytes in bursts of [`BURST`] until the serving thread
@@ -942,6 +1041,34 @@ fn ntb_send_rate(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Re
             |n| ntb_send_burst(side, n),
         )
     })
+}
+
+/// The latency and send-rate rows of ntbdk alone (see `--small-only`).
+fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
+    let lat = [
+        ntb_send_latency(a, b, MSG, args.iters, target)?,
+        ntb_send_latency(a, b, 48, args.iters, target)?,
+        ntb_send_one_core(a, MSG, args.iters, target)?,
+        ntb_send_one_core(a, 48, args.iters, target)?,
+    ];
+    print_latency(&lat);
+    let rate = ntb_send_rate(a, b, args.iters, target)?;
+    print_rate(&rate);
+    Ok(())
+}
+
+fn print_rate(rate: &Samples) {
+    println!("\n### {MSG} B send rate, burst {BURST}\n");
+    println!("| case | M messages/s | ns/message | mean M messages/s | messages |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| {} | {:.2} | {:.1} | {:.2} | {} |",
+        rate.name,
+        1e3 / rate.typical_ns(),
+        rate.typical_ns(),
+        1e3 / rate.mean_ns(),
+        rate.ops()
+    );
 }
 
 /// Rows as the floor check wants them (operations and total time of the

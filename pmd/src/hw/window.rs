@@ -20,10 +20,12 @@
 //! single-producer message-passing protocol.
 
 use std::any::Any;
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-use super::counters::DeviceCounters;
+use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
 
 /// Keeps a mapping alive for as long as any handle onto it exists.
@@ -55,6 +57,10 @@ fn check_aligned(offset: usize, size: usize, window_len: usize) -> Result<()> {
 /// Cheap to clone (it shares the mapping). There is deliberately no way to
 /// read through it.
 ///
+/// A handle is `Send` but not `Sync`: it counts its writes without atomic
+/// read-modify-writes (see [`DeviceCounters`]), so each thread that writes
+/// holds its own clone.
+///
 /// # Example
 /// ```
 /// use std::sync::Arc;
@@ -74,22 +80,43 @@ fn check_aligned(offset: usize, size: usize, window_len: usize) -> Result<()> {
 /// assert_eq!(counters.snapshot().posted_writes, 2);
 /// assert_eq!(counters.snapshot().non_posted_reads, 0);
 /// ```
-#[derive(Clone)]
 pub struct PeerWindow {
     base: *mut u8,
     len: usize,
     peer: u16,
     counters: Arc<DeviceCounters>,
+    /// This handle's own counts (single writer: the handle is not `Sync`).
+    mine: Arc<HandleCounters>,
     _keep: Keepalive,
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 // SAFETY: the handle only performs writes into a mapping kept alive by `_keep`;
 // concurrent writers to disjoint or racing bytes are the protocol's concern
 // (as on real hardware), and no references into the mapping are ever created.
+// Moving it to another thread moves its counter block's only writer with it.
 unsafe impl Send for PeerWindow {}
-// SAFETY: as for Send; every method takes `&self` and uses raw-pointer writes or
-// atomics only.
-unsafe impl Sync for PeerWindow {}
+
+impl Clone for PeerWindow {
+    /// Another handle onto the same mapping, with its own counter block.
+    fn clone(&self) -> Self {
+        Self {
+            base: self.base,
+            len: self.len,
+            peer: self.peer,
+            counters: self.counters.clone(),
+            mine: self.counters.register(),
+            _keep: self._keep.clone(),
+            _not_sync: PhantomData,
+        }
+    }
+}
+
+impl Drop for PeerWindow {
+    fn drop(&mut self) {
+        self.counters.retire(&self.mine);
+    }
+}
 
 impl std::fmt::Debug for PeerWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -119,8 +146,10 @@ impl PeerWindow {
             base,
             len,
             peer,
+            mine: counters.register(),
             counters,
             _keep: keep,
+            _not_sync: PhantomData,
         }
     }
 
@@ -152,7 +181,7 @@ impl PeerWindow {
         // case `copy` (memmove) still holds.
         // SAFETY: holds for the reasons given just above.
         unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
-        self.counters.posted(src.len());
+        self.mine.posted(src.len());
         Ok(())
     }
 
@@ -165,7 +194,7 @@ impl PeerWindow {
         check(offset, src.len(), self.len)?;
         // SAFETY: bounds checked above; the mapping is valid while `_keep` lives.
         unsafe { nt_copy(self.base.add(offset), src) };
-        self.counters.posted(src.len());
+        self.mine.posted(src.len());
         Ok(())
     }
 
@@ -178,7 +207,7 @@ impl PeerWindow {
         // mapping lives while `_keep` does; AtomicU32 has u32's layout.
         let a = unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) };
         a.store(v, Ordering::Release);
-        self.counters.posted(4);
+        self.mine.posted(4);
         Ok(())
     }
 
@@ -191,7 +220,7 @@ impl PeerWindow {
         // mapping lives while `_keep` does; AtomicU64 has u64's layout.
         let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
         a.store(v, Ordering::Release);
-        self.counters.posted(8);
+        self.mine.posted(8);
         Ok(())
     }
 

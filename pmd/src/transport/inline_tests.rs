@@ -189,3 +189,65 @@ fn malformed_runs_are_dropped_and_counted() {
     assert_eq!(got, payload);
     drop(a);
 }
+
+#[test]
+fn mixed_bursts_publish_whole_and_complete_exactly_what_was_posted() {
+    // One-slot, multi-slot and eager-buffer sends in the same batches; a
+    // batch is written last-first, and a batch cut short by a full ring
+    // posts (and completes) exactly the count it returns.
+    let (_dev, mut a, mut b) = pair();
+    let qa = a.create_qp(1).unwrap();
+    let qb = b.create_qp(0).unwrap();
+    let eager = Geometry::small(2).eager_size as usize;
+    let sizes = [8usize, 64, INLINE_LONG_MAX, INLINE_LONG_MAX + 1, eager, 1];
+    let total = 300usize;
+    let msgs: Vec<Vec<u8>> = (0..total)
+        .map(|i| vec![(i * 7 + 3) as u8; sizes[i % sizes.len()]])
+        .collect();
+    let slot = eager as u64;
+    let region = b.register_region(16 * eager, Access::LOCAL).unwrap();
+    for i in 0..16u64 {
+        let sge = Sge {
+            key: region,
+            offset: i * slot,
+            len: slot,
+        };
+        b.post_recv(qb, sge, i).unwrap();
+    }
+    let (mut sent, mut send_done, mut got) = (0usize, 0usize, 0usize);
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut buf = [Completion::default(); 16];
+    while got < total {
+        assert!(Instant::now() < end, "stalled: {sent} sent, {got} received");
+        if sent < total {
+            let wrs: Vec<_> = msgs[sent..total.min(sent + 9)]
+                .iter()
+                .map(|m| super::SendWr { data: m, cookie: 0 })
+                .collect();
+            sent += a.post_sends(qa, &wrs).unwrap_or(0);
+        }
+        let n = a.poll_completions(&mut buf);
+        send_done += buf[..n].iter().filter(|c| c.op == OpKind::Send).count();
+        let n = b.poll_completions(&mut buf);
+        for c in buf[..n].iter().filter(|c| c.op == OpKind::Recv) {
+            assert_eq!(c.status, Status::Success, "message {got}");
+            let mut data = vec![0u8; c.bytes as usize];
+            b.region_read(region, c.cookie * slot, &mut data).unwrap();
+            assert_eq!(data, msgs[got], "message {got}");
+            got += 1;
+            let sge = Sge {
+                key: region,
+                offset: c.cookie * slot,
+                len: slot,
+            };
+            b.post_recv(qb, sge, c.cookie).unwrap();
+        }
+    }
+    while send_done < total {
+        let n = a.poll_completions(&mut buf);
+        assert!(n > 0, "{send_done} of {total} sends completed");
+        send_done += buf[..n].iter().filter(|c| c.op == OpKind::Send).count();
+    }
+    assert_eq!(a.counters(qa).sends, total as u64);
+    assert_eq!(b.counters(qb).dropped_total(), 0);
+}

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::hw::{LocalWindow, PeerWindow, Port};
 
-use super::conn::{CQ, ChainLink, InOp, POSTQ, RX, TX};
+use super::conn::{CQ, ChainLink, InOp, POSTQ, Peer, RX, TX};
 use super::counters::DropKind;
 use super::dma::DmaEngine;
 use super::endpoint::{EarlySgl, Incoming, OutKind, Transport};
@@ -68,6 +68,78 @@ fn to_wire(ext: &[(u64, u64)]) -> Vec<WireSge> {
             len: l as u32,
         })
         .collect()
+}
+
+/// What delivering a send touches, borrowed apart from the peer so the
+/// PostQ loop can deliver while it holds the connection.
+struct Sink<'a> {
+    p: Port,
+    local: &'a LocalWindow,
+    engine: &'a mut dyn DmaEngine,
+    layout: &'a super::geometry::Layout,
+    completions: &'a mut std::collections::VecDeque<Completion>,
+    doomed: &'a mut Vec<Port>,
+}
+
+impl Sink<'_> {
+    /// Hands an eager message (inline bytes, or eager buffer `buf` of
+    /// `len` bytes) to the oldest posted receive, returns a lent buffer to
+    /// the peer, and completes the receive.
+    fn deliver(&mut self, peer: &mut Peer, buf: Option<(u32, u32)>, inline: &[u8]) {
+        let p = self.p;
+        let Some(wr) = peer.recvs.pop_front() else {
+            return;
+        };
+        let len = buf.map_or(inline.len() as u64, |b| u64::from(b.1));
+        let mut status = Status::Success;
+        if len > wr.len {
+            status = Status::LocalLength;
+        } else {
+            let mut at = 0u64;
+            for &(o, l) in wr.extents.as_slice() {
+                if at >= len {
+                    break;
+                }
+                let n = l.min(len - at);
+                let r = match buf {
+                    None => self
+                        .local
+                        .write(o as usize, &inline[at as usize..(at + n) as usize]),
+                    Some((b, _)) => self.engine.copy_local(
+                        self.local,
+                        self.layout.eager_buffer(p, b) + at as usize,
+                        o as usize,
+                        n as usize,
+                    ),
+                };
+                if r.is_err() {
+                    status = Status::Protocol;
+                    break;
+                }
+                at += n;
+            }
+        }
+        if let (Some((b, _)), Some(c)) = (buf, peer.conn.as_mut()) {
+            c.lent[b as usize] = false;
+            if c.lend(b).is_err() {
+                self.doomed.push(p);
+            }
+        }
+        if status.is_ok() {
+            peer.counters.recvs += 1;
+            peer.counters.bytes_in += len;
+        } else {
+            peer.counters.failed_ops += 1;
+        }
+        self.completions.push_back(Completion {
+            peer: p,
+            op: OpKind::Recv,
+            status,
+            bytes: if status.is_ok() { len } else { 0 },
+            cookie: wr.cookie,
+            region: None,
+        });
+    }
 }
 
 impl Transport {
@@ -180,25 +252,33 @@ impl Transport {
     fn poll_peer(&mut self, p: Port) -> usize {
         let g = self.cfg.geometry;
         let mut scratch = std::mem::take(&mut self.scratch);
-        let mut inline_bytes = std::mem::take(&mut self.inline_bytes);
+        let mut delivered = 0;
         {
-            let peer = &mut self.peers[p as usize];
+            let Self {
+                peers,
+                local,
+                engine,
+                layout,
+                completions,
+                doomed,
+                ..
+            } = self;
+            let peer = &mut peers[p as usize];
             let Some(c) = peer.conn.as_mut() else {
                 self.scratch = scratch;
-                self.inline_bytes = inline_bytes;
                 return 0;
             };
             let limits = Limits {
                 max_len: u32::MAX,
-                region_start: self.layout.region_area_start() as u64,
+                region_start: layout.region_area_start() as u64,
                 window_len: c.win.len() as u64,
                 eager_count: g.eager_count,
                 eager_size: g.eager_size,
             };
-            c.poll_freeq(&self.local, &mut peer.counters);
+            c.poll_freeq(local, &mut peer.counters);
             for (k, q) in [(CQ, Queue::Cq), (TX, Queue::Tx), (RX, Queue::Rx)] {
                 for _ in 0..g.queue_depth {
-                    let Some(b) = c.cons[k].peek(&self.local) else {
+                    let Some(b) = c.cons[k].peek(local) else {
                         break;
                     };
                     c.cons[k].advance();
@@ -208,9 +288,19 @@ impl Transport {
                     }
                 }
             }
-            let mut want = peer.recvs.len();
-            while want > 0 {
-                let Some(b) = c.cons[POSTQ].peek(&self.local) else {
+            // Sends are handed to posted receives right here, in order (no
+            // detour through `scratch`): this is the small-message fast path.
+            let mut sink = Sink {
+                p,
+                local,
+                engine: engine.as_mut(),
+                layout,
+                completions,
+                doomed,
+            };
+            while !peer.recvs.is_empty() {
+                let Some(c) = peer.conn.as_mut() else { break };
+                let Some(b) = c.cons[POSTQ].peek(local) else {
                     break;
                 };
                 if b[0] == wire::code::SEND_INLINE_LONG {
@@ -226,8 +316,8 @@ impl Transport {
                     };
                     let mut conts = [[0u8; wire::BODY]; wire::INLINE_SLOTS_MAX - 1];
                     let mut complete = true;
-                    for k in (1..slots).rev() {
-                        match c.cons[POSTQ].peek_ahead(&self.local, k as u64) {
+                    for k in 1..slots {
+                        match c.cons[POSTQ].peek_ahead(local, k as u64) {
                             Some(x) => conts[k - 1] = x,
                             None => {
                                 complete = false;
@@ -242,10 +332,8 @@ impl Transport {
                     let mut payload = [0u8; wire::INLINE_LONG_MAX];
                     match wire::gather_inline(&b, &conts[..slots - 1], &mut payload) {
                         Ok(len) => {
-                            let at = inline_bytes.len();
-                            inline_bytes.extend_from_slice(&payload[..len]);
-                            scratch.push(Incoming::Inline { at, len });
-                            want -= 1;
+                            sink.deliver(peer, None, &payload[..len]);
+                            delivered += 1;
                         }
                         Err(e) => peer.counters.drop_one(drop_kind(e)),
                     }
@@ -253,31 +341,39 @@ impl Transport {
                 }
                 c.cons[POSTQ].advance();
                 match wire::decode_validated(&b, Queue::PostQ, &limits) {
-                    Ok(m) => {
-                        scratch.push(Incoming::Msg(m));
-                        want -= 1;
+                    Ok(Msg::SendInline { len, data }) => {
+                        sink.deliver(peer, None, &data[..(len as usize).min(data.len())]);
+                        delivered += 1;
                     }
+                    Ok(Msg::SendBuf { buf, len }) => {
+                        let lent = peer
+                            .conn
+                            .as_ref()
+                            .is_some_and(|c| c.lent.get(buf as usize).copied().unwrap_or(false));
+                        if lent {
+                            sink.deliver(peer, Some((buf, len)), &[]);
+                            delivered += 1;
+                        } else {
+                            peer.counters.drop_one(DropKind::BadBuffer);
+                        }
+                    }
+                    // Only sends are valid on the PostQ (checked by the
+                    // decoder); anything else is counted, never acted on.
+                    Ok(_) => peer.counters.drop_one(DropKind::WrongQueue),
                     Err(e) => peer.counters.drop_one(drop_kind(e)),
                 }
             }
-            if scratch.is_empty() {
+            if scratch.is_empty() && delivered == 0 {
                 peer.counters.empty_polls += 1;
             }
         }
-        let n = scratch.len();
+        let n = scratch.len() + delivered;
         for m in scratch.drain(..) {
             match m {
                 Incoming::Msg(m) => self.handle(p, m),
-                Incoming::Inline { at, len } => {
-                    if self.peers[p as usize].conn.is_some() {
-                        self.deliver(p, None, &inline_bytes[at..at + len]);
-                    }
-                }
             }
         }
-        inline_bytes.clear();
         self.scratch = scratch;
-        self.inline_bytes = inline_bytes;
         let peer = &mut self.peers[p as usize];
         if let Some(c) = peer.conn.as_mut() {
             let batch = u64::from(g.queue_depth / 4).max(1);
@@ -514,87 +610,11 @@ impl Transport {
             }
             Msg::Done { op, len } => self.on_done(p, p, op, len),
             Msg::Ack { op, status, len } => self.on_ack(p, op, status, len),
-            Msg::SendInline { len, data } => {
-                self.deliver(p, None, &data[..(len as usize).min(data.len())])
-            }
-            Msg::SendBuf { buf, len } => {
-                let lent = self.peers[p as usize]
-                    .conn
-                    .as_ref()
-                    .is_some_and(|c| c.lent.get(buf as usize).copied().unwrap_or(false));
-                if !lent {
-                    self.count(p, DropKind::BadBuffer);
-                    return;
-                }
-                self.deliver(p, Some((buf, len)), &[]);
+            // Sends arrive on the PostQ only, handled in `poll_peer`.
+            Msg::SendInline { .. } | Msg::SendBuf { .. } => {
+                self.count(p, DropKind::WrongQueue);
             }
         }
-    }
-
-    /// Hands an eager message to the oldest posted receive.
-    fn deliver(&mut self, p: Port, buf: Option<(u32, u32)>, inline: &[u8]) {
-        let me = self.me;
-        let Self {
-            peers,
-            local,
-            engine,
-            layout,
-            completions,
-            doomed,
-            ..
-        } = self;
-        let peer = &mut peers[p as usize];
-        let Some(wr) = peer.recvs.pop_front() else {
-            return;
-        };
-        let len = buf.map_or(inline.len() as u64, |b| u64::from(b.1));
-        let mut status = Status::Success;
-        if len > wr.len {
-            status = Status::LocalLength;
-        } else {
-            let mut at = 0u64;
-            for &(o, l) in wr.extents.as_slice() {
-                if at >= len {
-                    break;
-                }
-                let n = l.min(len - at);
-                let r = match buf {
-                    None => local.write(o as usize, &inline[at as usize..(at + n) as usize]),
-                    Some((b, _)) => engine.copy_local(
-                        local,
-                        layout.eager_buffer(p, b) + at as usize,
-                        o as usize,
-                        n as usize,
-                    ),
-                };
-                if r.is_err() {
-                    status = Status::Protocol;
-                    break;
-                }
-                at += n;
-            }
-        }
-        let _ = me;
-        if let (Some((b, _)), Some(c)) = (buf, peer.conn.as_mut()) {
-            c.lent[b as usize] = false;
-            if c.lend(b).is_err() {
-                doomed.push(p);
-            }
-        }
-        if status.is_ok() {
-            peer.counters.recvs += 1;
-            peer.counters.bytes_in += len;
-        } else {
-            peer.counters.failed_ops += 1;
-        }
-        completions.push_back(Completion {
-            peer: p,
-            op: OpKind::Recv,
-            status,
-            bytes: if status.is_ok() { len } else { 0 },
-            cookie: wr.cookie,
-            region: None,
-        });
     }
 
     fn on_read_size(&mut self, p: Port, op: u64, status: WireStatus, len: u32) {

@@ -108,6 +108,31 @@ impl Producer {
     }
 }
 
+impl Producer {
+    /// Writes the slots of one multi-slot message (`bodies[0]` its head):
+    /// the continuation slots first and the head last, so the consumer,
+    /// polling the head, finds the rest already written (each slot still
+    /// carries its own tag and is checked). The caller checked
+    /// [`room`](Self::room) for `bodies.len()` slots.
+    #[inline]
+    pub fn push_run(&mut self, win: &PeerWindow, bodies: &[Body]) -> HwResult<()> {
+        debug_assert!(self.seq - self.credit + bodies.len() as u64 <= self.depth);
+        for (k, body) in bodies.iter().enumerate().skip(1).rev() {
+            let seq = self.seq + k as u64;
+            let off = self.base + (seq % self.depth) as usize * SLOT;
+            win.write(off, body)?;
+            win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))?;
+        }
+        if let Some(head) = bodies.first() {
+            let off = self.base + (self.seq % self.depth) as usize * SLOT;
+            win.write(off, head)?;
+            win.write_u64(off + TAG_OFFSET, tag(self.epoch, self.seq))?;
+        }
+        self.seq += bodies.len() as u64;
+        Ok(())
+    }
+}
+
 /// The reading end of a ring in our own window.
 #[derive(Debug)]
 pub struct Consumer {

@@ -410,9 +410,11 @@ pub fn inline_slots(len: usize) -> Option<usize> {
 /// Up to [`INLINE_MAX`] bytes it is one [`Msg::SendInline`] slot. Longer, a
 /// head slot (op code [`code::SEND_INLINE_LONG`], the length in byte 1, the
 /// first 48 payload bytes at 8..56) is followed by continuation slots of 56
-/// payload bytes each, unused bytes zero. The slots are written back to
-/// back; the receiver takes them once the last one's tag is there and
-/// validates them as a unit ([`decode_inline_head`], [`gather_inline`]).
+/// payload bytes each, unused bytes zero. The sender writes the
+/// continuation slots first and the head last
+/// ([`Producer::push_run`](super::Producer::push_run)); the receiver takes
+/// the run once every slot's own tag is there and validates it as a unit
+/// ([`decode_inline_head`], [`gather_inline`]).
 ///
 /// # Example
 /// ```
@@ -457,7 +459,7 @@ pub fn decode_inline_head(b: &Body) -> Result<(usize, usize), WireError> {
         return Err(WireError::UnknownCode(b[0]));
     }
     let len = b[1] as usize;
-    if len <= INLINE_MAX || len > INLINE_LONG_MAX || b[2..8].iter().any(|&x| x != 0) {
+    if len <= INLINE_MAX || len > INLINE_LONG_MAX || !all_zero(&b[2..8]) {
         return Err(WireError::Malformed);
     }
     let slots = inline_slots(len).ok_or(WireError::Malformed)?;
@@ -483,7 +485,7 @@ pub fn gather_inline(
     let mut at = INLINE_MAX;
     for b in conts {
         let n = (len - at).min(BODY);
-        if b[n..].iter().any(|&x| x != 0) {
+        if !all_zero(&b[n..]) {
             return Err(WireError::Malformed);
         }
         out[at..at + n].copy_from_slice(&b[..n]);
@@ -492,8 +494,19 @@ pub fn gather_inline(
     Ok(len)
 }
 
+/// Whether every byte of `s` is zero, eight at a time (validation runs on
+/// every received slot).
+#[inline]
+fn all_zero(s: &[u8]) -> bool {
+    let mut words = s.chunks_exact(8);
+    let acc = words.by_ref().fold(0u64, |a, w| {
+        a | u64::from_ne_bytes(w.try_into().unwrap_or([1; 8]))
+    });
+    acc == 0 && words.remainder().iter().all(|&x| x == 0)
+}
+
 fn decode_scalar(b: &Body, uses_a: bool, uses_b: bool, uses_c: bool) -> Result<(), WireError> {
-    let zero = |r: std::ops::Range<usize>| b[r].iter().all(|&x| x == 0);
+    let zero = |r: std::ops::Range<usize>| all_zero(&b[r]);
     let ok = b[2] == 0
         && b[3] == 0
         && (uses_a || zero(4..8))
@@ -645,8 +658,8 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
         }
         code::SEND_INLINE => {
             if status as usize > INLINE_MAX
-                || b[2..8].iter().any(|&x| x != 0)
-                || b[8 + status as usize..].iter().any(|&x| x != 0)
+                || !all_zero(&b[2..8])
+                || !all_zero(&b[8 + status as usize..])
             {
                 return Err(WireError::Malformed);
             }
@@ -851,10 +864,10 @@ impl Hello {
     /// Decodes a hello; `None` when the magic is wrong, the incarnation is 0
     /// or reserved bytes are set. Never panics.
     pub fn decode(b: &Body) -> Option<Self> {
-        if u32_at(b, 0) != HELLO_MAGIC || b[20..24].iter().any(|&x| x != 0) {
+        if u32_at(b, 0) != HELLO_MAGIC || !all_zero(&b[20..24]) {
             return None;
         }
-        if b[40..56].iter().any(|&x| x != 0) {
+        if !all_zero(&b[40..56]) {
             return None;
         }
         let h = Self {
