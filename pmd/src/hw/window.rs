@@ -91,10 +91,9 @@ pub struct PeerWindow {
     _not_sync: PhantomData<Cell<()>>,
 }
 
-// SAFETY: the handle only performs writes into a mapping kept alive by `_keep`;
-// concurrent writers to disjoint or racing bytes are the protocol's concern
-// (as on real hardware), and no references into the mapping are ever created.
-// Moving it to another thread moves its counter block's only writer with it.
+// The handle only writes into a mapping kept alive by `_keep`; racing writers
+// are the protocol's concern (as on real hardware); it never makes references.
+// SAFETY: as just said; a move also moves its counter block's only writer.
 unsafe impl Send for PeerWindow {}
 
 impl Clone for PeerWindow {
