@@ -175,7 +175,8 @@ pub struct Transport {
     pub(crate) last_slow: Instant,
     pub(crate) events: Vec<LinkEvent>,
     pub(crate) doomed: Vec<Port>,
-    pub(crate) scratch: Vec<Incoming>,
+    /// Control-ring messages taken by a poll, handled after it (kept for reuse).
+    pub(crate) scratch: Vec<Msg>,
     /// Slot bodies of the batch of sends being posted (kept for reuse).
     pub(crate) send_bodies: Vec<wire::Body>,
     pub(crate) chain_early: Vec<EarlySgl>,
@@ -209,13 +210,6 @@ impl std::fmt::Debug for Transport {
 }
 
 /// A random nonzero 64-bit number (incarnations, first region keys).
-/// A validated message taken from a ring, waiting to be handled.
-#[derive(Debug)]
-pub(crate) enum Incoming {
-    /// A one-slot message.
-    Msg(Msg),
-}
-
 pub(crate) fn random_u64(salt: u64) -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(salt);

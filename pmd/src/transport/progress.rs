@@ -8,7 +8,7 @@ use crate::hw::{LocalWindow, PeerWindow, Port};
 use super::conn::{CQ, ChainLink, InOp, POSTQ, Peer, RX, TX};
 use super::counters::DropKind;
 use super::dma::DmaEngine;
-use super::endpoint::{EarlySgl, Incoming, OutKind, Transport};
+use super::endpoint::{EarlySgl, OutKind, Transport};
 use super::error::Status;
 use super::region::{Access, RegionKey};
 use super::sgl::ExtentCursor;
@@ -283,7 +283,7 @@ impl Transport {
                     };
                     c.cons[k].advance();
                     match wire::decode_validated(&b, q, &limits) {
-                        Ok(m) => scratch.push(Incoming::Msg(m)),
+                        Ok(m) => scratch.push(m),
                         Err(e) => peer.counters.drop_one(drop_kind(e)),
                     }
                 }
@@ -369,9 +369,7 @@ impl Transport {
         }
         let n = scratch.len() + delivered;
         for m in scratch.drain(..) {
-            match m {
-                Incoming::Msg(m) => self.handle(p, m),
-            }
+            self.handle(p, m);
         }
         self.scratch = scratch;
         let peer = &mut self.peers[p as usize];

@@ -100,36 +100,33 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, win: &PeerWindow, body: &Body) -> HwResult<()> {
         debug_assert!(self.seq - self.credit < self.depth);
-        let off = self.base + (self.seq % self.depth) as usize * SLOT;
-        win.write(off, body)?;
-        win.write_u64(off + TAG_OFFSET, tag(self.epoch, self.seq))?;
+        self.write_slot(win, self.seq, body)?;
         self.seq += 1;
         Ok(())
     }
-}
 
-impl Producer {
-    /// Writes the slots of one multi-slot message (`bodies[0]` its head):
-    /// the continuation slots first and the head last, so the consumer,
-    /// polling the head, finds the rest already written (each slot still
-    /// carries its own tag and is checked). The caller checked
-    /// [`room`](Self::room) for `bodies.len()` slots.
+    /// Writes `bodies` into the next slots last-first, the first slot last:
+    /// the consumer, polling that slot, finds the whole run (a multi-slot
+    /// message, or a batch of messages) already written instead of chasing
+    /// the writer line by line. Each slot still carries its own tag and is
+    /// checked. The caller checked [`room`](Self::room) for `bodies.len()`
+    /// slots.
     #[inline]
     pub fn push_run(&mut self, win: &PeerWindow, bodies: &[Body]) -> HwResult<()> {
         debug_assert!(self.seq - self.credit + bodies.len() as u64 <= self.depth);
-        for (k, body) in bodies.iter().enumerate().skip(1).rev() {
-            let seq = self.seq + k as u64;
-            let off = self.base + (seq % self.depth) as usize * SLOT;
-            win.write(off, body)?;
-            win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))?;
-        }
-        if let Some(head) = bodies.first() {
-            let off = self.base + (self.seq % self.depth) as usize * SLOT;
-            win.write(off, head)?;
-            win.write_u64(off + TAG_OFFSET, tag(self.epoch, self.seq))?;
+        for (k, body) in bodies.iter().enumerate().rev() {
+            self.write_slot(win, self.seq + k as u64, body)?;
         }
         self.seq += bodies.len() as u64;
         Ok(())
+    }
+
+    /// Writes message `seq`'s body, then its tag (release).
+    #[inline]
+    fn write_slot(&self, win: &PeerWindow, seq: u64, body: &Body) -> HwResult<()> {
+        let off = self.base + (seq % self.depth) as usize * SLOT;
+        win.write(off, body)?;
+        win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))
     }
 }
 
@@ -158,14 +155,7 @@ impl Consumer {
     /// Copies out the next message if it has arrived (without consuming it).
     #[inline]
     pub fn peek(&self, local: &LocalWindow) -> Option<Body> {
-        let off = self.base + (self.seq % self.depth) as usize * SLOT;
-        let t = local.load_u64(off + TAG_OFFSET).ok()?;
-        if t != tag(self.epoch, self.seq) {
-            return None;
-        }
-        let mut body = [0u8; BODY];
-        local.read(off, &mut body).ok()?;
-        Some(body)
+        self.peek_ahead(local, 0)
     }
 
     /// Copies out the slot `k` places after the next one if it has arrived
