@@ -608,19 +608,29 @@ fn ntb_session<R>(
     nt_threshold: Option<usize>,
     f: impl FnOnce(&mut Side) -> Result<R>,
 ) -> Result<R> {
-    let dir = std::env::temp_dir().join(format!("ntbdk-bench-transport-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
-    let (fcfg, mut cfg) = ntb_config();
+    let (_, mut cfg) = ntb_config();
     if let Some(nt) = nt_threshold {
         cfg.nt_threshold = nt;
     }
-    let fabric = EmuFabric::create_in(&dir, "bench", &fcfg)?;
+    with_fabric(|fabric, dir| session_on(fabric, dir, &cfg, a, b, serve, f))
+}
+
+/// The body of [`ntb_session`] on a fabric [`with_fabric`] made.
+fn session_on<R>(
+    fabric: &EmuFabric,
+    dir: &std::path::Path,
+    cfg: &Config,
+    a: usize,
+    b: usize,
+    serve: Serve,
+    f: impl FnOnce(&mut Side) -> Result<R>,
+) -> Result<R> {
     let stop = AtomicBool::new(false);
     let received = Arc::new(AtomicU64::new(0));
     let (key_tx, key_rx) = std::sync::mpsc::channel();
-    let result = std::thread::scope(|s| -> Result<R> {
+    std::thread::scope(|s| -> Result<R> {
         let server = s.spawn(|| -> Result<()> {
-            let (mut t, data, recv) = ntb_endpoint(&fabric, &dir, 1, &cfg)?;
+            let (mut t, data, recv) = ntb_endpoint(fabric, dir, 1, cfg)?;
             let _ = key_tx.send(data);
             let qp = t.create_qp(0)?;
             t.wait_connected(0, Duration::from_secs(10))?;
@@ -663,7 +673,7 @@ fn ntb_session<R>(
             }
         });
         let run = || -> Result<R> {
-            let (mut t, data, recv) = ntb_endpoint(&fabric, &dir, 0, &cfg)?;
+            let (mut t, data, recv) = ntb_endpoint(fabric, dir, 0, cfg)?;
             let remote = key_rx
                 .recv_timeout(Duration::from_secs(10))
                 .context("the serving thread did not set up")?;
@@ -690,11 +700,21 @@ fn ntb_session<R>(
         let r = r?;
         served?;
         Ok(r)
-    });
-    drop(fabric);
+    })
+}
+
+/// Runs `f` on a private emulated fabric (in its own directory) made for
+/// it with [`ntb_config`]'s settings, then removes both, whatever `f` did.
+fn with_fabric<R>(f: impl FnOnce(&EmuFabric, &std::path::Path) -> Result<R>) -> Result<R> {
+    let dir = std::env::temp_dir().join(format!("ntbdk-bench-transport-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
+    let (fcfg, _) = ntb_config();
+    let r = EmuFabric::create_in(&dir, "bench", &fcfg)
+        .map_err(anyhow::Error::from)
+        .and_then(|fabric| f(&fabric, &dir));
     let _ = EmuFabric::destroy_in(&dir, "bench");
     let _ = std::fs::remove_dir_all(&dir);
-    result
+    r
 }
 
 fn recv_sge(recv: RegionKey, cookie: u64) -> Sge {
@@ -917,14 +937,11 @@ fn ntb_send_one_core(
     iters: Option<u64>,
     target: Duration,
 ) -> Result<Samples> {
-    let dir = std::env::temp_dir().join(format!("ntbdk-bench-1core-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
-    let (fcfg, cfg) = ntb_config();
-    let fabric = EmuFabric::create_in(&dir, "bench1", &fcfg)?;
-    let run = || -> Result<Samples> {
+    let (_, cfg) = ntb_config();
+    with_fabric(|fabric, dir| {
         pin(a);
-        let (mut t0, _, recv0) = ntb_endpoint(&fabric, &dir, 0, &cfg)?;
-        let (mut t1, _, recv1) = ntb_endpoint(&fabric, &dir, 1, &cfg)?;
+        let (mut t0, _, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
+        let (mut t1, _, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
         let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
         let end = Instant::now() + Duration::from_secs(10);
         while !(t0.is_connected(1) && t1.is_connected(0)) {
@@ -980,12 +997,7 @@ fn ntb_send_one_core(
                 Ok(start.elapsed())
             },
         )
-    };
-    let r = run();
-    drop(fabric);
-    let _ = EmuFabric::destroy_in(&dir, "bench1");
-    let _ = std::fs::remove_dir_all(&dir);
-    r
+    })
 }
 
 /// Sends of [`MSG`] bytes in bursts of [`BURST`] until the serving thread
