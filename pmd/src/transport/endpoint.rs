@@ -19,6 +19,9 @@ use super::sgl::{ExtentCursor, RemoteAddr, Sge};
 use super::types::{Completion, Config, OpKind, PeerState, Qp, Resources};
 use super::wire::{self, Msg};
 
+/// A planned send that goes inline in its slots (no eager buffer).
+const INLINE: u32 = u32::MAX;
+
 /// A target of a multicast put.
 #[derive(Debug)]
 pub(crate) struct McTarget {
@@ -178,7 +181,8 @@ pub struct Transport {
     /// Control-ring messages taken by a poll, handled after it (kept for reuse).
     pub(crate) scratch: Vec<Msg>,
     /// Slot bodies of the batch of sends being posted (kept for reuse).
-    pub(crate) send_bodies: Vec<wire::Body>,
+    /// Per send of the batch being posted: its eager buffer, or [`INLINE`].
+    pub(crate) send_plan: Vec<u32>,
     pub(crate) chain_early: Vec<EarlySgl>,
 }
 
@@ -273,7 +277,7 @@ impl Transport {
             events: Vec::new(),
             doomed: Vec::new(),
             scratch: Vec::new(),
-            send_bodies: Vec::new(),
+            send_plan: Vec::new(),
             chain_early: Vec::new(),
         };
         t.write_header()?;
@@ -707,14 +711,16 @@ impl Transport {
         let eager_size = self.cfg.geometry.eager_size as usize;
         let me = self.me;
         let layout = self.layout;
-        let mut bodies = std::mem::take(&mut self.send_bodies);
-        bodies.clear();
+        let mut plan = std::mem::take(&mut self.send_plan);
+        plan.clear();
         let peer = &mut self.peers[qp.peer as usize];
         let Some(c) = peer.conn.as_mut() else {
-            self.send_bodies = bodies;
+            self.send_plan = plan;
             return Err(TransportError::NotConnected { peer: qp.peer });
         };
-        let mut n = 0;
+        // First pass: how many fit, in how many slots each; eager payloads
+        // are written now (before any slot names them).
+        let mut slots_total = 0u64;
         let mut err = None;
         for wr in wrs {
             let len = wr.data.len();
@@ -729,11 +735,13 @@ impl Transport {
             // as long as the run is at most half the ring (so the
             // consumer's quarter-ring credits always make room for it).
             let slots = match wire::inline_slots(len) {
-                Some(k) if k == 1 || 2 * k as u64 <= c.prod[POSTQ].depth() => k,
+                Some(k) if k == 1 || 2 * k as u64 <= c.prod[POSTQ].depth() => k as u64,
                 _ => 0,
             };
-            let need = (bodies.len() + slots.max(1)) as u64;
-            if !c.prod[POSTQ].room(&self.local, need).0 {
+            if !c.prod[POSTQ]
+                .room(&self.local, slots_total + slots.max(1))
+                .0
+            {
                 err = Some(TransportError::Busy {
                     peer: qp.peer,
                     what: "the peer's PostQ is full",
@@ -741,9 +749,7 @@ impl Transport {
                 break;
             }
             if slots > 0 {
-                let mut run = [[0u8; wire::BODY]; wire::INLINE_SLOTS_MAX];
-                let k = wire::encode_inline_slots(wr.data, &mut run).unwrap_or(0);
-                bodies.extend_from_slice(&run[..k]);
+                plan.push(INLINE);
             } else {
                 if c.eager_free.is_empty() {
                     c.poll_freeq(&self.local, &mut peer.counters);
@@ -755,29 +761,46 @@ impl Transport {
                     });
                     break;
                 };
-                // The payload first; its slot, published later, names it.
                 if let Err(e) = c.win.write(layout.eager_buffer(me, buf), wr.data) {
                     err = Some(e.into());
                     self.doomed.push(qp.peer);
                     break;
                 }
-                bodies.push(wire::encode(&Msg::SendBuf {
-                    buf,
-                    len: len as u32,
-                }));
+                plan.push(buf);
             }
-            n += 1;
+            slots_total += slots.max(1);
         }
-        if !bodies.is_empty()
-            && let Err(e) = c.prod[POSTQ].push_run(&c.win, &bodies)
-        {
-            // The device failed under us: nothing of the batch is posted
-            // and the connection is doomed.
-            self.send_bodies = bodies;
-            self.doomed.push(qp.peer);
-            return Err(e.into());
+        let n = plan.len();
+        // Second pass: the slots, encoded straight from the caller's bytes
+        // and written last-first (no staging copy).
+        let mut at = slots_total;
+        for (wr, &buf) in wrs[..n].iter().zip(&plan).rev() {
+            let k = if buf == INLINE {
+                wire::inline_slots(wr.data.len()).unwrap_or(1)
+            } else {
+                1
+            };
+            at -= k as u64;
+            for j in (0..k).rev() {
+                let words = if buf == INLINE {
+                    wire::inline_slot_words(wr.data, j)
+                } else {
+                    wire::body_words(&wire::encode(&Msg::SendBuf {
+                        buf,
+                        len: wr.data.len() as u32,
+                    }))
+                };
+                if let Err(e) = c.prod[POSTQ].write_ahead(&c.win, at + j as u64, &words) {
+                    // The device failed under us: nothing of the batch is
+                    // produced and the connection is doomed.
+                    self.send_plan = plan;
+                    self.doomed.push(qp.peer);
+                    return Err(e.into());
+                }
+            }
         }
-        self.send_bodies = bodies;
+        c.prod[POSTQ].produce(slots_total);
+        self.send_plan = plan;
         for wr in &wrs[..n] {
             let len = wr.data.len() as u64;
             peer.counters.sends += 1;
@@ -897,9 +920,11 @@ impl Transport {
             self.progress();
         }
         let n = out.len().min(self.completions.len());
-        for (slot, c) in out.iter_mut().zip(self.completions.drain(..n)) {
-            *slot = c;
+        let (a, b) = self.completions.as_slices();
+        for (slot, c) in out.iter_mut().zip(a.iter().chain(b)) {
+            slot.copy_fields(c);
         }
+        self.completions.drain(..n);
         n
     }
 }

@@ -301,6 +301,7 @@ impl Transport {
             while !peer.recvs.is_empty() {
                 let Some(c) = peer.conn.as_mut() else { break };
                 let Some(b) = c.cons[POSTQ].peek(local) else {
+                    c.cons[POSTQ].prefetch_ahead(local, 1);
                     break;
                 };
                 if b[0] == wire::code::SEND_INLINE_LONG {

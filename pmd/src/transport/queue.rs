@@ -9,7 +9,7 @@
 
 use crate::hw::{LocalWindow, PeerWindow, Result as HwResult};
 
-use super::wire::{BODY, Body, SLOT, TAG_OFFSET};
+use super::wire::{BODY, Body, SLOT, TAG_OFFSET, Words, body_words};
 
 /// The tag of message `seq` of connection `epoch` (never 0: epochs are odd).
 #[inline]
@@ -100,32 +100,37 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, win: &PeerWindow, body: &Body) -> HwResult<()> {
         debug_assert!(self.seq - self.credit < self.depth);
-        self.write_slot(win, self.seq, body)?;
+        self.write_slot(win, self.seq, &body_words(body))?;
         self.seq += 1;
         Ok(())
     }
 
-    /// Writes `bodies` into the next slots last-first, the first slot last:
-    /// the consumer, polling that slot, finds the whole run (a multi-slot
-    /// message, or a batch of messages) already written instead of chasing
-    /// the writer line by line. Each slot still carries its own tag and is
-    /// checked. The caller checked [`room`](Self::room) for `bodies.len()`
-    /// slots.
+    /// Writes `body` into the slot `k` places after the next one, without
+    /// producing it yet: a sender writes a run (a multi-slot message, or a
+    /// batch of messages) last-first, the run's first slot last, so the
+    /// consumer, polling that slot, finds the whole run already written
+    /// instead of chasing the writer line by line. Each slot still carries
+    /// its own tag and is checked. The caller checked [`room`](Self::room)
+    /// for the run, and then calls [`produce`](Self::produce).
     #[inline]
-    pub fn push_run(&mut self, win: &PeerWindow, bodies: &[Body]) -> HwResult<()> {
-        debug_assert!(self.seq - self.credit + bodies.len() as u64 <= self.depth);
-        for (k, body) in bodies.iter().enumerate().rev() {
-            self.write_slot(win, self.seq + k as u64, body)?;
-        }
-        self.seq += bodies.len() as u64;
-        Ok(())
+    pub fn write_ahead(&self, win: &PeerWindow, k: u64, body: &Words) -> HwResult<()> {
+        debug_assert!(self.seq - self.credit + k < self.depth);
+        self.write_slot(win, self.seq + k, body)
+    }
+
+    /// Counts the `k` slots written with [`write_ahead`](Self::write_ahead)
+    /// as produced.
+    #[inline]
+    pub fn produce(&mut self, k: u64) {
+        debug_assert!(self.seq - self.credit + k <= self.depth);
+        self.seq += k;
     }
 
     /// Writes message `seq`'s body, then its tag (release).
     #[inline]
-    fn write_slot(&self, win: &PeerWindow, seq: u64, body: &Body) -> HwResult<()> {
+    fn write_slot(&self, win: &PeerWindow, seq: u64, body: &Words) -> HwResult<()> {
         let off = self.base + (seq % self.depth) as usize * SLOT;
-        win.write(off, body)?;
+        win.write_words(off, body)?;
         win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))
     }
 }
@@ -172,6 +177,15 @@ impl Consumer {
         let mut body = [0u8; BODY];
         local.read(off, &mut body).ok()?;
         Some(body)
+    }
+
+    /// Hints the CPU to fetch slot `k` places after the next one: a poller
+    /// waiting on the next slot touches the one after too, so a message that
+    /// spans both arrives in one round of line transfers, not two.
+    #[inline]
+    pub fn prefetch_ahead(&self, local: &LocalWindow, k: u64) {
+        let seq = self.seq + k;
+        local.prefetch(self.base + (seq % self.depth) as usize * SLOT);
     }
 
     /// Consumes the message last peeked.
@@ -288,6 +302,29 @@ mod tests {
         assert_eq!(c.peek_ahead(&local, 1).map(|b| b[0]), Some(5));
         // A slot of an earlier lap is not taken for a later one.
         assert!(c.peek_ahead(&local, 5).is_none());
+    }
+
+    #[test]
+    fn a_run_written_ahead_last_first_is_seen_once_its_first_slot_lands() {
+        let (local, peer) = windows(8192);
+        let mut p = Producer::new(0, 8, 3, 4096);
+        let c = Consumer::new(0, 8, 3);
+        assert_eq!(p.room(&local, 3), (true, true));
+        p.write_ahead(&peer, 2, &body_words(&[3u8; BODY])).unwrap();
+        p.write_ahead(&peer, 1, &body_words(&[2u8; BODY])).unwrap();
+        // The rest of the run is there, its first slot is not: no message.
+        assert!(c.peek(&local).is_none());
+        assert_eq!(c.peek_ahead(&local, 2).map(|b| b[0]), Some(3));
+        p.write_ahead(&peer, 0, &body_words(&[1u8; BODY])).unwrap();
+        p.produce(3);
+        assert_eq!(p.produced(), 3);
+        let got: Vec<u8> = (0..3)
+            .map(|k| c.peek_ahead(&local, k).map_or(0, |b| b[0]))
+            .collect();
+        assert_eq!(got, [1, 2, 3]);
+        // The next write lands after the run.
+        p.push(&peer, &[4u8; BODY]).unwrap();
+        assert_eq!(c.peek_ahead(&local, 3).map(|b| b[0]), Some(4));
     }
 
     #[test]

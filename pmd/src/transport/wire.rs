@@ -381,18 +381,6 @@ pub fn encode(msg: &Msg) -> Body {
     }
 }
 
-/// Encodes an inline send of `payload` (at most [`INLINE_MAX`] bytes)
-/// without building a [`Msg`] first.
-#[inline]
-pub fn encode_inline(payload: &[u8]) -> Body {
-    let mut body = [0u8; BODY];
-    let n = payload.len().min(INLINE_MAX);
-    body[0] = code::SEND_INLINE;
-    body[1] = n as u8;
-    body[8..8 + n].copy_from_slice(&payload[..n]);
-    body
-}
-
 /// Slots an inline send of `len` bytes takes (1 up to [`INLINE_MAX`]
 /// bytes; `None` above [`INLINE_LONG_MAX`]).
 #[inline]
@@ -412,7 +400,7 @@ pub fn inline_slots(len: usize) -> Option<usize> {
 /// first 48 payload bytes at 8..56) is followed by continuation slots of 56
 /// payload bytes each, unused bytes zero. The sender writes the
 /// continuation slots first and the head last
-/// ([`Producer::push_run`](super::Producer::push_run)); the receiver takes
+/// ([`Producer::write_ahead`](super::Producer::write_ahead)); the receiver takes
 /// the run once every slot's own tag is there and validates it as a unit
 /// ([`decode_inline_head`], [`gather_inline`]).
 ///
@@ -431,21 +419,88 @@ pub fn inline_slots(len: usize) -> Option<usize> {
 /// ```
 pub fn encode_inline_slots(payload: &[u8], out: &mut [Body; INLINE_SLOTS_MAX]) -> Option<usize> {
     let n = inline_slots(payload.len())?;
-    if n == 1 {
-        out[0] = encode_inline(payload);
-        return Some(1);
-    }
-    let head = &mut out[0];
-    *head = [0u8; BODY];
-    head[0] = code::SEND_INLINE_LONG;
-    head[1] = payload.len() as u8;
-    head[8..].copy_from_slice(&payload[..INLINE_MAX]);
-    for (i, chunk) in payload[INLINE_MAX..].chunks(BODY).enumerate() {
-        let b = &mut out[1 + i];
-        *b = [0u8; BODY];
-        b[..chunk.len()].copy_from_slice(chunk);
+    for (k, body) in out[..n].iter_mut().enumerate() {
+        *body = words_body(&inline_slot_words(payload, k));
     }
     Some(n)
+}
+
+/// A slot body as seven little-endian words: the form a sender stores it
+/// in, one 8-byte store a word. (Building a body byte by byte and copying
+/// it out with wide loads stalls on store forwarding; words do not.)
+pub type Words = [u64; BODY / 8];
+
+/// Slot `k` of the inline encoding of `payload` (see
+/// [`encode_inline_slots`]) as [`Words`], read straight from the payload.
+/// `k` past the encoding's last slot, or a payload longer than
+/// [`INLINE_LONG_MAX`], gives a slot of zero words.
+///
+/// # Example
+/// ```
+/// use ntbdk_pmd::transport::wire::{self, BODY, INLINE_SLOTS_MAX};
+/// let payload: Vec<u8> = (0..64).collect();
+/// let mut slots = [[0u8; BODY]; INLINE_SLOTS_MAX];
+/// let n = wire::encode_inline_slots(&payload, &mut slots).unwrap();
+/// for k in 0..n {
+///     assert_eq!(wire::words_body(&wire::inline_slot_words(&payload, k)), slots[k]);
+/// }
+/// ```
+#[inline]
+pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
+    let mut w = [0u64; BODY / 8];
+    let len = payload.len();
+    if len > INLINE_LONG_MAX {
+        return w;
+    }
+    if k == 0 {
+        let code = if len <= INLINE_MAX {
+            code::SEND_INLINE
+        } else {
+            code::SEND_INLINE_LONG
+        };
+        w[0] = u64::from(code) | (len as u64) << 8;
+        fill_words(&mut w[1..], &payload[..len.min(INLINE_MAX)]);
+    } else {
+        let start = (INLINE_MAX + (k - 1) * BODY).min(len);
+        fill_words(&mut w, &payload[start..(start + BODY).min(len)]);
+    }
+    w
+}
+
+/// Fills `w` with `bytes` as little-endian words, the last one zero-padded
+/// (built by shifts: no byte stores to forward from).
+#[inline]
+fn fill_words(w: &mut [u64], bytes: &[u8]) {
+    let mut chunks = bytes.chunks_exact(8);
+    for (d, c) in w.iter_mut().zip(&mut chunks) {
+        *d = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+    }
+    let rem = chunks.remainder();
+    if let Some(d) = w.get_mut(bytes.len() / 8)
+        && !rem.is_empty()
+    {
+        *d = rem.iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b));
+    }
+}
+
+/// The words of a body (see [`Words`]).
+#[inline]
+pub fn body_words(b: &Body) -> Words {
+    let mut w = [0u64; BODY / 8];
+    for (d, c) in w.iter_mut().zip(b.chunks_exact(8)) {
+        *d = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+    }
+    w
+}
+
+/// The body of some words (see [`Words`]).
+#[inline]
+pub fn words_body(w: &Words) -> Body {
+    let mut b = [0u8; BODY];
+    for (c, d) in b.chunks_exact_mut(8).zip(w) {
+        c.copy_from_slice(&d.to_le_bytes());
+    }
+    b
 }
 
 /// Checks the head of a multi-slot inline send: op code, reserved bytes
@@ -886,6 +941,43 @@ impl Hello {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The words a sender stores are the bytes the receiver decodes, for
+    /// every inline length, and slots past the run are zero.
+    #[test]
+    fn inline_slot_words_are_the_inline_encoding() {
+        for len in 1..=INLINE_LONG_MAX {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+            let n = inline_slots(len).unwrap();
+            let slots: Vec<Body> = (0..n)
+                .map(|k| words_body(&inline_slot_words(&payload, k)))
+                .collect();
+            assert_eq!(body_words(&slots[0]), inline_slot_words(&payload, 0));
+            assert_eq!(inline_slot_words(&payload, n), [0; BODY / 8]);
+            let mut out = [0u8; INLINE_LONG_MAX];
+            if n == 1 {
+                let m = decode_validated(&slots[0], Queue::PostQ, &limits()).unwrap();
+                assert_eq!(
+                    m,
+                    Msg::SendInline {
+                        len: len as u8,
+                        data: {
+                            let mut d = [0u8; INLINE_MAX];
+                            d[..len].copy_from_slice(&payload);
+                            d
+                        }
+                    }
+                );
+            } else {
+                assert_eq!(gather_inline(&slots[0], &slots[1..], &mut out), Ok(len));
+                assert_eq!(&out[..len], &payload[..]);
+            }
+        }
+        assert_eq!(
+            inline_slot_words(&[1; INLINE_LONG_MAX + 1], 0),
+            [0; BODY / 8]
+        );
+    }
 
     fn limits() -> Limits {
         Limits {
