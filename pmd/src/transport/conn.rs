@@ -109,6 +109,8 @@ pub(crate) struct Conn {
     pub backlog: [VecDeque<Body>; 3],
     pub fq_base: usize,
     pub fq_seq: u64,
+    /// `fq_seq` modulo the FreeQ's length (kept, not divided for).
+    pub fq_slot: usize,
     pub eager_free: Vec<u32>,
     pub eager_have: Vec<bool>,
     pub fq_out_base: usize,
@@ -139,6 +141,7 @@ impl Conn {
             backlog: Default::default(),
             fq_base: layout.part(peer, Part::FreeQ),
             fq_seq: 0,
+            fq_slot: 0,
             eager_free: Vec::with_capacity(g.eager_count as usize),
             eager_have: vec![false; g.eager_count as usize],
             fq_out_base: layout.part(me, Part::FreeQ),
@@ -214,9 +217,9 @@ impl Conn {
 
     /// Takes the eager buffers the peer lent us since the last call.
     pub fn poll_freeq(&mut self, local: &LocalWindow, counters: &mut QpCounters) {
-        let cap = self.eager_have.len() as u64;
+        let cap = self.eager_have.len();
         loop {
-            let off = self.fq_base + (self.fq_seq % cap) as usize * 8;
+            let off = self.fq_base + self.fq_slot * 8;
             let Ok(raw) = local.load_u64(off) else { return };
             match parse_free_entry(self.epoch, self.fq_seq, raw) {
                 Some(i) if (i as usize) < self.eager_have.len() && !self.eager_have[i as usize] => {
@@ -227,6 +230,10 @@ impl Conn {
                 None => return,
             }
             self.fq_seq += 1;
+            self.fq_slot += 1;
+            if self.fq_slot == cap {
+                self.fq_slot = 0;
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, Port};
 
-use super::conn::{Conn, POSTQ, Peer, RX, RecvWr, TX};
+use super::conn::{Conn, Extents, POSTQ, Peer, RX, RecvWr, TX};
 use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
 use super::error::{Result, Status, TransportError};
@@ -442,6 +442,13 @@ impl Transport {
 
     /// Copies `data` into region `key` at `offset` (local write).
     pub fn region_write(&mut self, key: RegionKey, offset: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        if let Some(o) = self
+            .regions
+            .contiguous(key, offset, len, Access::LOCAL_WRITE)
+        {
+            return Ok(self.local.write(o as usize, data)?);
+        }
         let ext = self
             .regions
             .resolve_one(key, offset, data.len() as u64, Access::LOCAL_WRITE)?;
@@ -455,6 +462,13 @@ impl Transport {
 
     /// Copies bytes of region `key` at `offset` into `out` (local read).
     pub fn region_read(&self, key: RegionKey, offset: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        if let Some(o) = self
+            .regions
+            .contiguous(key, offset, len, Access::LOCAL_READ)
+        {
+            return Ok(self.local.read(o as usize, out)?);
+        }
         let ext = self
             .regions
             .resolve_one(key, offset, out.len() as u64, Access::LOCAL_READ)?;
@@ -832,8 +846,16 @@ impl Transport {
             return Err(TransportError::NoSuchPeer { peer: qp.peer });
         }
         let extents =
-            self.regions
-                .resolve_one(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)?;
+            match self
+                .regions
+                .contiguous(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)
+            {
+                Some(o) => Extents::One([(o, sge.len)]),
+                None => {
+                    self.regions
+                        .resolve_one(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)?
+                }
+            };
         self.peers[qp.peer as usize].recvs.push_back(RecvWr {
             extents,
             len: sge.len,

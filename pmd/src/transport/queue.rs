@@ -17,6 +17,13 @@ pub fn tag(epoch: u32, seq: u64) -> u64 {
     (u64::from(epoch) << 32) | (seq & 0xffff_ffff)
 }
 
+/// Window offset of message `seq`'s slot in the ring at `base` of `depth`
+/// slots (a power of two: a mask, not a division, on every slot).
+#[inline]
+fn slot_offset(base: usize, depth: u64, seq: u64) -> usize {
+    base + (seq & (depth - 1)) as usize * SLOT
+}
+
 /// The writing end of a ring in a peer's window.
 #[derive(Debug)]
 pub struct Producer {
@@ -32,7 +39,15 @@ impl Producer {
     /// A producer for the ring at `base` (in the peer's window) of `depth`
     /// slots, whose consumer writes its progress to `credit_offset` of our
     /// own window.
+    ///
+    /// # Panics
+    /// When `depth` is not a power of two (a [`Geometry`](super::Geometry)
+    /// never gives one that is not).
     pub fn new(base: usize, depth: u32, epoch: u32, credit_offset: usize) -> Self {
+        assert!(
+            depth.is_power_of_two(),
+            "ring depth {depth} is not a power of two"
+        );
         Self {
             base,
             depth: u64::from(depth),
@@ -129,7 +144,7 @@ impl Producer {
     /// Writes message `seq`'s body, then its tag (release).
     #[inline]
     fn write_slot(&self, win: &PeerWindow, seq: u64, body: &Words) -> HwResult<()> {
-        let off = self.base + (seq % self.depth) as usize * SLOT;
+        let off = slot_offset(self.base, self.depth, seq);
         win.write_words(off, body)?;
         win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))
     }
@@ -147,7 +162,14 @@ pub struct Consumer {
 
 impl Consumer {
     /// A consumer of the ring at `base` of our window.
+    ///
+    /// # Panics
+    /// When `depth` is not a power of two, as [`Producer::new`].
     pub fn new(base: usize, depth: u32, epoch: u32) -> Self {
+        assert!(
+            depth.is_power_of_two(),
+            "ring depth {depth} is not a power of two"
+        );
         Self {
             base,
             depth: u64::from(depth),
@@ -169,7 +191,7 @@ impl Consumer {
     #[inline]
     pub fn peek_ahead(&self, local: &LocalWindow, k: u64) -> Option<Body> {
         let seq = self.seq + k;
-        let off = self.base + (seq % self.depth) as usize * SLOT;
+        let off = slot_offset(self.base, self.depth, seq);
         let t = local.load_u64(off + TAG_OFFSET).ok()?;
         if t != tag(self.epoch, seq) {
             return None;
@@ -185,7 +207,7 @@ impl Consumer {
     #[inline]
     pub fn prefetch_ahead(&self, local: &LocalWindow, k: u64) {
         let seq = self.seq + k;
-        local.prefetch(self.base + (seq % self.depth) as usize * SLOT);
+        local.prefetch(slot_offset(self.base, self.depth, seq));
     }
 
     /// Consumes the message last peeked.

@@ -257,8 +257,29 @@ impl RegionTable {
         Ok(self.check(key, off, len, need)?.slice(off, len))
     }
 
+    /// The window offset of `off..off+len` of region `key` when the access
+    /// is allowed and the range lies in the region's first extent (every
+    /// region not built scattered); `None` otherwise, and the caller takes
+    /// [`resolve_one`](Self::resolve_one) for the extents or the error. A
+    /// small value in registers: the hot paths (receives, local reads)
+    /// pay no error-sized result written to memory and read back.
+    #[inline]
+    pub(crate) fn contiguous(
+        &self,
+        key: RegionKey,
+        off: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<u64> {
+        let r = self.regions.get(&key.0)?;
+        let &(eo, el) = r.extents.first()?;
+        let end = off.checked_add(len)?;
+        (r.access.contains(need) && len > 0 && end <= el).then_some(eo + off)
+    }
+
     /// Like [`resolve`](Self::resolve), without allocating when the range
     /// lies in one extent.
+    #[inline]
     pub(crate) fn resolve_one(
         &self,
         key: RegionKey,
@@ -277,6 +298,7 @@ impl RegionTable {
         Ok(super::conn::Extents::from_vec(r.slice(off, len)))
     }
 
+    #[inline]
     fn check(&self, key: RegionKey, off: u64, len: u64, need: Access) -> Result<&Region> {
         let r = self.get(key).ok_or(TransportError::NoSuchRegion(key))?;
         if !r.access.contains(need) {

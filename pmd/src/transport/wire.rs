@@ -445,7 +445,7 @@ pub type Words = [u64; BODY / 8];
 ///     assert_eq!(wire::words_body(&wire::inline_slot_words(&payload, k)), slots[k]);
 /// }
 /// ```
-#[inline]
+#[inline(always)]
 pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
     let mut w = [0u64; BODY / 8];
     let len = payload.len();
@@ -467,19 +467,19 @@ pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
     w
 }
 
-/// Fills `w` with `bytes` as little-endian words, the last one zero-padded
-/// (built by shifts: no byte stores to forward from).
-#[inline]
+/// Fills `w` with `bytes` as little-endian words, zero-padded. Each word is
+/// built in a register (whole 8-byte loads, a partial one by shifts) and
+/// stored at a fixed index, so the words can stay in registers until they
+/// are written out: no byte stores to forward from.
+#[inline(always)]
 fn fill_words(w: &mut [u64], bytes: &[u8]) {
-    let mut chunks = bytes.chunks_exact(8);
-    for (d, c) in w.iter_mut().zip(&mut chunks) {
-        *d = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-    }
-    let rem = chunks.remainder();
-    if let Some(d) = w.get_mut(bytes.len() / 8)
-        && !rem.is_empty()
-    {
-        *d = rem.iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b));
+    for (i, d) in w.iter_mut().enumerate() {
+        let at = (8 * i).min(bytes.len());
+        let chunk = &bytes[at..(at + 8).min(bytes.len())];
+        *d = match chunk.try_into() {
+            Ok(full) => u64::from_le_bytes(full),
+            Err(_) => chunk.iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b)),
+        };
     }
 }
 
