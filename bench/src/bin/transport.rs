@@ -21,6 +21,23 @@
 //! - **cache-line ping-pong** between two threads pinned to the two cores:
 //!   one 128-byte aligned atomic that each side in turn waits for and bumps;
 //!   half the round trip is the physical floor of one-way latency.
+//! - **two-line ping-pong**: the same with one line each way (core `a`
+//!   stores to line x and polls line y, core `b` polls x and stores to y).
+//!   A posted-write transport can never share one line between the two
+//!   directions: each side writes into the *other* side's memory (its
+//!   receive ring) and polls its *own*, so each direction has its own line,
+//!   and a round trip moves two lines where the ping-pong above moves one.
+//!   This is the floor of any such transport, with no software at all.
+//! - **message ring ping-pong, zero software**: two rings (one per
+//!   direction) of 256 64-byte slots, each 56 body bytes and an 8-byte tag
+//!   (the slot's sequence number, written last with release order); a
+//!   message of k slots carries 56·k − 8 bytes after an 8-byte header, so a
+//!   64 B message needs 2 slots (2 lines) and 48 B is the largest that fits
+//!   one. The writer fills the slots last first; the reader spins on the
+//!   first slot's tag (prefetching the second slot meanwhile, on x86-64),
+//!   then waits for each further tag and reads the bodies. No queue, no
+//!   credits, no completions: the floor of any 64 B ring transport, rows
+//!   for 2 slots and for 1.
 //! - **Unix domain socket ping-pong** of 64-byte messages between two
 //!   threads pinned to the same two cores (a stream socket pair, blocking
 //!   reads); half the round trip.
@@ -38,11 +55,20 @@
 //!   where the messages arrive. Bandwidth and rate batches last about 2 ms
 //!   each (each drains its pipeline).
 //!
-//! `--small-only` runs just the ntbdk latency and rate rows (for profiling).
+//! `--small-only` runs just the latency rows (the cache-line, two-line and
+//! ring baselines, then ntbdk's) and the rate row, for profiling; with
+//! `--only <SUBSTRING>` it runs only the cases whose label contains the
+//! substring, ignoring case (labels: `cache-line`, `two-line`,
+//! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`, `one core 64 B`,
+//! `one core 48 B`, `rate`; e.g. `--only "one core"` or `--only ring`).
 //!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
 //! and ≤ 0.1× the Unix socket; 64 B send rate (burst 32) ≥ 10 M messages/s.
+//! The 64 B latency is also printed as a multiple of the two-line and
+//! 2-slot ring floors, for information only: the issue's floor (2× the one
+//! shared line) sits at or below what a zero-software ring needs (one line
+//! each way, and a 64 B message plus its header fills two lines).
 
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -74,7 +100,7 @@ const BATCH_TIME: Duration = Duration::from_micros(20);
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "ntbdk transport vs its baselines (memcpy, cache-line and Unix socket ping-pong), pinned"
+    about = "ntbdk transport vs its baselines (memcpy; cache-line, two-line, zero-software ring and Unix socket ping-pong), pinned"
 )]
 struct Args {
     /// Operations (copies, round trips) per case, rounded up to whole timed
@@ -85,11 +111,18 @@ struct Args {
     /// Duration each case aims at when --iters is not given, in milliseconds.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     target_ms: u64,
-    /// Run only the ntbdk latency and send-rate cases (with their
-    /// baselines), skipping the bandwidth table and the floor check; for
-    /// profiling the small-message path.
+    /// Run only the latency cases (the cache-line, two-line and ring
+    /// baselines, then ntbdk's) and the ntbdk send-rate case, skipping the
+    /// bandwidth table and the floor check; for profiling the small-message
+    /// path.
     #[arg(long)]
     small_only: bool,
+    /// With --small-only: run only the cases whose label contains SUBSTRING
+    /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
+    /// "ring 1 slot", "send 64 B", "send 48 B", "one core 64 B",
+    /// "one core 48 B", "rate" (e.g. --only "one core", --only ring).
+    #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
+    only: Option<String>,
 }
 
 /// The timed batches of one case.
@@ -217,23 +250,13 @@ fn main() -> Result<()> {
     bw.extend(ntb_bw);
     print_bandwidth(&bw);
 
-    // One-way latency between cores `a` and `b`.
-    let p = plan(
-        |n| {
-            cacheline_pingpong(
-                a,
-                b,
-                Plan {
-                    batches: 1,
-                    batch: n,
-                },
-            )
-            .times[0]
-        },
-        args.iters,
-        target,
-    );
-    let mut lat = vec![cacheline_pingpong(a, b, p)];
+    // One-way latency between cores `a` and `b`: the cache-line floor (one
+    // line both ways), then the floors of a posted-write transport with no
+    // software at all (one line each way; rings of 64-byte slots).
+    let mut lat = Vec::new();
+    for (_, case) in baseline_cases(a, b, args.iters, target) {
+        lat.push(case()?);
+    }
     let p = plan(
         |n| {
             unix_socket_pingpong(
@@ -285,7 +308,17 @@ fn main() -> Result<()> {
         &find(&bw, "memcpy 1 MiB, cold", 1 << 20),
         0.8,
     );
-    let (cl, sock, ntb) = (as_row(&lat[0]), as_row(&lat[1]), as_row(&lat[2]));
+    let find_lat = |prefix: &str| {
+        lat.iter()
+            .find(|s| s.name.starts_with(prefix))
+            .map(as_row)
+            .expect("row measured above")
+    };
+    let (cl, sock, ntb) = (
+        find_lat(CACHE_LINE),
+        find_lat("Unix socket ping-pong"),
+        find_lat(&ntb_latency_prefix(MSG)),
+    );
     met &= check_floor("64 B latency <= 2x cache line", &ntb, &cl, 0.5);
     met &= check_floor("64 B latency <= 0.1x Unix socket", &ntb, &sock, 10.0);
     let ten_m = Row {
@@ -294,6 +327,15 @@ fn main() -> Result<()> {
         elapsed: Duration::from_secs(1),
     };
     met &= check_floor("64 B send rate >= 10 M/s", &as_row(&rate), &ten_m, 1.0);
+    // What no ring transport can beat here: not floors, not in `met`.
+    println!();
+    print_latency_ratios(
+        &lat,
+        &[
+            (&ring_prefix(2), "the zero-software 2-slot ring"),
+            (TWO_LINE, "the two-line ping-pong"),
+        ],
+    );
     println!(
         "\n{}",
         if met {
@@ -342,8 +384,15 @@ struct Line(AtomicU64);
 /// threads share a core.
 #[inline]
 fn spin_until(line: &AtomicU64, want: u64) {
+    spin_until_with(line, want, || {});
+}
+
+/// [`spin_until`], calling `meanwhile` on every spin.
+#[inline]
+fn spin_until_with(line: &AtomicU64, want: u64, mut meanwhile: impl FnMut()) {
     let mut spins = 0u32;
     while line.load(Ordering::Acquire) != want {
+        meanwhile();
         std::hint::spin_loop();
         spins += 1;
         if spins == 1 << 16 {
@@ -353,19 +402,75 @@ fn spin_until(line: &AtomicU64, want: u64) {
     }
 }
 
-/// Round trips of a cache line between a thread on core `a` (timed) and one
-/// on core `b`.
-fn cacheline_pingpong(a: usize, b: usize, plan: Plan) -> Samples {
+/// Start of the cache-line ping-pong row's name.
+const CACHE_LINE: &str = "cache-line ping-pong";
+/// Start of the two-line ping-pong row's name.
+const TWO_LINE: &str = "two-line ping-pong";
+
+/// The baseline latency cases of core `a` and `b`, each with the label
+/// `--only` matches: the cache-line ping-pong, the two-line one and the
+/// zero-software rings of 2 slots and 1, calibrated alike.
+fn baseline_cases<'a>(
+    a: usize,
+    b: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Vec<(&'static str, Case<'a>)> {
+    let case = move |run: fn(usize, usize, Plan) -> Samples| -> Case<'a> {
+        Box::new(move || Ok(calibrated(|p| run(a, b, p), iters, target)))
+    };
+    vec![
+        ("cache-line", case(cacheline_pingpong)),
+        ("two-line", case(two_line_pingpong)),
+        (
+            "ring 2 slots",
+            case(|a, b, p| slot_ring_pingpong(a, b, 2, p)),
+        ),
+        (
+            "ring 1 slot",
+            case(|a, b, p| slot_ring_pingpong(a, b, 1, p)),
+        ),
+    ]
+}
+
+/// A latency case, run when called.
+type Case<'a> = Box<dyn FnOnce() -> Result<Samples> + 'a>;
+
+/// Runs `run` with the plan [`plan`] finds for it (probes of one batch).
+fn calibrated(run: impl Fn(Plan) -> Samples, iters: Option<u64>, target: Duration) -> Samples {
+    let p = plan(
+        |n| {
+            run(Plan {
+                batches: 1,
+                batch: n,
+            })
+            .times[0]
+        },
+        iters,
+        target,
+    );
+    run(p)
+}
+
+/// Round trips between a thread on core `a`, timed, where `ping(i)` sends
+/// message `i` and waits for its answer, and one on core `b`, where
+/// `pong(i)` waits for message `i` and answers it; both start together.
+fn pinned_pingpong(
+    name: String,
+    a: usize,
+    b: usize,
+    plan: Plan,
+    mut ping: impl FnMut(u64),
+    mut pong: impl FnMut(u64) + Send,
+) -> Samples {
     let n = plan.batches * plan.batch;
-    let line = Line(AtomicU64::new(0));
-    let ready = Barrier::new(2);
+    let ready = &Barrier::new(2);
     let times = std::thread::scope(|s| {
-        s.spawn(|| {
+        s.spawn(move || {
             pin(b);
             ready.wait();
             for i in 0..n {
-                spin_until(&line.0, 2 * i + 1);
-                line.0.store(2 * i + 2, Ordering::Release);
+                pong(i);
             }
         });
         pin(a);
@@ -375,8 +480,7 @@ fn cacheline_pingpong(a: usize, b: usize, plan: Plan) -> Samples {
         for _ in 0..plan.batches {
             let t = Instant::now();
             for _ in 0..plan.batch {
-                line.0.store(2 * i + 1, Ordering::Release);
-                spin_until(&line.0, 2 * i + 2);
+                ping(i);
                 i += 1;
             }
             times.push(t.elapsed());
@@ -384,10 +488,181 @@ fn cacheline_pingpong(a: usize, b: usize, plan: Plan) -> Samples {
         times
     });
     Samples {
-        name: format!("cache-line ping-pong, cores {a} <-> {b}"),
+        name,
         batch: plan.batch,
         times,
     }
+}
+
+/// Round trips of a cache line between a thread on core `a` (timed) and one
+/// on core `b`: one line both ways.
+fn cacheline_pingpong(a: usize, b: usize, plan: Plan) -> Samples {
+    let line = Line(AtomicU64::new(0));
+    pinned_pingpong(
+        format!("{CACHE_LINE}, cores {a} <-> {b}"),
+        a,
+        b,
+        plan,
+        |i| {
+            line.0.store(2 * i + 1, Ordering::Release);
+            spin_until(&line.0, 2 * i + 2);
+        },
+        |i| {
+            spin_until(&line.0, 2 * i + 1);
+            line.0.store(2 * i + 2, Ordering::Release);
+        },
+    )
+}
+
+/// Round trips between a thread on core `a` (timed) and one on core `b`
+/// with one line each way, as a posted-write transport must have: `a`
+/// stores to x and polls y, `b` polls x and stores to y.
+fn two_line_pingpong(a: usize, b: usize, plan: Plan) -> Samples {
+    let (x, y) = (Line(AtomicU64::new(0)), Line(AtomicU64::new(0)));
+    pinned_pingpong(
+        format!("{TWO_LINE} (one line each way: the posted-write floor), cores {a} <-> {b}"),
+        a,
+        b,
+        plan,
+        |i| {
+            x.0.store(i + 1, Ordering::Release);
+            spin_until(&y.0, i + 1);
+        },
+        |i| {
+            spin_until(&x.0, i + 1);
+            y.0.store(i + 1, Ordering::Release);
+        },
+    )
+}
+
+/// Body bytes of a ring slot (the rest of its 64 is the tag).
+const SLOT_BODY: usize = 56;
+/// Bytes of header a ring message carries in its first slot's body.
+const RING_HEADER: usize = 8;
+/// Slots per ring of the zero-software ring rows (as [`Q_DEPTH`]).
+const RING_DEPTH: usize = 256;
+
+/// One 64-byte slot of a zero-software ring: 56 body bytes, then a tag
+/// holding the sequence number of the slot's last write (stored last,
+/// with release order, so a reader that sees it sees the body).
+#[repr(C, align(64))]
+struct Slot {
+    body: [AtomicU64; SLOT_BODY / 8],
+    tag: AtomicU64,
+}
+
+/// A ring of [`RING_DEPTH`] slots, one direction of a ring ping-pong.
+struct SlotRing(Box<[Slot]>);
+
+impl SlotRing {
+    fn new() -> Self {
+        let slot = || Slot {
+            body: Default::default(),
+            // No sequence number: slot 0 is not taken for message 0.
+            tag: AtomicU64::new(u64::MAX),
+        };
+        Self((0..RING_DEPTH).map(|_| slot()).collect())
+    }
+
+    fn slot(&self, seq: u64) -> &Slot {
+        &self.0[seq as usize % RING_DEPTH]
+    }
+
+    /// Writes the `k`-slot message at sequence number `seq` (words derived
+    /// from `word`), last slot first, so that the first slot's tag, which
+    /// the reader waits for, comes last.
+    #[inline]
+    fn write(&self, seq: u64, k: u64, word: u64) {
+        for j in (0..k).rev() {
+            let slot = self.slot(seq + j);
+            for (w, body) in (0u64..).zip(&slot.body) {
+                body.store(word ^ w, Ordering::Relaxed);
+            }
+            slot.tag.store(seq + j, Ordering::Release);
+        }
+    }
+
+    /// Waits for the `k`-slot message at sequence number `seq` and returns
+    /// its body words folded into one.
+    #[inline]
+    fn read(&self, seq: u64, k: u64) -> u64 {
+        let first = self.slot(seq);
+        let second = (k > 1).then(|| self.slot(seq + 1));
+        // Fetch the second line while waiting for the first: the writer
+        // wrote it before, so it is likely there already.
+        spin_until_with(&first.tag, seq, || {
+            if let Some(s) = second {
+                prefetch(s);
+            }
+        });
+        let fold = |acc: u64, slot: &Slot| {
+            slot.body
+                .iter()
+                .fold(acc, |acc, w| acc.wrapping_add(w.load(Ordering::Relaxed)))
+        };
+        let mut acc = fold(0, first);
+        for j in 1..k {
+            let slot = self.slot(seq + j);
+            spin_until(&slot.tag, seq + j);
+            acc = fold(acc, slot);
+        }
+        acc
+    }
+}
+
+/// Asks for `slot`'s line in cache (a hint: nothing on other targets).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch(slot: &Slot) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // SAFETY: a prefetch is a hint that never faults nor changes memory,
+    // and the pointer comes from a live reference anyway.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>((slot as *const Slot).cast()) }
+}
+
+/// Asks for `slot`'s line in cache (a hint: nothing on other targets).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn prefetch(_slot: &Slot) {}
+
+/// Start of the name of the zero-software ring row with `k`-slot messages:
+/// a 64 B message, or the largest that fits `k` slots if less.
+fn ring_prefix(k: usize) -> String {
+    let bytes = (SLOT_BODY * k - RING_HEADER).min(MSG);
+    let slots = if k == 1 { "slot" } else { "slots" };
+    format!("{bytes} B message ring ping-pong, {k} {slots}, zero software")
+}
+
+/// Round trips of `k`-slot messages over two rings of 64-byte slots, one
+/// each way, between a thread on core `a` (timed) and one on core `b`
+/// that echoes each message: what a ring transport costs with no software
+/// (no queue state, no credits, no completions).
+fn slot_ring_pingpong(a: usize, b: usize, k: usize, plan: Plan) -> Samples {
+    assert!(
+        (1..=RING_DEPTH).contains(&k) && RING_DEPTH.is_multiple_of(k),
+        "{k} slots per message"
+    );
+    let what = if k * SLOT_BODY - RING_HEADER >= MSG {
+        format!("the floor of any {MSG} B ring transport")
+    } else {
+        "the largest one-slot message".to_string()
+    };
+    let (there, back) = (SlotRing::new(), SlotRing::new());
+    let k = k as u64;
+    pinned_pingpong(
+        format!("{} ({what}), cores {a} <-> {b}", ring_prefix(k as usize)),
+        a,
+        b,
+        plan,
+        |i| {
+            there.write(i * k, k, i);
+            black_box(back.read(i * k, k));
+        },
+        |i| {
+            let got = there.read(i * k, k);
+            back.write(i * k, k, black_box(got));
+        },
+    )
 }
 
 /// Round trips of a 64-byte message over a Unix stream socket pair between
@@ -917,7 +1192,7 @@ fn ntb_send_latency(
     };
     ntb_session(a, b, Serve::EchoSend, None, |side| {
         ntb_sample(
-            format!("ntbdk send ping-pong {len} B ({how}), cores {a} <-> {b}"),
+            format!("{}{how}), cores {a} <-> {b}", ntb_latency_prefix(len)),
             iters,
             target,
             1,
@@ -1055,18 +1330,95 @@ fn ntb_send_rate(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Re
     })
 }
 
-/// The latency and send-rate rows of ntbdk alone (see `--small-only`).
+/// The latency rows (baselines, then ntbdk's) and the send-rate row, or
+/// those whose label contains `--only` (see `--small-only`).
 fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
-    let lat = [
-        ntb_send_latency(a, b, MSG, args.iters, target)?,
-        ntb_send_latency(a, b, 48, args.iters, target)?,
-        ntb_send_one_core(a, MSG, args.iters, target)?,
-        ntb_send_one_core(a, 48, args.iters, target)?,
-    ];
-    print_latency(&lat);
-    let rate = ntb_send_rate(a, b, args.iters, target)?;
-    print_rate(&rate);
+    let iters = args.iters;
+    let only = args.only.as_deref().map(str::to_lowercase);
+    let wanted = |label: &str| {
+        only.as_ref()
+            .is_none_or(|o| label.to_lowercase().contains(o.as_str()))
+    };
+    let mut cases = baseline_cases(a, b, iters, target);
+    cases.extend([
+        (
+            "send 64 B",
+            Box::new(move || ntb_send_latency(a, b, MSG, iters, target)) as Case,
+        ),
+        (
+            "send 48 B",
+            Box::new(move || ntb_send_latency(a, b, 48, iters, target)),
+        ),
+        (
+            "one core 64 B",
+            Box::new(move || ntb_send_one_core(a, MSG, iters, target)),
+        ),
+        (
+            "one core 48 B",
+            Box::new(move || ntb_send_one_core(a, 48, iters, target)),
+        ),
+    ]);
+    const RATE: &str = "rate";
+    let labels: Vec<&str> = cases.iter().map(|(l, _)| *l).chain([RATE]).collect();
+    if !labels.iter().any(|l| wanted(l)) {
+        bail!(
+            "--only {:?} matches no case (labels: {})",
+            args.only.as_deref().unwrap_or_default(),
+            labels.join(", ")
+        );
+    }
+    let mut lat = Vec::new();
+    for (label, case) in cases {
+        if wanted(label) {
+            lat.push(case()?);
+        }
+    }
+    if !lat.is_empty() {
+        print_latency(&lat);
+        println!();
+        print_latency_ratios(
+            &lat,
+            &[
+                (
+                    CACHE_LINE,
+                    "the cache-line ping-pong (the full run checks <= 2x)",
+                ),
+                (&ring_prefix(2), "the zero-software 2-slot ring"),
+                (TWO_LINE, "the two-line ping-pong"),
+            ],
+        );
+    }
+    if wanted(RATE) {
+        let rate = ntb_send_rate(a, b, iters, target)?;
+        print_rate(&rate);
+    }
     Ok(())
+}
+
+/// Start of the name of the ntbdk two-core send ping-pong row of `len`
+/// bytes (the one-core row's name goes on with `,`, not ` (`).
+fn ntb_latency_prefix(len: usize) -> String {
+    format!("ntbdk send ping-pong {len} B (")
+}
+
+/// Prints, for information only (no floor), the one-way latency of the
+/// ntbdk 64 B send row as a multiple of each peer's (`(name prefix,
+/// description)`), for those rows of `lat` that were measured.
+fn print_latency_ratios(lat: &[Samples], peers: &[(&str, &str)]) {
+    let find = |prefix: &str| lat.iter().find(|s| s.name.starts_with(prefix));
+    let Some(ours) = find(&ntb_latency_prefix(MSG)) else {
+        return;
+    };
+    for &(prefix, what) in peers {
+        if let Some(peer) = find(prefix) {
+            println!(
+                "- {MSG} B latency vs {what}: {:.2}x ({:.1} vs {:.1} ns one-way; informational, not a floor)",
+                ours.typical_ns() / peer.typical_ns(),
+                ours.typical_ns() / 2.0,
+                peer.typical_ns() / 2.0,
+            );
+        }
+    }
 }
 
 fn print_rate(rate: &Samples) {
