@@ -180,8 +180,8 @@ pub struct Transport {
     pub(crate) doomed: Vec<Port>,
     /// Control-ring messages taken by a poll, handled after it (kept for reuse).
     pub(crate) scratch: Vec<Msg>,
-    /// Slot bodies of the batch of sends being posted (kept for reuse).
-    /// Per send of the batch being posted: its eager buffer, or [`INLINE`].
+    /// Per send of the batch being posted: its eager buffer, or [`INLINE`]
+    /// (kept for reuse).
     pub(crate) send_plan: Vec<u32>,
     pub(crate) chain_early: Vec<EarlySgl>,
 }
