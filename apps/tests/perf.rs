@@ -5,107 +5,14 @@
 //! Every run gets its own fabric directory (`NTBDK_SHM_DIR`), a deadline
 //! after which it is killed, and is checked to leave no fabric behind.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ntbdk_apps::report::Report;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ntb-perf");
-/// No run may take longer than this (they take about a second alone).
-const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A private fabric directory, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("ntbdk-perf-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-
-    /// Fabric control segments left in the directory.
-    fn fabrics(&self) -> Vec<String> {
-        std::fs::read_dir(&self.0)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("ntbdk-fabric-"))
-            .collect()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running `ntb-perf`, killed if dropped before it exits.
-struct Run {
-    child: Option<Child>,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-/// What a finished run left.
-struct Done {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn start(dir: &Dir, tag: &str, args: &[&str]) -> Self {
-        let out = dir.0.join(format!("{tag}.out"));
-        let err = dir.0.join(format!("{tag}.err"));
-        let child = Command::new(BIN)
-            .args(args)
-            .env("NTBDK_SHM_DIR", &dir.0)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .expect("start ntb-perf");
-        Self {
-            child: Some(child),
-            out,
-            err,
-        }
-    }
-
-    fn finish(mut self) -> Done {
-        let started = Instant::now();
-        let mut child = self.child.take().unwrap();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if started.elapsed() > DEADLINE {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("ntb-perf hung: killed after {DEADLINE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        Done {
-            status,
-            stdout: std::fs::read_to_string(&self.out).unwrap(),
-            stderr: std::fs::read_to_string(&self.err).unwrap(),
-        }
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+mod common;
+use common::{DEADLINE, Dir, Run, assert_fails_with, assert_ok, run};
 
 /// Waits until a `--server` run holds its slot (it says so once it does).
 fn wait_until_serving(server: &Run) {
@@ -117,33 +24,6 @@ fn wait_until_serving(server: &Run) {
         assert!(t.elapsed() < DEADLINE, "the server never joined its fabric");
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn run(dir: &Dir, args: &[&str]) -> Done {
-    Run::start(dir, "run", args).finish()
-}
-
-fn assert_ok(d: &Done) {
-    assert!(
-        d.status.success(),
-        "ntb-perf failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        d.status,
-        d.stdout,
-        d.stderr
-    );
-}
-
-fn assert_fails_with(d: &Done, needle: &str) {
-    assert!(
-        !d.status.success(),
-        "ntb-perf should have failed:\n{}",
-        d.stdout
-    );
-    assert!(
-        d.stderr.contains(needle),
-        "stderr should mention {needle:?}:\n{}",
-        d.stderr
-    );
 }
 
 /// The rows (split into cells) between the header starting with `#bytes`

@@ -5,145 +5,15 @@
 //! Every run gets its own fabric directory (`NTBDK_SHM_DIR`), a deadline
 //! after which it is killed, and is checked to leave no fabric behind.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ntbdk_apps::report::Report;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ntb-pingpong");
-/// No run may take longer than this (they take well under a second alone).
-const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A private fabric directory, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("ntbdk-pp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-
-    /// Fabric control segments left in the directory.
-    fn fabrics(&self) -> Vec<String> {
-        std::fs::read_dir(&self.0)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("ntbdk-fabric-"))
-            .collect()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running `ntb-pingpong`, killed if dropped before it exits.
-struct Run {
-    child: Option<Child>,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-/// What a finished run left.
-struct Done {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
-impl Run {
-    fn start(dir: &Dir, tag: &str, args: &[&str]) -> Self {
-        let out = dir.0.join(format!("{tag}.out"));
-        let err = dir.0.join(format!("{tag}.err"));
-        let child = Command::new(BIN)
-            .args(args)
-            .env("NTBDK_SHM_DIR", &dir.0)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .expect("start ntb-pingpong");
-        Self {
-            child: Some(child),
-            out,
-            err,
-        }
-    }
-
-    fn finish(mut self) -> Done {
-        let started = Instant::now();
-        let mut child = self.child.take().unwrap();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if started.elapsed() > DEADLINE {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("ntb-pingpong hung: killed after {DEADLINE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        Done {
-            status,
-            stdout: std::fs::read_to_string(&self.out).unwrap(),
-            stderr: std::fs::read_to_string(&self.err).unwrap(),
-            took: started.elapsed(),
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.child = None;
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn run(dir: &Dir, args: &[&str]) -> Done {
-    Run::start(dir, "run", args).finish()
-}
-
-fn assert_ok(d: &Done) {
-    assert!(
-        d.status.success(),
-        "failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        d.status,
-        d.stdout,
-        d.stderr
-    );
-}
-
-/// Fails (exit code 1 or 2, not a signal), quickly, saying `needle` on stderr.
-fn assert_fails_with(d: &Done, needle: &str) {
-    assert!(
-        matches!(d.status.code(), Some(1 | 2)),
-        "expected a clean failure, got {}:\nstdout:\n{}\nstderr:\n{}",
-        d.status,
-        d.stdout,
-        d.stderr
-    );
-    assert!(
-        d.stderr.contains(needle),
-        "stderr should say {needle:?}:\n{}",
-        d.stderr
-    );
-}
+mod common;
+use common::{DEADLINE, Dir, Run, assert_fails_with, assert_ok, run};
 
 /// The fields of the table row (the line after the header).
 fn table_row(stdout: &str) -> Vec<String> {
