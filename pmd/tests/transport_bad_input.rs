@@ -8,13 +8,13 @@ mod transport_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ntbdk_pmd::transport::inject::{Injector, Ring};
-use ntbdk_pmd::transport::loopback::{LoopbackDevice, LoopbackFabric};
+use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, DropKind, Geometry, RegionKey, RemoteAddr, Sge, Status, Transport,
     epoch,
 };
+use ntbdk_pmd::transport::{Ring, inject::Injector};
 use proptest::prelude::*;
 use transport_common::{Rng, collect, drain};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::NtbDevice;
-use ntbdk_pmd::transport::loopback::LoopbackFabric;
+use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::{
     Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, RemoteAddr, SendWr,
     Sge, Status, Transport, TransportError,
@@ -119,7 +119,7 @@ fn send_recv_inline_and_buffered_with_cookies() {
     // Too large to send eagerly: refused at once.
     assert!(matches!(
         ts[0].post_send(qa, &[0u8; 1025], 1),
-        Err(TransportError::Invalid(_))
+        Err(TransportError::SendSize { len: 1025, .. })
     ));
     // Every eager buffer returns.
     let end = Instant::now() + Duration::from_secs(5);

@@ -3,7 +3,7 @@
 //! validates stays inside the limits.
 
 use ntbdk_pmd::transport::wire::{
-    self, BODY, Body, Hello, INLINE_MAX, Limits, Msg, Queue, SGES_PER_MSG, WireSge, WireStatus,
+    self, BODY, Body, Hello, INLINE_MAX, Limits, Msg, Ring, SGES_PER_MSG, WireSge, WireStatus,
 };
 use proptest::prelude::*;
 
@@ -15,12 +15,12 @@ const LIMITS: Limits = Limits {
     eager_size: 1024,
 };
 
-fn queue() -> impl Strategy<Value = Queue> {
+fn queue() -> impl Strategy<Value = Ring> {
     prop_oneof![
-        Just(Queue::Rx),
-        Just(Queue::Tx),
-        Just(Queue::Cq),
-        Just(Queue::PostQ)
+        Just(Ring::Rx),
+        Just(Ring::Tx),
+        Just(Ring::Cq),
+        Just(Ring::PostQ)
     ]
 }
 
@@ -136,7 +136,7 @@ fn msg() -> impl Strategy<Value = Msg> {
 }
 
 /// The invariants every body must satisfy, whatever its bytes.
-fn check(body: &Body, q: Queue) -> Result<(), TestCaseError> {
+fn check(body: &Body, q: Ring) -> Result<(), TestCaseError> {
     if let Ok(m) = wire::decode(body) {
         // Canonical: decoding is the inverse of encoding.
         prop_assert_eq!(&wire::encode(&m)[..], &body[..]);

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use ntbdk_pmd::transport::inject::{Injector, Ring};
-use ntbdk_pmd::transport::loopback::LoopbackFabric;
+use ntbdk_pmd::transport::{Ring, inject::Injector};
+use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::{Access, Completion, Config, Geometry, Sge, Status, Transport, epoch};
 
 fuzz_target!(|data: &[u8]| {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ntbdk_pmd::transport::wire::{self, BODY, Hello, Limits, Msg, Queue};
+use ntbdk_pmd::transport::wire::{self, BODY, Hello, Limits, Msg, Ring};
 
 const LIMITS: Limits = Limits {
     max_len: 1 << 26,
@@ -21,10 +21,10 @@ fuzz_target!(|data: &[u8]| {
     let mut body = [0u8; BODY];
     body.copy_from_slice(&data[1..=BODY]);
     let queue = match data[0] % 4 {
-        0 => Queue::Rx,
-        1 => Queue::Tx,
-        2 => Queue::Cq,
-        _ => Queue::PostQ,
+        0 => Ring::Rx,
+        1 => Ring::Tx,
+        2 => Ring::Cq,
+        _ => Ring::PostQ,
     };
     let _ = Hello::decode(&body);
     let Ok(m) = wire::decode(&body) else {

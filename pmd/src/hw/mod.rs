@@ -14,6 +14,7 @@
 mod counters;
 pub mod emu;
 mod error;
+pub mod loopback;
 mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};

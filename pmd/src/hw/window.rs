@@ -232,9 +232,41 @@ impl PeerWindow {
     #[inline]
     pub fn write_nt(&self, offset: usize, src: &[u8]) -> Result<()> {
         check(offset, src.len(), self.len)?;
-        // SAFETY: bounds checked above; the mapping is valid while `_keep` lives.
-        unsafe { nt_copy(self.base.add(offset), src) };
+        // SAFETY: bounds checked above; the mapping is valid while `_keep`
+        // lives; `src` is ordinary memory of `src.len()` bytes.
+        unsafe { nt_copy(self.base.add(offset), src.as_ptr(), src.len()) };
         self.mine.posted(src.len());
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `src_off` of our window `src` to `offset` in
+    /// the peer's window (posted writes), with non-temporal stores when
+    /// `non_temporal` (then ending with a store fence). Pointer to pointer:
+    /// no reference is ever made over either window's memory, which peers
+    /// may be writing concurrently (the copy then carries whatever bytes it
+    /// read; it never leaves either mapping).
+    #[inline]
+    pub fn copy_from_local(
+        &self,
+        offset: usize,
+        src: &LocalWindow,
+        src_off: usize,
+        len: usize,
+        non_temporal: bool,
+    ) -> Result<()> {
+        check(offset, len, self.len)?;
+        let from = src.ptr_at(src_off, len)?;
+        // SAFETY: both ranges were checked to lie in their mappings, which
+        // `self._keep` and `src` keep alive for this call; `copy` allows
+        // overlap (a loopback fabric maps one memory as both windows).
+        unsafe {
+            if non_temporal {
+                nt_copy(self.base.add(offset), from, len);
+            } else {
+                std::ptr::copy(from, self.base.add(offset), len);
+            }
+        }
+        self.mine.posted(len);
         Ok(())
     }
 
@@ -283,38 +315,38 @@ pub fn store_fence() {
     fence(Ordering::Release);
 }
 
-/// Copies `src` to `dst` with non-temporal stores where available, then fences.
+/// Copies `n` bytes from `src` to `dst` with non-temporal stores where
+/// available, then fences.
 ///
 /// # Safety
-/// `dst..dst+src.len()` must be valid for writes.
-unsafe fn nt_copy(dst: *mut u8, src: &[u8]) {
+/// `dst..dst+n` must be valid for writes and `src..src+n` for reads.
+unsafe fn nt_copy(dst: *mut u8, src: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
         let mut i = 0;
-        let n = src.len();
         // Head: plain copy up to 16-byte alignment of the destination.
         let head = (dst as usize).wrapping_neg() % 16;
         let head = head.min(n);
         // SAFETY: `head <= n`; both ranges are valid per the caller.
-        unsafe { std::ptr::copy(src.as_ptr(), dst, head) };
+        unsafe { std::ptr::copy(src, dst, head) };
         i += head;
         while i + 16 <= n {
             // SAFETY: `i + 16 <= n` keeps both accesses in bounds; dst+i is
             // 16-byte aligned after the head; the load is unaligned-safe.
             unsafe {
-                let v = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+                let v = _mm_loadu_si128(src.add(i).cast::<__m128i>());
                 _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
             }
             i += 16;
         }
         // SAFETY: the tail `i..n` is in bounds of both ranges.
-        unsafe { std::ptr::copy(src.as_ptr().add(i), dst.add(i), n - i) };
+        unsafe { std::ptr::copy(src.add(i), dst.add(i), n - i) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: per the caller.
     unsafe {
-        std::ptr::copy(src.as_ptr(), dst, src.len())
+        std::ptr::copy(src, dst, n)
     };
     store_fence();
 }

@@ -1,5 +1,10 @@
-//! The state of one peer: handshake bookkeeping and, while connected, the
-//! queues, eager buffers and operations in flight with it.
+//! One connection: everything that exists only while a peer is connected —
+//! our producers into its window and consumers of its rings in ours, the
+//! control messages waiting for credits, the eager buffers lent each way,
+//! and the operations of its that we serve.
+//!
+//! The fields are private: the rest of the transport asks a connection to
+//! send, take, lend and serve, and never pokes its rings.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -7,118 +12,102 @@ use std::time::Instant;
 use crate::hw::{LocalWindow, PeerWindow, Port, Result as HwResult};
 
 use super::counters::{DropKind, QpCounters};
+use super::error::TransportError;
 use super::geometry::{Layout, Part};
-use super::queue::{Consumer, Producer, parse_free_entry};
-use super::region::RegionKey;
-use super::sgl::ExtentCursor;
-use super::types::PeerState;
-use super::wire::Body;
+use super::ops::InOp;
+use super::queue::{Consumer, Producer, free_entry, parse_free_entry};
+use super::types::SendWr;
+use super::wire::{self, Body, Msg, Ring};
 
 /// Most messages waiting for credits towards one ring of a peer.
 pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;
 
-/// Ring indices: the order of the credit words.
-pub(crate) const RX: usize = 0;
-pub(crate) const TX: usize = 1;
-pub(crate) const CQ: usize = 2;
-pub(crate) const POSTQ: usize = 3;
-
-/// A receive posted by the application.
-#[derive(Debug)]
-pub(crate) struct RecvWr {
-    pub extents: Extents,
-    pub len: u64,
-    pub cookie: u64,
+/// How one send of a batch goes: inline in its slots, or in an eager
+/// buffer the peer lent us (and one slot naming it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendPlan {
+    /// Inline in this many consecutive PostQ slots.
+    Inline(u64),
+    /// In eager buffer `index` of the peer's window, plus one slot.
+    Buffer(u32),
 }
 
-/// Window extents, inline when there is only one (receive buffers usually
-/// are contiguous: no allocation per posted receive).
-#[derive(Debug)]
-pub(crate) enum Extents {
-    One([(u64, u64); 1]),
-    Many(Vec<(u64, u64)>),
-}
-
-impl Extents {
-    pub fn from_vec(v: Vec<(u64, u64)>) -> Self {
-        match v.as_slice() {
-            [one] => Extents::One([*one]),
-            _ => Extents::Many(v),
+impl SendPlan {
+    fn slots(self) -> u64 {
+        match self {
+            SendPlan::Inline(k) => k,
+            SendPlan::Buffer(_) => 1,
         }
     }
+}
 
+/// Where our eager buffers lie in the peer's window (the peer's copy of
+/// our section).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EagerBuffers {
+    /// Offset of buffer 0.
+    pub base: usize,
+    /// Bytes per buffer.
+    pub size: usize,
+}
+
+impl EagerBuffers {
+    /// Offset of buffer `index`.
     #[inline]
-    pub fn as_slice(&self) -> &[(u64, u64)] {
-        match self {
-            Extents::One(a) => a,
-            Extents::Many(v) => v,
-        }
+    fn offset(self, index: u32) -> usize {
+        self.base + index as usize * self.size
     }
 }
 
-/// An operation a peer started that we serve.
+/// What writing a batch of sends did.
 #[derive(Debug)]
-pub(crate) enum InOp {
-    /// We granted a write and wait for its Done.
-    Write { len: u32, deadline: Instant },
-    /// We serve a read: copy from `src` as SGL segments arrive.
-    Read {
-        src: ExtentCursor,
-        len: u32,
-        delivered: u32,
-        deadline: Instant,
-    },
-    /// A multicast target: storage allocated, waiting for Done.
-    McRecv {
-        region: RegionKey,
-        len: u32,
-        deadline: Instant,
-        chain: Option<Box<ChainLink>>,
-    },
-}
-
-/// A target's place in a store-and-forward multicast chain.
-#[derive(Debug)]
-pub(crate) struct ChainLink {
-    /// Where our data comes from (the initiator or the previous target).
-    pub prev: Port,
-    /// Where we forward it, with that target's storage as it arrives.
-    pub next: Option<Port>,
-    pub next_sgl: Vec<(u64, u64)>,
-    pub next_got: u32,
-    /// Whether we sent our own storage to `prev` (clear to send).
-    pub cts_sent: bool,
-}
-
-impl InOp {
-    pub fn deadline(&self) -> Instant {
-        match self {
-            InOp::Write { deadline, .. }
-            | InOp::Read { deadline, .. }
-            | InOp::McRecv { deadline, .. } => *deadline,
-        }
-    }
+pub(crate) struct SendBatch {
+    /// How many sends of the batch were posted (a prefix of it).
+    pub posted: usize,
+    /// Why the batch stopped short, if it did.
+    pub stopped: Option<TransportError>,
+    /// Whether the device failed under us (the connection is broken).
+    pub broken: bool,
 }
 
 /// Everything that exists only while connected.
 pub(crate) struct Conn {
-    pub win: PeerWindow,
-    pub epoch: u32,
-    pub prod: [Producer; 4],
-    pub cons: [Consumer; 4],
-    pub backlog: [VecDeque<Body>; 3],
-    pub fq_base: usize,
-    pub fq_seq: u64,
+    /// The peer's window: everything we send it is a posted write into it.
+    win: PeerWindow,
+    /// The connection epoch: slot tags and FreeQ entries carry it, so
+    /// nothing of an earlier connection is taken for a new message.
+    epoch: u32,
+    /// Our producers into our section of the peer's window, per [`Ring`].
+    prod: [Producer; 4],
+    /// Our consumers of the peer's section of our window, per [`Ring`].
+    cons: [Consumer; 4],
+    /// Control messages waiting for credits, per control ring (RX, TX, CQ).
+    backlog: [VecDeque<Body>; 3],
+    /// Offset of the FreeQ in our window where the peer lends us buffers.
+    fq_base: usize,
+    /// Sequence of the next FreeQ entry we expect.
+    fq_seq: u64,
     /// `fq_seq` modulo the FreeQ's length (kept, not divided for).
-    pub fq_slot: usize,
-    pub eager_free: Vec<u32>,
-    pub eager_have: Vec<bool>,
-    pub fq_out_base: usize,
-    pub fq_out_seq: u64,
-    pub lent: Vec<bool>,
-    pub inbound: HashMap<u64, InOp>,
-    pub hwm: [u64; 2],
-    pub credit_base: usize,
+    fq_slot: usize,
+    /// Eager buffers of the peer's window we may send into (a stack).
+    eager_free: Vec<u32>,
+    /// Per buffer of the peer's: whether it is in `eager_free` (a buffer
+    /// lent twice is the peer's error, counted, not a second use).
+    eager_have: Vec<bool>,
+    /// Offset of the FreeQ in the peer's window where we lend it buffers.
+    fq_out_base: usize,
+    /// Sequence of the next FreeQ entry we write.
+    fq_out_seq: u64,
+    /// Per buffer of ours: whether the peer holds it (a send naming a
+    /// buffer it does not hold is dropped).
+    lent: Vec<bool>,
+    /// The peer's operations we serve, by its op id.
+    served: HashMap<u64, InOp>,
+    /// Highest op id seen per ring that starts operations (RX, TX):
+    /// anything at or below is a replay.
+    hwm: [u64; 2],
+    /// Offset of our credit words in the peer's window.
+    credit_base: usize,
 }
 
 impl Conn {
@@ -126,13 +115,16 @@ impl Conn {
     pub fn new(layout: &Layout, me: Port, peer: Port, win: PeerWindow, epoch: u32) -> Self {
         let g = layout.geometry();
         let depth = g.queue_depth;
-        let parts = [Part::Rx, Part::Tx, Part::Cq, Part::PostQ];
         let credits = layout.part(peer, Part::Credits);
-        let prod = std::array::from_fn(|k| {
-            Producer::new(layout.part(me, parts[k]), depth, epoch, credits + 8 * k)
+        let prod = Ring::ALL.map(|r| {
+            Producer::new(
+                layout.part(me, Part::from(r)),
+                depth,
+                epoch,
+                credits + 8 * r.index(),
+            )
         });
-        let cons =
-            std::array::from_fn(|k| Consumer::new(layout.part(peer, parts[k]), depth, epoch));
+        let cons = Ring::ALL.map(|r| Consumer::new(layout.part(peer, Part::from(r)), depth, epoch));
         Self {
             win,
             epoch,
@@ -147,72 +139,107 @@ impl Conn {
             fq_out_base: layout.part(me, Part::FreeQ),
             fq_out_seq: 0,
             lent: vec![false; g.eager_count as usize],
-            inbound: HashMap::new(),
+            served: HashMap::new(),
             hwm: [0; 2],
             credit_base: layout.part(me, Part::Credits),
         }
     }
 
-    /// Sends `body` on `ring` of the peer, or queues it behind earlier ones
-    /// while the ring has no credit.
+    /// The peer's window.
     #[inline]
+    pub fn win(&self) -> &PeerWindow {
+        &self.win
+    }
+
+    // ---- sending control messages ----
+
+    /// Sends `msg` on `ring` of the peer, or queues it behind earlier ones
+    /// while the ring has no credit.
     ///
     /// A peer that stops crediting while we keep producing for it would make
     /// the backlog grow without bound: past [`BACKLOG_LIMIT`] messages the
     /// connection is declared broken (an error, like a device failure).
-    pub fn emit(&mut self, local: &LocalWindow, ring: usize, body: &Body) -> HwResult<()> {
-        if self.backlog[ring].is_empty() && self.prod[ring].free(local).0 > 0 {
-            self.prod[ring].push(&self.win, body)
-        } else if self.backlog[ring].len() >= BACKLOG_LIMIT {
+    pub fn emit(&mut self, local: &LocalWindow, ring: Ring, msg: &Msg) -> HwResult<()> {
+        let body = wire::encode(msg);
+        let k = ring.index();
+        if self.backlog[k].is_empty() && self.prod[k].free(local).0 > 0 {
+            self.prod[k].push(&self.win, &body)
+        } else if self.backlog[k].len() >= BACKLOG_LIMIT {
             Err(crate::hw::HwError::Fabric(
                 "the peer stopped crediting its queue: connection reset".into(),
             ))
         } else {
-            self.backlog[ring].push_back(*body);
+            self.backlog[k].push_back(body);
             Ok(())
         }
     }
 
-    /// Sends what waits for credits; counts a nonsensical credit word.
-    pub fn flush(&mut self, local: &LocalWindow, counters: &mut QpCounters) -> HwResult<()> {
-        for ring in 0..3 {
-            while !self.backlog[ring].is_empty() {
-                let (free, sane) = self.prod[ring].free(local);
+    /// Sends what waits for credits (counting a nonsensical credit word),
+    /// then writes our consumer progress back once a ring has a quarter
+    /// of its depth uncredited.
+    pub fn settle(&mut self, local: &LocalWindow, counters: &mut QpCounters) -> HwResult<()> {
+        for k in 0..self.backlog.len() {
+            while !self.backlog[k].is_empty() {
+                let (free, sane) = self.prod[k].free(local);
                 if !sane {
                     counters.drop_one(DropKind::BadCredit);
                 }
                 if free == 0 {
                     break;
                 }
-                let body = self.backlog[ring].pop_front().unwrap_or([0; 56]);
-                self.prod[ring].push(&self.win, &body)?;
+                let body = self.backlog[k].pop_front().unwrap_or([0; wire::BODY]);
+                self.prod[k].push(&self.win, &body)?;
+            }
+        }
+        let batch = (self.cons[0].depth() / 4).max(1);
+        if self.cons.iter().any(|q| q.uncredited() >= batch) {
+            for k in 0..self.cons.len() {
+                if self.cons[k].uncredited() > 0 {
+                    self.cons[k].credit(&self.win, self.credit_base + 8 * k)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Writes our consumer progress back to the peer, one word per ring
-    /// that moved.
-    pub fn credit(&mut self) -> HwResult<()> {
-        for k in 0..4 {
-            if self.cons[k].uncredited() > 0 {
-                self.cons[k].credit(&self.win, self.credit_base + 8 * k)?;
-            }
-        }
-        Ok(())
+    // ---- receiving ----
+
+    /// Our consumer of the peer's `ring` (in our window).
+    #[inline]
+    pub fn consumer(&mut self, ring: Ring) -> &mut Consumer {
+        &mut self.cons[ring.index()]
+    }
+
+    // ---- eager buffers ----
+
+    /// Lends all our eager buffers to the peer (at connect time); `false`
+    /// if the device failed.
+    pub fn lend_all(&mut self) -> bool {
+        (0..self.lent.len() as u32).all(|i| self.lend(i).is_ok())
     }
 
     /// Lends our eager buffer `index` to the peer (a FreeQ entry in its window).
-    pub fn lend(&mut self, index: u32) -> HwResult<()> {
+    fn lend(&mut self, index: u32) -> HwResult<()> {
         let cap = self.lent.len() as u64;
         let off = self.fq_out_base + (self.fq_out_seq % cap) as usize * 8;
-        self.win.write_u64(
-            off,
-            super::queue::free_entry(self.epoch, self.fq_out_seq, index),
-        )?;
+        self.win
+            .write_u64(off, free_entry(self.epoch, self.fq_out_seq, index))?;
         self.fq_out_seq += 1;
         self.lent[index as usize] = true;
         Ok(())
+    }
+
+    /// Whether the peer holds our eager buffer `index` (so a send may name it).
+    #[inline]
+    pub fn is_lent(&self, index: u32) -> bool {
+        self.lent.get(index as usize).copied().unwrap_or(false)
+    }
+
+    /// Takes back eager buffer `index` (its message was delivered) and
+    /// lends it to the peer again.
+    pub fn give_back(&mut self, index: u32) -> HwResult<()> {
+        self.lent[index as usize] = false;
+        self.lend(index)
     }
 
     /// Takes the eager buffers the peer lent us since the last call.
@@ -239,40 +266,200 @@ impl Conn {
 
     /// Takes an eager buffer of the peer's window to send into.
     #[inline]
-    pub fn take_buffer(&mut self) -> Option<u32> {
+    fn take_buffer(&mut self) -> Option<u32> {
         let i = self.eager_free.pop()?;
         self.eager_have[i as usize] = false;
         Some(i)
     }
-}
 
-/// One peer port as seen by us.
-pub(crate) struct Peer {
-    pub state: PeerState,
-    pub peer_inc: u64,
-    pub link_gen: u64,
-    pub hello_seq: u64,
-    pub last_hello_tag: u64,
-    pub last_hello_sent: Option<Instant>,
-    pub conn: Option<Conn>,
-    pub counters: QpCounters,
-    pub recvs: VecDeque<RecvWr>,
-    pub qp: bool,
-}
+    // ---- sends ----
 
-impl Peer {
-    pub fn new() -> Self {
-        Self {
-            state: PeerState::Down,
-            peer_inc: 0,
-            link_gen: 0,
-            hello_seq: 0,
-            last_hello_tag: 0,
-            last_hello_sent: None,
-            conn: None,
-            counters: QpCounters::default(),
-            recvs: VecDeque::new(),
-            qp: false,
+    /// Writes a batch of sends (`data` of each) onto the peer's PostQ: as
+    /// many as fit, stopping at the first that finds no room.
+    ///
+    /// First pass: how many fit, in how many slots each; eager payloads are
+    /// written into the peer's buffers now (before any slot names them).
+    /// Second pass: the slots, encoded straight from the caller's bytes and
+    /// written last-first, the batch's first slot last — the peer, polling
+    /// that slot, finds the whole batch at once and streams through it
+    /// instead of chasing the writer line by line — then published at once.
+    pub fn write_sends(
+        &mut self,
+        local: &LocalWindow,
+        eager: EagerBuffers,
+        wrs: &[SendWr<'_>],
+        plan: &mut Vec<SendPlan>,
+        counters: &mut QpCounters,
+    ) -> SendBatch {
+        let peer = self.win.peer();
+        let eager_size = eager.size;
+        plan.clear();
+        let postq = Ring::PostQ.index();
+        let mut slots_total = 0u64;
+        let mut stopped = None;
+        for wr in wrs {
+            let (d, len) = (wr.data, wr.data.len());
+            if len == 0 || len > eager_size {
+                stopped = Some(TransportError::SendSize {
+                    len,
+                    max: eager_size,
+                });
+                break;
+            }
+            // Inline in consecutive slots where it fits (no eager buffer,
+            // no buffer to return: fewer cache-line transfers both ways),
+            // as long as the run is at most half the ring (so the
+            // consumer's quarter-ring credits always make room for it).
+            let inline = match wire::inline_slots(len) {
+                Some(k) if k == 1 || 2 * k as u64 <= self.prod[postq].depth() => k as u64,
+                _ => 0,
+            };
+            if !self.prod[postq].room(local, slots_total + inline.max(1)).0 {
+                stopped = Some(TransportError::Busy {
+                    peer,
+                    what: "the peer's PostQ is full",
+                });
+                break;
+            }
+            let p = if inline > 0 {
+                SendPlan::Inline(inline)
+            } else {
+                if self.eager_free.is_empty() {
+                    self.poll_freeq(local, counters);
+                }
+                let Some(buf) = self.take_buffer() else {
+                    stopped = Some(TransportError::Busy {
+                        peer,
+                        what: "no eager buffer lent by the peer",
+                    });
+                    break;
+                };
+                if let Err(e) = self.win.write(eager.offset(buf), d) {
+                    return SendBatch {
+                        posted: 0,
+                        stopped: Some(e.into()),
+                        broken: true,
+                    };
+                }
+                SendPlan::Buffer(buf)
+            };
+            plan.push(p);
+            slots_total += p.slots();
         }
+        let n = plan.len();
+        let mut at = slots_total;
+        for (wr, &p) in wrs[..n].iter().zip(plan.iter()).rev() {
+            let d = wr.data;
+            at -= p.slots();
+            for j in (0..p.slots() as usize).rev() {
+                let words = match p {
+                    SendPlan::Inline(_) => wire::inline_slot_words(d, j),
+                    SendPlan::Buffer(buf) => wire::body_words(&wire::encode(&Msg::SendBuf {
+                        buf,
+                        len: d.len() as u32,
+                    })),
+                };
+                if let Err(e) = self.prod[postq].write_ahead(&self.win, at + j as u64, &words) {
+                    // The device failed under us: nothing of the batch is
+                    // produced and the connection is broken.
+                    return SendBatch {
+                        posted: 0,
+                        stopped: Some(e.into()),
+                        broken: true,
+                    };
+                }
+            }
+        }
+        self.prod[postq].produce(slots_total);
+        SendBatch {
+            posted: n,
+            stopped,
+            broken: false,
+        }
+    }
+
+    // ---- operations we serve ----
+
+    /// Admits a fresh op id on `ring` (RX or TX, the rings that start
+    /// operations); `false` for a replay (an id at or below the highest
+    /// seen, or one being served).
+    pub fn admit(&mut self, ring: Ring, op: u64) -> bool {
+        let hwm = &mut self.hwm[ring.index() & 1];
+        if op <= *hwm || self.served.contains_key(&op) {
+            return false;
+        }
+        *hwm = op;
+        true
+    }
+
+    /// Whether `op` is above every id seen on `ring` (an operation that may
+    /// still start).
+    pub fn may_start(&self, ring: Ring, op: u64) -> bool {
+        op > self.hwm[ring.index() & 1]
+    }
+
+    /// Starts serving the peer's operation `op`.
+    pub fn serve(&mut self, op: u64, io: InOp) {
+        self.served.insert(op, io);
+    }
+
+    /// The served operation `op`.
+    pub fn served(&self, op: u64) -> Option<&InOp> {
+        self.served.get(&op)
+    }
+
+    /// The served operation `op`, to move it along.
+    pub fn served_mut(&mut self, op: u64) -> Option<&mut InOp> {
+        self.served.get_mut(&op)
+    }
+
+    /// The served operation `op` together with the peer's window, to copy
+    /// its data while moving it along.
+    pub fn served_with_win(&mut self, op: u64) -> (&PeerWindow, Option<&mut InOp>) {
+        (&self.win, self.served.get_mut(&op))
+    }
+
+    /// Stops serving `op` (done or failed).
+    pub fn unserve(&mut self, op: u64) -> Option<InOp> {
+        self.served.remove(&op)
+    }
+
+    /// How many of the peer's operations we serve.
+    pub fn serving(&self) -> usize {
+        self.served.len()
+    }
+
+    /// Stops serving every operation past its deadline; returns them.
+    pub fn expire_served(&mut self, now: Instant) -> Vec<InOp> {
+        let old: Vec<u64> = self
+            .served
+            .iter()
+            .filter(|(_, o)| o.deadline() <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        old.iter().filter_map(|id| self.served.remove(id)).collect()
+    }
+
+    /// Ends the connection: the operations still served.
+    pub fn into_served(self) -> impl Iterator<Item = InOp> {
+        self.served.into_values()
+    }
+
+    // ---- resources ----
+
+    /// Eager buffers of the peer's we hold.
+    pub fn eager_free(&self) -> u32 {
+        self.eager_free.len() as u32
+    }
+
+    /// Free slots in the peer's PostQ, as of its last credit.
+    pub fn postq_free(&self) -> u64 {
+        let p = &self.prod[Ring::PostQ.index()];
+        p.depth() - (p.produced() - p.credit())
+    }
+
+    /// Control messages waiting for credits.
+    pub fn backlog(&self) -> usize {
+        self.backlog.iter().map(VecDeque::len).sum()
     }
 }

@@ -5,6 +5,9 @@
 
 use crate::hw::{LocalWindow, PeerWindow, Result};
 
+use super::sgl::ExtentCursor;
+use super::wire::WireSge;
+
 /// Copies bytes from our window into a peer's window (or within ours).
 /// Hardware DMA engines implement it later; [`CpuEngine`] copies with the CPU.
 pub trait DmaEngine: Send {
@@ -105,21 +108,8 @@ impl DmaEngine for CpuEngine {
         dst_off: usize,
         len: usize,
     ) -> Result<()> {
-        let p = src.ptr_at(src_off, len)?;
-        // SAFETY: `ptr_at` checked that `len` bytes at `p` lie in our window's
-        // mapping, which `src` keeps alive for this call. The bytes belong to
-        // a registered region that the application promised not to modify
-        // while the operation is posted; peers only write to regions through
-        // SGLs we issue, never to a region being sent from. A racing write by
-        // a misbehaving peer can only change the bytes copied, not make the
-        // copy leave the mapping.
-        // SAFETY: holds for the reasons given just above.
-        let s = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-        if len >= self.nt_threshold {
-            dst.write_nt(dst_off, s)
-        } else {
-            dst.write(dst_off, s)
-        }
+        // Pointer to pointer (no slice over our window, which peers write).
+        dst.copy_from_local(dst_off, src, src_off, len, len >= self.nt_threshold)
     }
 
     fn copy_local(
@@ -136,6 +126,45 @@ impl DmaEngine for CpuEngine {
         unsafe { std::ptr::copy(s, d, len) };
         Ok(())
     }
+}
+
+/// Copies transfer bytes `start..` of `src` (extents of our window) to the
+/// entries of `sges` (a peer's SGL into its window), in order, with
+/// `engine`. `false` if a piece failed or `src` does not cover the range.
+pub(crate) fn copy_to_sgl(
+    engine: &mut dyn DmaEngine,
+    local: &LocalWindow,
+    win: &PeerWindow,
+    src: &mut ExtentCursor,
+    start: u64,
+    sges: &[WireSge],
+) -> bool {
+    let mut pos = start;
+    for s in sges {
+        let mut d = s.offset as usize;
+        let ok = src.for_range(pos, u64::from(s.len), |so, sl| {
+            let r = engine
+                .copy_to_peer(local, so as usize, win, d, sl as usize)
+                .is_ok();
+            d += sl as usize;
+            r
+        });
+        if !ok {
+            return false;
+        }
+        pos += u64::from(s.len);
+    }
+    true
+}
+
+/// `(offset, len)` extents as SGL entries.
+pub(crate) fn to_wire(ext: &[(u64, u64)]) -> Vec<WireSge> {
+    ext.iter()
+        .map(|&(o, l)| WireSge {
+            offset: o,
+            len: l as u32,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,5 +1,10 @@
 //! [`Transport`]: one host's endpoint — its window, region table, peers and
-//! operations — and the verbs-like posting API.
+//! operations — its construction, what it tells about itself, and the
+//! completion queue the application polls.
+//!
+//! The verbs live beside it, one role a file: `memory.rs` (regions),
+//! `post.rs` (posting work), `poll.rs` (the poll loop), `receive.rs`,
+//! `target.rs`, `initiator.rs`, `multicast.rs` and `handshake.rs`.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
@@ -8,113 +13,17 @@ use std::time::{Duration, Instant};
 
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, Port};
 
-use super::conn::{Conn, Extents, POSTQ, Peer, RX, RecvWr, TX};
+use super::conn::SendPlan;
 use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
-use super::error::{Result, Status, TransportError};
+use super::error::{Result, TransportError};
 use super::geometry::Layout;
 use super::idhash::IdMap;
-use super::region::{Access, RegionKey, RegionTable};
-use super::sgl::{ExtentCursor, RemoteAddr, Sge};
-use super::types::{Completion, Config, OpKind, PeerState, Qp, Resources};
-use super::wire::{self, Msg};
-
-/// A planned send that goes inline in its slots (no eager buffer).
-const INLINE: u32 = u32::MAX;
-
-/// A target of a multicast put.
-#[derive(Debug)]
-pub(crate) struct McTarget {
-    pub peer: Port,
-    pub sgl: Vec<(u64, u64)>,
-    pub got: u32,
-    pub ready: bool,
-    pub status: Option<Status>,
-}
-
-/// What an operation of ours is waiting for.
-#[derive(Debug)]
-pub(crate) enum OutKind {
-    Write {
-        peer: Port,
-        src: ExtentCursor,
-        len: u32,
-        delivered: u32,
-        done: bool,
-    },
-    ReadSize {
-        peer: Port,
-        rkey: u32,
-        roff: u64,
-        max_len: u64,
-    },
-    Read {
-        peer: Port,
-        len: u32,
-        region: Option<RegionKey>,
-    },
-    Multicast {
-        src: Vec<(u64, u64)>,
-        len: u32,
-        targets: Vec<McTarget>,
-        put: bool,
-        chain: bool,
-    },
-}
-
-/// How a multicast put reaches its targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MulticastMode {
-    /// The initiator copies to every target itself.
-    #[default]
-    FanOut,
-    /// Store and forward: the initiator copies to the first target, which
-    /// deposits the data and forwards it to the next, and so on down the
-    /// list (the "deposit bit" of the reference). Each target's storage is
-    /// sent to its predecessor; the first target's clear-to-send arrives
-    /// only once the whole chain is ready.
-    Chain,
-}
-
-/// An operation we initiated.
-#[derive(Debug)]
-pub(crate) struct OutOp {
-    pub cookie: u64,
-    pub deadline: Instant,
-    pub kind: OutKind,
-}
-
-impl OutOp {
-    /// Whether this op involves `peer`.
-    pub fn involves(&self, peer: Port) -> bool {
-        match &self.kind {
-            OutKind::Write { peer: p, .. }
-            | OutKind::ReadSize { peer: p, .. }
-            | OutKind::Read { peer: p, .. } => *p == peer,
-            OutKind::Multicast { targets, .. } => targets.iter().any(|t| t.peer == peer),
-        }
-    }
-}
-
-/// One send of a batch: the payload (copied at post time) and a cookie.
-#[derive(Debug, Clone, Copy)]
-pub struct SendWr<'a> {
-    /// The payload, at most the geometry's `eager_size` bytes.
-    pub data: &'a [u8],
-    /// The caller's cookie, returned in the completion.
-    pub cookie: u64,
-}
-
-/// One write of a batch.
-#[derive(Debug, Clone, Copy)]
-pub struct WriteWr<'a> {
-    /// Local source: SGEs in our registered regions (local read).
-    pub local: &'a [Sge],
-    /// Where in the peer's region.
-    pub remote: RemoteAddr,
-    /// The caller's cookie.
-    pub cookie: u64,
-}
+use super::ops::{EarlySgl, OutKind, OutOp};
+use super::peer::Peer;
+use super::region::RegionTable;
+use super::types::{Completion, Config, PeerState, Qp, Resources};
+use super::wire::{Msg, Ring, WireStatus};
 
 /// One host's transport endpoint over an [`NtbDevice`].
 ///
@@ -125,7 +34,8 @@ pub struct WriteWr<'a> {
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use ntbdk_pmd::transport::{loopback::LoopbackFabric, Access, Completion, Config, Geometry,
+/// use ntbdk_pmd::hw::loopback::LoopbackFabric;
+/// use ntbdk_pmd::transport::{Access, Completion, Config, Geometry,
 ///     OpKind, RemoteAddr, Sge, Transport};
 ///
 /// let fabric = LoopbackFabric::new(2, 1 << 20);
@@ -161,40 +71,47 @@ pub struct WriteWr<'a> {
 /// assert!(check.iter().all(|&x| x == 7));
 /// ```
 pub struct Transport {
+    /// The device underneath (link state, windows, doorbells).
     pub(crate) dev: Arc<dyn NtbDevice>,
+    /// Our port on the fabric.
     pub(crate) me: Port,
+    /// The configuration we were created with.
     pub(crate) cfg: Config,
+    /// Where everything lies in every host's window (from the geometry).
     pub(crate) layout: Layout,
+    /// Our inbound window: what peers write, and only we read.
     pub(crate) local: LocalWindow,
+    /// Our incarnation: random, new for every transport (and on goodbye).
     pub(crate) incarnation: u64,
+    /// Every port of the fabric (ours included, never connected), by port.
     pub(crate) peers: Vec<Peer>,
+    /// The connected ports, in the order the poll loop visits them.
     pub(crate) connected: Vec<Port>,
+    /// Our registered regions and the region area's allocator.
     pub(crate) regions: RegionTable,
+    /// Operations we initiated, by op id.
     pub(crate) ops: IdMap<u64, OutOp>,
+    /// The next op id (ids only grow: a peer's replay check relies on it).
     pub(crate) next_op: u64,
+    /// Completions not yet polled by the application.
     pub(crate) completions: VecDeque<Completion>,
+    /// The data mover for payloads.
     pub(crate) engine: Box<dyn DmaEngine>,
+    /// Polls so far (the slow path runs every 64th, or while connecting).
     pub(crate) polls: u32,
+    /// When the slow path last ran.
     pub(crate) last_slow: Instant,
+    /// Link events taken from the device (kept for reuse).
     pub(crate) events: Vec<LinkEvent>,
+    /// Peers whose connection broke during this poll (torn down at its end).
     pub(crate) doomed: Vec<Port>,
     /// Control-ring messages taken by a poll, handled after it (kept for reuse).
     pub(crate) scratch: Vec<Msg>,
-    /// Per send of the batch being posted: its eager buffer, or [`INLINE`]
-    /// (kept for reuse).
-    pub(crate) send_plan: Vec<u32>,
+    /// How each send of the batch being posted goes (kept for reuse).
+    pub(crate) send_plan: Vec<SendPlan>,
+    /// Chain targets' storage that arrived before our request from the
+    /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
-}
-
-/// A chain target's storage that arrived before our own request to send.
-#[derive(Debug)]
-pub(crate) struct EarlySgl {
-    pub origin: Port,
-    pub op: u64,
-    pub from: Port,
-    pub start: u32,
-    pub sges: Vec<wire::WireSge>,
-    pub at: Instant,
 }
 
 impl Drop for Transport {
@@ -234,20 +151,17 @@ impl Transport {
     pub fn new(dev: Arc<dyn NtbDevice>, cfg: Config) -> Result<Self> {
         let layout = cfg.geometry.layout()?;
         if usize::from(cfg.geometry.ports) < dev.port_count() {
-            return Err(TransportError::Invalid(format!(
-                "geometry has {} ports but the fabric has {}: use Geometry with ports >= {}",
-                cfg.geometry.ports,
-                dev.port_count(),
-                dev.port_count()
-            )));
+            return Err(TransportError::TooFewPorts {
+                geometry: cfg.geometry.ports,
+                fabric: dev.port_count(),
+            });
         }
         let local = dev.local_window(cfg.mw)?;
         if local.len() < layout.window_size_for(4096) {
-            return Err(TransportError::Invalid(format!(
-                "window of {} bytes is too small for this geometry (needs at least {}): use a smaller Geometry or a larger window",
-                local.len(),
-                layout.window_size_for(4096)
-            )));
+            return Err(TransportError::WindowTooSmall {
+                len: local.len(),
+                needed: layout.window_size_for(4096),
+            });
         }
         let me = dev.port();
         let incarnation = random_u64(dev.generation());
@@ -352,10 +266,11 @@ impl Transport {
                 _ => {}
             }
             if Instant::now() >= end {
-                return Err(TransportError::Timeout(format!(
-                    "port {peer} did not connect within {timeout:?} (state {:?})",
-                    self.peer_state(peer)
-                )));
+                return Err(TransportError::ConnectTimeout {
+                    peer,
+                    timeout,
+                    state: self.peer_state(peer),
+                });
             }
             std::thread::yield_now();
         }
@@ -388,11 +303,10 @@ impl Transport {
             ..Resources::default()
         };
         if let Some(c) = &p.conn {
-            r.eager_free = c.eager_free.len() as u32;
-            r.postq_free = u64::from(self.cfg.geometry.queue_depth)
-                - (c.prod[POSTQ].produced() - c.cons_credit(POSTQ));
-            r.backlog = c.backlog.iter().map(|b| b.len()).sum();
-            r.serving = c.inbound.len();
+            r.eager_free = c.eager_free();
+            r.postq_free = c.postq_free();
+            r.backlog = c.backlog();
+            r.serving = c.serving();
         }
         r
     }
@@ -402,102 +316,24 @@ impl Transport {
         self.ops.len()
     }
 
-    // ---- regions ----
-
-    /// Registers a region of `len` bytes in our window's region area: peers
-    /// may place data into it (remote write) or read it (remote read) as
-    /// `access` allows. Returns its key.
-    pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
-        self.regions.register(len as u64, access, None)
-    }
-
-    /// Like [`register_region`](Self::register_region), built from extents
-    /// of at most `max_extent` bytes (scattered where the area is
-    /// fragmented): SGLs naming it have several entries.
-    pub fn register_region_scattered(
-        &mut self,
-        len: usize,
-        access: Access,
-        max_extent: usize,
-    ) -> Result<RegionKey> {
-        self.regions
-            .register(len as u64, access, Some(max_extent as u64))
-    }
-
-    /// Deregisters a region. Do not deregister a region that posted work
-    /// still uses (as in RDMA verbs): its bytes may be handed out again.
-    pub fn deregister_region(&mut self, key: RegionKey) -> Result<()> {
-        self.regions.deregister(key)
-    }
-
-    /// Length of a region.
-    pub fn region_len(&self, key: RegionKey) -> Option<u64> {
-        self.regions.get(key).map(|r| r.len)
-    }
-
-    /// Bytes free in the region area.
-    pub fn region_area_free(&self) -> u64 {
-        self.regions.free_bytes()
-    }
-
-    /// Copies `data` into region `key` at `offset` (local write).
-    pub fn region_write(&mut self, key: RegionKey, offset: u64, data: &[u8]) -> Result<()> {
-        let len = data.len() as u64;
-        if let Some(o) = self
-            .regions
-            .contiguous(key, offset, len, Access::LOCAL_WRITE)
-        {
-            return Ok(self.local.write(o as usize, data)?);
+    /// Makes progress (handshakes, incoming messages, timeouts), then
+    /// moves up to `out.len()` completions into `out`; returns how many.
+    pub fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
+        if self.completions.is_empty() {
+            self.progress();
         }
-        let ext = self
-            .regions
-            .resolve_one(key, offset, data.len() as u64, Access::LOCAL_WRITE)?;
-        let mut at = 0usize;
-        for &(o, l) in ext.as_slice() {
-            self.local.write(o as usize, &data[at..at + l as usize])?;
-            at += l as usize;
+        let n = out.len().min(self.completions.len());
+        let (a, b) = self.completions.as_slices();
+        for (slot, c) in out.iter_mut().zip(a.iter().chain(b)) {
+            slot.copy_fields(c);
         }
-        Ok(())
+        self.completions.drain(..n);
+        n
     }
 
-    /// Copies bytes of region `key` at `offset` into `out` (local read).
-    pub fn region_read(&self, key: RegionKey, offset: u64, out: &mut [u8]) -> Result<()> {
-        let len = out.len() as u64;
-        if let Some(o) = self
-            .regions
-            .contiguous(key, offset, len, Access::LOCAL_READ)
-        {
-            return Ok(self.local.read(o as usize, out)?);
-        }
-        let ext = self
-            .regions
-            .resolve_one(key, offset, out.len() as u64, Access::LOCAL_READ)?;
-        let mut at = 0usize;
-        for &(o, l) in ext.as_slice() {
-            self.local.read(o as usize, &mut out[at..at + l as usize])?;
-            at += l as usize;
-        }
-        Ok(())
-    }
-
-    fn resolve_sges(&self, sges: &[Sge], need: Access) -> Result<(Vec<(u64, u64)>, u32)> {
-        let mut ext = Vec::with_capacity(sges.len());
-        let mut total = 0u64;
-        for s in sges {
-            ext.extend(self.regions.resolve(s.key, s.offset, s.len, need)?);
-            total += s.len;
-        }
-        if total == 0 || total > u64::from(u32::MAX) {
-            return Err(TransportError::Invalid(format!(
-                "transfer of {total} bytes: must be 1 byte to 4 GiB - 1"
-            )));
-        }
-        Ok((ext, total as u32))
-    }
-
-    // ---- posting ----
-
-    fn check_post(&self, qp: Qp) -> Result<()> {
+    /// Whether work may be posted on `qp` now: the peer is connected and
+    /// we are under `max_outstanding` operations.
+    pub(crate) fn check_post(&self, qp: Qp) -> Result<()> {
         let p = self
             .peers
             .get(qp.peer as usize)
@@ -519,6 +355,7 @@ impl Transport {
         Ok(())
     }
 
+    /// Records a new operation of ours; returns its (fresh, growing) id.
     pub(crate) fn new_op(&mut self, cookie: u64, kind: OutKind) -> u64 {
         let id = self.next_op;
         self.next_op += 1;
@@ -533,427 +370,26 @@ impl Transport {
         id
     }
 
-    /// Sends `msg` to `peer`'s `ring`; a device error dooms the connection.
-    pub(crate) fn emit(&mut self, peer: Port, ring: usize, msg: &Msg) {
-        let body = wire::encode(msg);
-        self.emit_body(peer, ring, &body);
-    }
-
-    pub(crate) fn emit_body(&mut self, peer: Port, ring: usize, body: &wire::Body) {
+    /// Sends `msg` to `peer`'s `ring` (or queues it for credits); a device
+    /// error dooms the connection.
+    pub(crate) fn emit(&mut self, peer: Port, ring: Ring, msg: &Msg) {
         let Some(c) = self.peers[peer as usize].conn.as_mut() else {
             return;
         };
-        if c.emit(&self.local, ring, body).is_err() {
+        if c.emit(&self.local, ring, msg).is_err() {
             self.doomed.push(peer);
         }
     }
 
-    fn ring_doorbell(&self, peer: Port) {
+    /// Refuses the peer's operation `op` with an error `Ack` on its CQ.
+    pub(crate) fn nak(&mut self, peer: Port, op: u64, status: WireStatus) {
+        self.emit(peer, Ring::Cq, &Msg::Ack { op, status, len: 0 });
+    }
+
+    /// Rings `peer`'s doorbell after a batch, when configured to.
+    pub(crate) fn ring_doorbell(&self, peer: Port) {
         if self.cfg.doorbell {
             let _ = self.dev.peer_db_set(peer, 1);
         }
-    }
-
-    /// Writes the bytes of `local` (our regions) into `remote` (the peer's
-    /// region) — the rendezvous write: intent → the peer's SGL → one copy
-    /// straight into its region → done → received. Completes with
-    /// [`OpKind::Write`].
-    pub fn post_write(
-        &mut self,
-        qp: Qp,
-        local: &[Sge],
-        remote: RemoteAddr,
-        cookie: u64,
-    ) -> Result<()> {
-        self.post_writes(
-            qp,
-            &[WriteWr {
-                local,
-                remote,
-                cookie,
-            }],
-        )
-        .map(|_| ())
-    }
-
-    /// Posts a batch of writes: all intents are written back to back, then
-    /// the doorbell (if configured) rings once. Returns how many were posted
-    /// (all, unless an error stops the batch; the error is returned when
-    /// none was).
-    pub fn post_writes(&mut self, qp: Qp, wrs: &[WriteWr<'_>]) -> Result<usize> {
-        let mut n = 0;
-        for wr in wrs {
-            let r = self
-                .check_post(qp)
-                .and_then(|_| self.resolve_sges(wr.local, Access::LOCAL_READ));
-            let (ext, len) = match r {
-                Ok(x) => x,
-                Err(e) if n == 0 => return Err(e),
-                Err(_) => break,
-            };
-            let op = self.new_op(
-                wr.cookie,
-                OutKind::Write {
-                    peer: qp.peer,
-                    src: ExtentCursor::new(ext),
-                    len,
-                    delivered: 0,
-                    done: false,
-                },
-            );
-            let msg = Msg::WriteReq {
-                op,
-                rkey: wr.remote.key.0,
-                roff: wr.remote.offset,
-                len,
-            };
-            self.emit(qp.peer, RX, &msg);
-            n += 1;
-        }
-        self.ring_doorbell(qp.peer);
-        Ok(n)
-    }
-
-    /// Reads `remote` (the peer's region, remote read) into `local` (our
-    /// regions, local write); the size is the total of `local`. We send our
-    /// SGL; the peer copies straight into it. Completes with [`OpKind::Read`].
-    pub fn post_read(
-        &mut self,
-        qp: Qp,
-        local: &[Sge],
-        remote: RemoteAddr,
-        cookie: u64,
-    ) -> Result<()> {
-        self.check_post(qp)?;
-        let (ext, len) = self.resolve_sges(local, Access::LOCAL_WRITE)?;
-        let op = self.new_op(
-            cookie,
-            OutKind::Read {
-                peer: qp.peer,
-                len,
-                region: None,
-            },
-        );
-        self.send_read_req(qp.peer, op, remote.key.0, remote.offset, len, &ext);
-        self.ring_doorbell(qp.peer);
-        Ok(())
-    }
-
-    pub(crate) fn send_read_req(
-        &mut self,
-        peer: Port,
-        op: u64,
-        rkey: u32,
-        roff: u64,
-        len: u32,
-        ext: &[(u64, u64)],
-    ) {
-        self.emit(
-            peer,
-            TX,
-            &Msg::ReadReq {
-                op,
-                rkey,
-                roff,
-                len,
-            },
-        );
-        let mut msgs = Vec::new();
-        wire::chunk_sgl(ext, |start, n, sges| {
-            msgs.push(Msg::ReadSgl { op, start, n, sges })
-        });
-        for m in &msgs {
-            self.emit(peer, TX, m);
-        }
-    }
-
-    /// Reads the peer's region `remote.key` from `remote.offset` to its end,
-    /// without knowing the size: the peer tells it, we allocate a region of
-    /// that size (refusing more than `max_len`), then read as
-    /// [`post_read`](Self::post_read). Completes with
-    /// [`OpKind::ReadUnknown`] and the new region in
-    /// [`Completion::region`].
-    pub fn post_read_unknown(
-        &mut self,
-        qp: Qp,
-        remote: RemoteAddr,
-        max_len: u64,
-        cookie: u64,
-    ) -> Result<()> {
-        self.check_post(qp)?;
-        let op = self.new_op(
-            cookie,
-            OutKind::ReadSize {
-                peer: qp.peer,
-                rkey: remote.key.0,
-                roff: remote.offset,
-                max_len,
-            },
-        );
-        let msg = Msg::ReadIntent {
-            op,
-            rkey: remote.key.0,
-            roff: remote.offset,
-        };
-        self.emit(qp.peer, TX, &msg);
-        self.ring_doorbell(qp.peer);
-        Ok(())
-    }
-
-    /// Sends a small message (at most `eager_size` bytes), copied now: up to
-    /// 48 bytes inline in one PostQ slot (one cache line), up to
-    /// [`wire::INLINE_LONG_MAX`] (216) bytes inline in up to four
-    /// consecutive slots, else into an eager buffer the peer lent us plus a
-    /// slot. Completes with
-    /// [`OpKind::Send`] at once; fails with [`TransportError::Busy`] when
-    /// the peer's PostQ or our eager buffers are exhausted.
-    pub fn post_send(&mut self, qp: Qp, data: &[u8], cookie: u64) -> Result<()> {
-        self.post_sends(qp, &[SendWr { data, cookie }]).map(|_| ())
-    }
-
-    /// Posts a batch of sends back to back, ringing the doorbell (if
-    /// configured) once. Returns how many were posted; stops at the first
-    /// that finds no room (the error is returned if that was the first).
-    ///
-    /// The batch's slots are written last-first, its first slot last: the
-    /// peer, polling that slot, finds the whole batch there at once and
-    /// streams through it, instead of chasing the writer line by line (two
-    /// cores contending for the line being written is what limits a
-    /// message rate, not the work on either side).
-    pub fn post_sends(&mut self, qp: Qp, wrs: &[SendWr<'_>]) -> Result<usize> {
-        self.check_post(qp)?;
-        let eager_size = self.cfg.geometry.eager_size as usize;
-        let me = self.me;
-        let layout = self.layout;
-        let mut plan = std::mem::take(&mut self.send_plan);
-        plan.clear();
-        let peer = &mut self.peers[qp.peer as usize];
-        let Some(c) = peer.conn.as_mut() else {
-            self.send_plan = plan;
-            return Err(TransportError::NotConnected { peer: qp.peer });
-        };
-        // First pass: how many fit, in how many slots each; eager payloads
-        // are written now (before any slot names them).
-        let mut slots_total = 0u64;
-        let mut err = None;
-        for wr in wrs {
-            let len = wr.data.len();
-            if len == 0 || len > eager_size {
-                err = Some(TransportError::Invalid(format!(
-                    "send of {len} bytes: must be 1..={eager_size} (use post_write for more)"
-                )));
-                break;
-            }
-            // Inline in consecutive slots where it fits (no eager buffer,
-            // no buffer to return: fewer cache-line transfers both ways),
-            // as long as the run is at most half the ring (so the
-            // consumer's quarter-ring credits always make room for it).
-            let slots = match wire::inline_slots(len) {
-                Some(k) if k == 1 || 2 * k as u64 <= c.prod[POSTQ].depth() => k as u64,
-                _ => 0,
-            };
-            if !c.prod[POSTQ]
-                .room(&self.local, slots_total + slots.max(1))
-                .0
-            {
-                err = Some(TransportError::Busy {
-                    peer: qp.peer,
-                    what: "the peer's PostQ is full",
-                });
-                break;
-            }
-            if slots > 0 {
-                plan.push(INLINE);
-            } else {
-                if c.eager_free.is_empty() {
-                    c.poll_freeq(&self.local, &mut peer.counters);
-                }
-                let Some(buf) = c.take_buffer() else {
-                    err = Some(TransportError::Busy {
-                        peer: qp.peer,
-                        what: "no eager buffer lent by the peer",
-                    });
-                    break;
-                };
-                if let Err(e) = c.win.write(layout.eager_buffer(me, buf), wr.data) {
-                    err = Some(e.into());
-                    self.doomed.push(qp.peer);
-                    break;
-                }
-                plan.push(buf);
-            }
-            slots_total += slots.max(1);
-        }
-        let n = plan.len();
-        // Second pass: the slots, encoded straight from the caller's bytes
-        // and written last-first (no staging copy).
-        let mut at = slots_total;
-        for (wr, &buf) in wrs[..n].iter().zip(&plan).rev() {
-            let k = if buf == INLINE {
-                wire::inline_slots(wr.data.len()).unwrap_or(1)
-            } else {
-                1
-            };
-            at -= k as u64;
-            for j in (0..k).rev() {
-                let words = if buf == INLINE {
-                    wire::inline_slot_words(wr.data, j)
-                } else {
-                    wire::body_words(&wire::encode(&Msg::SendBuf {
-                        buf,
-                        len: wr.data.len() as u32,
-                    }))
-                };
-                if let Err(e) = c.prod[POSTQ].write_ahead(&c.win, at + j as u64, &words) {
-                    // The device failed under us: nothing of the batch is
-                    // produced and the connection is doomed.
-                    self.send_plan = plan;
-                    self.doomed.push(qp.peer);
-                    return Err(e.into());
-                }
-            }
-        }
-        c.prod[POSTQ].produce(slots_total);
-        self.send_plan = plan;
-        for wr in &wrs[..n] {
-            let len = wr.data.len() as u64;
-            peer.counters.sends += 1;
-            peer.counters.bytes_out += len;
-            self.completions.push_back(Completion {
-                peer: qp.peer,
-                op: OpKind::Send,
-                status: Status::Success,
-                bytes: len,
-                cookie: wr.cookie,
-                region: None,
-            });
-        }
-        if n > 0 {
-            self.ring_doorbell(qp.peer);
-        }
-        match err {
-            Some(e) if n == 0 => Err(e),
-            _ => Ok(n),
-        }
-    }
-
-    /// Posts a receive buffer (local write) for the next message from the
-    /// queue pair's peer. Completes with [`OpKind::Recv`] when one arrives
-    /// ([`Status::LocalLength`] when it does not fit), or
-    /// [`Status::Flushed`] when the connection resets.
-    pub fn post_recv(&mut self, qp: Qp, sge: Sge, cookie: u64) -> Result<()> {
-        if qp.peer as usize >= self.peers.len() || qp.peer == self.me {
-            return Err(TransportError::NoSuchPeer { peer: qp.peer });
-        }
-        let extents =
-            match self
-                .regions
-                .contiguous(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)
-            {
-                Some(o) => Extents::One([(o, sge.len)]),
-                None => {
-                    self.regions
-                        .resolve_one(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)?
-                }
-            };
-        self.peers[qp.peer as usize].recvs.push_back(RecvWr {
-            extents,
-            len: sge.len,
-            cookie,
-        });
-        Ok(())
-    }
-
-    /// Puts the bytes of `local` to every target at once: a request to send
-    /// to each, each answers clear-to-send with storage it allocated, a
-    /// check-in counter reaches zero, then one call copies to all (fan-out
-    /// by the initiator). Completes once with [`OpKind::MulticastPut`];
-    /// each target gets an [`OpKind::MulticastRecv`] completion with the
-    /// region holding the data.
-    pub fn post_multicast_put(&mut self, targets: &[Qp], local: &[Sge], cookie: u64) -> Result<()> {
-        self.post_multicast_put_with(targets, local, MulticastMode::FanOut, cookie)
-    }
-
-    /// [`post_multicast_put`](Self::post_multicast_put) with a choice of
-    /// [`MulticastMode`] (fan-out, or store and forward down the list).
-    pub fn post_multicast_put_with(
-        &mut self,
-        targets: &[Qp],
-        local: &[Sge],
-        mode: MulticastMode,
-        cookie: u64,
-    ) -> Result<()> {
-        if targets.is_empty() {
-            return Err(TransportError::Invalid(
-                "multicast put needs at least one target".into(),
-            ));
-        }
-        for (i, t) in targets.iter().enumerate() {
-            self.check_post(*t)?;
-            if targets[..i].contains(t) {
-                return Err(TransportError::Invalid(format!(
-                    "port {} is listed twice",
-                    t.peer
-                )));
-            }
-        }
-        let (src, len) = self.resolve_sges(local, Access::LOCAL_READ)?;
-        let chain = mode == MulticastMode::Chain;
-        let op = self.new_op(
-            cookie,
-            OutKind::Multicast {
-                src,
-                len,
-                targets: targets
-                    .iter()
-                    .map(|t| McTarget {
-                        peer: t.peer,
-                        sgl: Vec::new(),
-                        got: 0,
-                        ready: false,
-                        status: None,
-                    })
-                    .collect(),
-                put: false,
-                chain,
-            },
-        );
-        for (i, t) in targets.iter().enumerate() {
-            let msg = if chain {
-                Msg::ChainRts {
-                    op,
-                    len,
-                    prev: if i == 0 { self.me } else { targets[i - 1].peer },
-                    next: targets.get(i + 1).map(|q| q.peer),
-                }
-            } else {
-                Msg::Rts { op, len }
-            };
-            self.emit(t.peer, RX, &msg);
-            self.ring_doorbell(t.peer);
-        }
-        Ok(())
-    }
-
-    /// Makes progress (handshakes, incoming messages, timeouts), then
-    /// moves up to `out.len()` completions into `out`; returns how many.
-    pub fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
-        if self.completions.is_empty() {
-            self.progress();
-        }
-        let n = out.len().min(self.completions.len());
-        let (a, b) = self.completions.as_slices();
-        for (slot, c) in out.iter_mut().zip(a.iter().chain(b)) {
-            slot.copy_fields(c);
-        }
-        self.completions.drain(..n);
-        n
-    }
-}
-
-impl Conn {
-    /// The last credit the peer gave for ring `k`.
-    pub(crate) fn cons_credit(&self, k: usize) -> u64 {
-        self.prod[k].credit()
     }
 }

@@ -1,11 +1,14 @@
 //! The transport's error type (for calls that fail at once) and the status of
 //! a completion (for operations that fail later).
 
+use std::time::Duration;
+
 use thiserror::Error;
 
 use crate::hw::{HwError, Port};
 
 use super::region::RegionKey;
+use super::types::PeerState;
 
 /// Why a transport call failed. Nothing was posted when a call returns one.
 #[derive(Debug, Error)]
@@ -85,12 +88,82 @@ pub enum TransportError {
         /// Bytes free.
         free: u64,
     },
-    /// A bad argument (empty transfer, too long, bad geometry...).
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    /// A wait ran out of time.
-    #[error("timed out: {0}")]
-    Timeout(String),
+    /// The geometry cannot be laid out.
+    #[error("invalid geometry: {0}")]
+    Geometry(#[from] GeometryError),
+    /// The geometry has fewer ports than the fabric.
+    #[error(
+        "geometry has {geometry} ports but the fabric has {fabric}: use Geometry with ports >= {fabric}"
+    )]
+    TooFewPorts {
+        /// Ports in the geometry.
+        geometry: u16,
+        /// Ports of the fabric.
+        fabric: usize,
+    },
+    /// The device's window cannot hold the geometry's sections.
+    #[error(
+        "window of {len} bytes is too small for this geometry (needs at least {needed}): use a smaller Geometry or a larger window"
+    )]
+    WindowTooSmall {
+        /// The window's length.
+        len: usize,
+        /// The least it needs.
+        needed: usize,
+    },
+    /// A transfer of zero bytes, or of 4 GiB or more.
+    #[error("transfer of {len} bytes: must be 1 byte to 4 GiB - 1")]
+    TransferSize {
+        /// Bytes asked for.
+        len: u64,
+    },
+    /// A send of zero bytes, or larger than an eager buffer.
+    #[error("send of {len} bytes: must be 1..={max} (use post_write for more)")]
+    SendSize {
+        /// Bytes asked for.
+        len: usize,
+        /// The geometry's `eager_size`.
+        max: usize,
+    },
+    /// A region of zero bytes.
+    #[error("a region needs at least one byte")]
+    EmptyRegion,
+    /// A multicast put with no target.
+    #[error("multicast put needs at least one target")]
+    NoTargets,
+    /// A multicast put that lists a target twice.
+    #[error("port {peer} is listed twice among the multicast targets")]
+    DuplicateTarget {
+        /// The port listed twice.
+        peer: Port,
+    },
+    /// A peer did not connect in time.
+    #[error("port {peer} did not connect within {timeout:?} (state {state:?})")]
+    ConnectTimeout {
+        /// The peer.
+        peer: Port,
+        /// How long we waited.
+        timeout: Duration,
+        /// Where the handshake stood.
+        state: PeerState,
+    },
+}
+
+/// Why a [`Geometry`](super::Geometry) cannot be laid out.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GeometryError {
+    /// Fewer than two ports.
+    #[error("geometry needs at least 2 ports, got {0}")]
+    Ports(u16),
+    /// A queue depth that is not a power of two in 4..=4096.
+    #[error("queue_depth must be a power of two in 4..=4096, got {0}")]
+    QueueDepth(u32),
+    /// An eager buffer count outside 1..=4096.
+    #[error("eager_count must be in 1..=4096, got {0}")]
+    EagerCount(u32),
+    /// An eager buffer size that is not a multiple of 64 in 64..=1 MiB.
+    #[error("eager_size must be a multiple of 64 in 64..=1048576, got {0}")]
+    EagerSize(u32),
 }
 
 /// Shorthand for transport results.

@@ -4,8 +4,8 @@
 //! handshake), so a host knows where its section lies in a peer's window
 //! without ever reading it.
 
-use super::error::{Result, TransportError};
-use super::wire::SLOT;
+use super::error::{GeometryError, Result};
+use super::wire::{Ring, SLOT};
 
 /// Size of the transport header at the start of every window.
 pub const HEADER_SIZE: usize = 64;
@@ -60,30 +60,17 @@ impl Geometry {
 
     /// Checks the geometry and computes its layout.
     pub fn layout(&self) -> Result<Layout> {
-        let bad = |what: String| Err(TransportError::Invalid(what));
         if self.ports < 2 {
-            return bad(format!(
-                "geometry needs at least 2 ports, got {}",
-                self.ports
-            ));
+            return Err(GeometryError::Ports(self.ports).into());
         }
         if !self.queue_depth.is_power_of_two() || !(4..=4096).contains(&self.queue_depth) {
-            return bad(format!(
-                "queue_depth must be a power of two in 4..=4096, got {}",
-                self.queue_depth
-            ));
+            return Err(GeometryError::QueueDepth(self.queue_depth).into());
         }
         if !(1..=4096).contains(&self.eager_count) {
-            return bad(format!(
-                "eager_count must be in 1..=4096, got {}",
-                self.eager_count
-            ));
+            return Err(GeometryError::EagerCount(self.eager_count).into());
         }
         if !self.eager_size.is_multiple_of(64) || !(64..=1 << 20).contains(&self.eager_size) {
-            return bad(format!(
-                "eager_size must be a multiple of 64 in 64..=1048576, got {}",
-                self.eager_size
-            ));
+            return Err(GeometryError::EagerSize(self.eager_size).into());
         }
         let depth = self.queue_depth as usize;
         let credits = 0;
@@ -129,6 +116,19 @@ pub enum Part {
     FreeQ = 6,
     /// Eager buffers that the peer sends into.
     Eager = 7,
+}
+
+impl From<Ring> for Part {
+    /// Where ring `r` lies in a section.
+    #[inline]
+    fn from(r: Ring) -> Part {
+        match r {
+            Ring::Rx => Part::Rx,
+            Ring::Tx => Part::Tx,
+            Ring::Cq => Part::Cq,
+            Ring::PostQ => Part::PostQ,
+        }
+    }
 }
 
 /// Offsets within a window, computed from a [`Geometry`].

@@ -19,10 +19,12 @@ use std::time::Instant;
 
 use crate::hw::{LinkEvent, Port};
 
-use super::conn::{Conn, InOp};
-use super::endpoint::{OutKind, Transport};
+use super::conn::Conn;
+use super::counters::DropKind;
+use super::endpoint::{Transport, random_u64};
 use super::error::{Result, Status};
 use super::geometry::{HEADER_SIZE, Part};
+use super::ops::{InOp, OutKind};
 use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
 
@@ -110,7 +112,7 @@ impl Transport {
     /// that has seen nobody, so each peer tears its connection down at once
     /// (failing what involves us) instead of waiting for timeouts.
     pub(crate) fn say_goodbye(&mut self) {
-        self.incarnation = super::endpoint::random_u64(self.incarnation);
+        self.incarnation = random_u64(self.incarnation);
         for p in 0..self.peers.len() as Port {
             if p != self.me && self.peers[p as usize].state != PeerState::Down {
                 self.peers[p as usize].peer_inc = 0;
@@ -186,7 +188,7 @@ impl Transport {
         let Some(h) = Hello::decode(&body) else {
             self.peers[peer as usize]
                 .counters
-                .drop_one(super::counters::DropKind::Malformed);
+                .drop_one(DropKind::Malformed);
             return;
         };
         let g = &self.cfg.geometry;
@@ -260,11 +262,7 @@ impl Transport {
         let p = &mut self.peers[peer as usize];
         let e = epoch(self.incarnation, p.peer_inc);
         let mut c = Conn::new(&self.layout, self.me, peer, win, e);
-        let mut ok = true;
-        for i in 0..self.cfg.geometry.eager_count {
-            ok &= c.lend(i).is_ok();
-        }
-        if !ok {
+        if !c.lend_all() {
             return;
         }
         p.conn = Some(c);
@@ -286,7 +284,7 @@ impl Transport {
         if p.state == PeerState::Connected {
             p.state = PeerState::Connecting;
         }
-        for (_, op) in conn.inbound {
+        for op in conn.into_served() {
             if let InOp::McRecv { region, .. } = op {
                 let _ = self.regions.deregister(region);
             }

@@ -6,20 +6,7 @@ use crate::hw::{NtbDevice, PeerWindow, Port, Result};
 
 use super::geometry::{Layout, Part};
 use super::queue::tag;
-use super::wire::{Body, SLOT, TAG_OFFSET};
-
-/// The queues of a peer one can inject into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ring {
-    /// The RX ring.
-    Rx = 0,
-    /// The TX ring.
-    Tx = 1,
-    /// The completion ring.
-    Cq = 2,
-    /// The eager PostQ.
-    PostQ = 3,
-}
+use super::wire::{Body, Ring, SLOT, TAG_OFFSET};
 
 /// Writes raw slots into `victim`'s rings as port `me` of connection epoch
 /// `epoch` (see [`epoch`](super::epoch)). Use it on a port whose own
@@ -29,7 +16,8 @@ pub enum Ring {
 /// # Example
 /// ```
 /// use std::sync::Arc;
-/// use ntbdk_pmd::transport::{epoch, inject::{Injector, Ring}, loopback::LoopbackFabric,
+/// use ntbdk_pmd::hw::loopback::LoopbackFabric;
+/// use ntbdk_pmd::transport::{epoch, inject::Injector, Ring,
 ///     Config, DropKind, Geometry, Transport};
 ///
 /// let fabric = LoopbackFabric::new(2, 1 << 20);
@@ -73,9 +61,9 @@ impl Injector {
     /// takes it as the next message. (It ignores credits: the victim's
     /// consumer must keep up, as it does when progressed between pushes.)
     pub fn push(&mut self, ring: Ring, body: &Body) -> Result<()> {
-        let part = [Part::Rx, Part::Tx, Part::Cq, Part::PostQ][ring as usize];
+        let part = Part::from(ring);
         let depth = u64::from(self.layout.geometry().queue_depth);
-        let k = ring as usize;
+        let k = ring.index();
         let off = self.layout.part(self.me, part) + (self.seq[k] % depth) as usize * SLOT;
         self.win.write(off, body)?;
         self.win

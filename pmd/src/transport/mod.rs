@@ -36,14 +36,14 @@
 //! Every message is one slot (except a long inline send, see below); `op`
 //! is the initiator's operation id.
 //!
-//! | operation | flow |
-//! | --- | --- |
-//! | write | initiator → target RX `WriteReq{op, rkey, roff, len}`; target checks key, remote-write permission and range, → initiator TX `Sgl{op, start, entries}` (5 per slot, as many slots as needed); initiator copies each segment straight into the target's region (the only copy), → target CQ `Done{op, len}`; target → initiator CQ `Ack{op, status, len}`: completion |
-//! | read, size known | initiator → target TX `ReadReq{op, rkey, roff, len}` + `ReadSgl{op, start, entries}` (our region's extents); target checks remote-read permission and range, copies each segment into our window, → initiator CQ `Ack{op, Ok, len}`: completion |
-//! | read, size unknown | initiator → target TX `ReadIntent{op, rkey, roff}`; target → initiator RX `ReadSize{op, status, len}`; initiator allocates a region of that size (bounded by the caller's `max_len`) and reads as above under a fresh op id |
-//! | send | up to 48 bytes inline in one PostQ slot `SendInline`; up to 216 bytes inline in up to four consecutive PostQ slots (a `SEND_INLINE_LONG` head and continuation slots, written back to back; the receiver takes the run once the last slot's tag is there and validates it as a unit); larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ |
-//! | multicast put | initiator → each target RX `Rts{op, len}`; each target allocates storage and answers on our TX with `Sgl` segments (clear to send); a check-in counter of targets not yet ready reaches zero; one put copies to every target and sends each a `Done`; each `Ack`s; one completion |
-//! | multicast put, chain | initiator → each target RX `ChainRts{op, len, prev, next}`; each target allocates storage and, once it holds its successor's storage (`ChainSgl{op, origin, ...}` from `next`, or at once if last), sends its own to `prev` (`ChainSgl`, or a plain `Sgl` to the initiator); the first target's clear-to-send means the whole chain is ready; the initiator copies to the first target and sends `Done`; each target deposits, forwards the data to `next` with `ChainDone{op, origin, len}` and `Ack`s the initiator |
+//! | operation | flow | implements |
+//! | --- | --- | --- |
+//! | write | initiator → target RX `WriteReq{op, rkey, roff, len}`; target checks key, remote-write permission and range, → initiator TX `Sgl{op, start, entries}` (5 per slot, as many slots as needed); initiator copies each segment straight into the target's region (the only copy), → target CQ `Done{op, len}`; target → initiator CQ `Ack{op, status, len}`: completion | EP 3025241 (seed 001) FIG. 3, steps 301–313 (and FIG. 4, 401–409); the optional step 313 is always sent |
+//! | read, size known | initiator → target TX `ReadReq{op, rkey, roff, len}` + `ReadSgl{op, start, entries}` (our region's extents); target checks remote-read permission and range, copies each segment into our window, → initiator CQ `Ack{op, Ok, len}`: completion | EP 3025241 FIG. 5, steps 505–513 (optional 515 not sent) |
+//! | read, size unknown | initiator → target TX `ReadIntent{op, rkey, roff}`; target → initiator RX `ReadSize{op, status, len}`; initiator allocates a region of that size (bounded by the caller's `max_len`) and reads as above under a fresh op id | EP 3025241 FIG. 6, steps 601–613 (FIG. 7, 701–713) |
+//! | send | up to 48 bytes inline in one PostQ slot `SendInline`; up to 216 bytes inline in up to four consecutive PostQ slots (a `SEND_INLINE_LONG` head and continuation slots, written back to back; the receiver takes the run once the last slot's tag is there and validates it as a unit); larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ | ntbdk's own eager path (DESIGN.md: FreeQ/PostQ), beside the seed's rendezvous |
+//! | multicast put | initiator → each target RX `Rts{op, len}`; each target allocates storage and answers on our TX with `Sgl` segments (clear to send); a check-in counter of targets not yet ready reaches zero; one put copies to every target and sends each a `Done`; each `Ack`s; one completion | seed 002 (remote direct memory access): request to send to a plurality of targets, each prepares to receive, a check-in counter, one direct put |
+//! | multicast put, chain | initiator → each target RX `ChainRts{op, len, prev, next}`; each target allocates storage and, once it holds its successor's storage (`ChainSgl{op, origin, ...}` from `next`, or at once if last), sends its own to `prev` (`ChainSgl`, or a plain `Sgl` to the initiator); the first target's clear-to-send means the whole chain is ready; the initiator copies to the first target and sends `Done`; each target deposits, forwards the data to `next` with `ChainDone{op, origin, len}` and `Ack`s the initiator | seed 002, the deposit bit: each target deposits and forwards |
 //!
 //! Errors travel as `Ack`/`ReadSize` statuses (access, protocol, no room).
 //!
@@ -82,6 +82,17 @@
 //! the peer's operations are freed, and the peer's section is cleared, so
 //! eager buffers and credits start afresh when it reconnects.
 //!
+//! # Where things are
+//! One role a file (see `docs/ARCHITECTURE.md` for the whole map):
+//! `endpoint.rs` (the [`Transport`] and its completion queue), `memory.rs`
+//! (region verbs), `post.rs` (posting work), `poll.rs` (the poll loop),
+//! `receive.rs` (sends → receive completions), `target.rs` (serving a
+//! peer's requests), `initiator.rs` (our operations' progress),
+//! `multicast.rs`, `handshake.rs`; underneath, `conn.rs` (one
+//! connection), `peer.rs`, `ops.rs` (operations in flight), `queue.rs`
+//! (slot rings), `wire.rs` (the message format), `geometry.rs`,
+//! `region.rs`, `sgl.rs`, `dma.rs`.
+//!
 //! # Batching and progress
 //! A slot is published by its own tag, so a batch of work requests
 //! ([`Transport::post_sends`], [`Transport::post_writes`]) is a run of
@@ -98,24 +109,34 @@ mod error;
 mod geometry;
 mod handshake;
 mod idhash;
+mod initiator;
+#[cfg(feature = "internals")]
 pub mod inject;
-#[cfg(test)]
-mod inline_tests;
-pub mod loopback;
-mod progress;
+mod memory;
+mod multicast;
+mod ops;
+mod peer;
+mod poll;
+mod post;
 mod queue;
+mod receive;
 mod region;
 mod sgl;
+mod target;
 mod types;
+#[cfg(feature = "internals")]
 pub mod wire;
+#[cfg(not(feature = "internals"))]
+mod wire;
 
 pub use counters::{DROP_KINDS, DropKind, QpCounters};
 pub use dma::{CpuEngine, DmaEngine, MIN_NT_THRESHOLD, default_nt_threshold};
-pub use endpoint::{MulticastMode, SendWr, Transport, WriteWr};
-pub use error::{Result, Status, TransportError};
-pub use geometry::{Geometry, HEADER_SIZE, Layout, Part, REGION_ALIGN};
+pub use endpoint::Transport;
+pub use error::{GeometryError, Result, Status, TransportError};
+pub use geometry::{Geometry, Layout};
 pub use handshake::{VERSION, epoch};
-pub use queue::{Consumer, Producer, free_entry, parse_free_entry, tag};
-pub use region::{Access, Region, RegionKey, RegionTable};
-pub use sgl::{ExtentCursor, RemoteAddr, Sge};
-pub use types::{Completion, Config, OpKind, PeerState, Qp, Resources};
+pub use multicast::MulticastMode;
+pub use region::{Access, RegionKey};
+pub use sgl::{RemoteAddr, Sge};
+pub use types::{Completion, Config, OpKind, PeerState, Qp, Resources, SendWr, WriteWr};
+pub use wire::Ring;

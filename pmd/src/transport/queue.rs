@@ -222,10 +222,10 @@ impl Consumer {
         self.seq += k;
     }
 
-    /// Messages consumed so far.
+    /// Slots in the ring.
     #[inline]
-    pub fn consumed(&self) -> u64 {
-        self.seq
+    pub fn depth(&self) -> u64 {
+        self.depth
     }
 
     /// Consumed messages not yet credited back.

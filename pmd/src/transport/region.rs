@@ -15,6 +15,36 @@ use super::error::{Result, TransportError};
 /// Allocation granularity of the region area (a cache line).
 pub const GRAIN: u64 = 64;
 
+/// Window extents `(offset, len)` of a resolved range, inline when there is
+/// only one (receive buffers usually are contiguous: no allocation per
+/// posted receive).
+#[derive(Debug)]
+pub(crate) enum Extents {
+    /// One contiguous extent.
+    One([(u64, u64); 1]),
+    /// Several, in transfer order.
+    Many(Vec<(u64, u64)>),
+}
+
+impl Extents {
+    /// Extents from a list (inline when it has one entry).
+    pub fn from_vec(v: Vec<(u64, u64)>) -> Self {
+        match v.as_slice() {
+            [one] => Extents::One([*one]),
+            _ => Extents::Many(v),
+        }
+    }
+
+    /// The extents, in transfer order.
+    #[inline]
+    pub fn as_slice(&self) -> &[(u64, u64)] {
+        match self {
+            Extents::One(a) => a,
+            Extents::Many(v) => v,
+        }
+    }
+}
+
 /// The key naming a registered region (what RDMA calls an lkey/rkey).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionKey(pub u32);
@@ -64,8 +94,6 @@ impl std::ops::BitOr for Access {
 /// One registered region.
 #[derive(Debug, Clone)]
 pub struct Region {
-    /// Its key.
-    pub key: RegionKey,
     /// Its length in bytes.
     pub len: u64,
     /// Its permissions.
@@ -94,25 +122,11 @@ impl Region {
 }
 
 /// The region table and the allocator of the region area.
-///
-/// # Example
-/// ```
-/// use ntbdk_pmd::transport::{Access, RegionTable};
-/// let mut t = RegionTable::new(4096, 4096 + 64 * 1024, 1);
-/// let k = t.register(1000, Access::LOCAL | Access::REMOTE_WRITE, Some(256)).unwrap();
-/// // Built from extents of at most 256 bytes: a peer's write of 300 bytes
-/// // at offset 200 lands in two of them.
-/// assert_eq!(t.resolve(k, 200, 300, Access::REMOTE_WRITE).unwrap().len(), 2);
-/// // No remote read permission, and nothing beyond the region's end.
-/// assert!(t.resolve(k, 0, 10, Access::REMOTE_READ).is_err());
-/// assert!(t.resolve(k, 990, 20, Access::REMOTE_WRITE).is_err());
-/// ```
 #[derive(Debug)]
 pub struct RegionTable {
     free: BTreeMap<u64, u64>,
     regions: IdMap<u32, Region>,
     next_key: u32,
-    total: u64,
 }
 
 impl RegionTable {
@@ -128,28 +142,12 @@ impl RegionTable {
             free,
             regions: IdMap::default(),
             next_key: first_key.max(1),
-            total: end.saturating_sub(start),
         }
     }
 
     /// Bytes free in the area.
     pub fn free_bytes(&self) -> u64 {
         self.free.values().sum()
-    }
-
-    /// Bytes of the whole area.
-    pub fn total_bytes(&self) -> u64 {
-        self.total
-    }
-
-    /// Number of registered regions.
-    pub fn len(&self) -> usize {
-        self.regions.len()
-    }
-
-    /// Whether no region is registered.
-    pub fn is_empty(&self) -> bool {
-        self.regions.is_empty()
     }
 
     /// Registers a region of `len` bytes. With `max_extent`, it is built from
@@ -161,9 +159,7 @@ impl RegionTable {
         max_extent: Option<u64>,
     ) -> Result<RegionKey> {
         if len == 0 {
-            return Err(TransportError::Invalid(
-                "a region needs at least one byte".into(),
-            ));
+            return Err(TransportError::EmptyRegion);
         }
         let need = len.next_multiple_of(GRAIN);
         let free = self.free_bytes();
@@ -197,7 +193,6 @@ impl RegionTable {
         self.regions.insert(
             key,
             Region {
-                key: RegionKey(key),
                 len,
                 access,
                 extents,
@@ -245,6 +240,15 @@ impl RegionTable {
         self.regions.get(&key.0)
     }
 
+    /// The window extents of the first `len` bytes of region `key` (none
+    /// when it is not registered): storage the transport allocated itself
+    /// and now hands to a peer or copies from.
+    pub fn extents(&self, key: RegionKey, len: u32) -> Vec<(u64, u64)> {
+        self.get(key)
+            .map(|r| r.slice(0, u64::from(len)))
+            .unwrap_or_default()
+    }
+
     /// Resolves `off..off+len` of region `key` for an access needing
     /// `need`: the window extents, or why not.
     pub fn resolve(
@@ -286,16 +290,16 @@ impl RegionTable {
         off: u64,
         len: u64,
         need: Access,
-    ) -> Result<super::conn::Extents> {
+    ) -> Result<Extents> {
         let r = self.check(key, off, len, need)?;
         let mut pos = 0;
         for &(eo, el) in &r.extents {
             if off >= pos && off + len <= pos + el {
-                return Ok(super::conn::Extents::One([(eo + (off - pos), len)]));
+                return Ok(Extents::One([(eo + (off - pos), len)]));
             }
             pos += el;
         }
-        Ok(super::conn::Extents::from_vec(r.slice(off, len)))
+        Ok(Extents::from_vec(r.slice(off, len)))
     }
 
     #[inline]
@@ -322,6 +326,25 @@ impl RegionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resolve_checks_permission_and_bounds() {
+        let mut t = RegionTable::new(4096, 4096 + 64 * 1024, 1);
+        let k = t
+            .register(1000, Access::LOCAL | Access::REMOTE_WRITE, Some(256))
+            .unwrap();
+        // Built from extents of at most 256 bytes: a peer's write of 300
+        // bytes at offset 200 lands in two of them.
+        assert_eq!(
+            t.resolve(k, 200, 300, Access::REMOTE_WRITE).unwrap().len(),
+            2
+        );
+        // No remote read permission, and nothing beyond the region's end.
+        assert!(t.resolve(k, 0, 10, Access::REMOTE_READ).is_err());
+        assert!(t.resolve(k, 990, 20, Access::REMOTE_WRITE).is_err());
+        assert_eq!(t.extents(k, 1000).iter().map(|e| e.1).sum::<u64>(), 1000);
+        assert!(t.extents(RegionKey(0xdead), 10).is_empty());
+    }
 
     #[test]
     fn register_resolve_deregister() {

@@ -43,16 +43,6 @@ impl ExtentCursor {
         }
     }
 
-    /// Total bytes.
-    pub fn total(&self) -> u64 {
-        self.extents.iter().map(|e| e.1).sum()
-    }
-
-    /// The extents.
-    pub fn extents(&self) -> &[(u64, u64)] {
-        &self.extents
-    }
-
     /// Calls `f(window_offset, len)` for the pieces covering `pos..pos+len`;
     /// returns `false` (having called nothing more) when that range is not
     /// covered or `pos` went backwards.

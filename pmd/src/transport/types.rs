@@ -8,6 +8,7 @@ use crate::hw::Port;
 use super::error::Status;
 use super::geometry::Geometry;
 use super::region::RegionKey;
+use super::sgl::{RemoteAddr, Sge};
 
 /// How a [`Transport`](super::Transport) is set up.
 #[derive(Debug, Clone)]
@@ -171,4 +172,24 @@ pub struct Resources {
     pub serving: usize,
     /// Receives posted and not yet consumed.
     pub recvs_posted: usize,
+}
+
+/// One send of a batch: the payload (copied at post time) and a cookie.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    /// The payload, at most the geometry's `eager_size` bytes.
+    pub data: &'a [u8],
+    /// The caller's cookie, returned in the completion.
+    pub cookie: u64,
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteWr<'a> {
+    /// Local source: SGEs in our registered regions (local read).
+    pub local: &'a [Sge],
+    /// Where in the peer's region.
+    pub remote: RemoteAddr,
+    /// The caller's cookie.
+    pub cookie: u64,
 }

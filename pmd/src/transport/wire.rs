@@ -41,6 +41,15 @@ pub const SGE_MAX_LEN: u32 = (1 << 24) - 1;
 /// Largest window offset of an SGL entry (40 bits).
 pub const SGE_MAX_OFFSET: u64 = (1 << 40) - 1;
 
+// The slot layout, checked at compile time: a body and its tag fill one
+// cache line, the tag is the slot's last word (8-byte aligned, so one
+// release store publishes it), an SGL message's entries fit its body, and a
+// run of inline slots fits a body per slot after the head.
+const _: () = assert!(BODY + 8 == SLOT && TAG_OFFSET == BODY && TAG_OFFSET.is_multiple_of(8));
+const _: () = assert!(24 + (SGES_PER_MSG - 1) * 8 <= BODY);
+const _: () = assert!(8 + INLINE_MAX == BODY && INLINE_LONG_MAX <= u8::MAX as usize);
+const _: () = assert!(SGE_MAX_OFFSET < (1 << 40) && SGE_MAX_LEN < (1 << 24));
+
 /// A message body as it sits in a slot.
 pub type Body = [u8; BODY];
 
@@ -417,6 +426,7 @@ pub fn inline_slots(len: usize) -> Option<usize> {
 /// assert_eq!(wire::gather_inline(&slots[0], &slots[1..n], &mut out), Ok(100));
 /// assert_eq!(&out[..100], &payload[..]);
 /// ```
+#[cfg(any(test, feature = "internals"))]
 pub fn encode_inline_slots(payload: &[u8], out: &mut [Body; INLINE_SLOTS_MAX]) -> Option<usize> {
     let n = inline_slots(payload.len())?;
     for (k, body) in out[..n].iter_mut().enumerate() {
@@ -495,12 +505,21 @@ pub fn body_words(b: &Body) -> Words {
 
 /// The body of some words (see [`Words`]).
 #[inline]
+#[cfg(any(test, feature = "internals"))]
 pub fn words_body(w: &Words) -> Body {
     let mut b = [0u8; BODY];
     for (c, d) in b.chunks_exact_mut(8).zip(w) {
         c.copy_from_slice(&d.to_le_bytes());
     }
     b
+}
+
+/// Whether `b` is the head of a multi-slot inline send (a run the receiver
+/// takes as a unit once its last slot is there), rather than a message on
+/// its own.
+#[inline]
+pub fn is_inline_head(b: &Body) -> bool {
+    b[0] == code::SEND_INLINE_LONG
 }
 
 /// Checks the head of a multi-slot inline send: op code, reserved bytes
@@ -734,17 +753,34 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
     })
 }
 
-/// The queue a message arrived on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Queue {
-    /// RX: prepare to receive.
-    Rx,
-    /// TX: prepare to send.
-    Tx,
-    /// Completion queue.
-    Cq,
-    /// Eager PostQ.
-    PostQ,
+/// Which ring of a peer's section a message travels on: the one spelling of
+/// "which ring" in the transport (credit words, producers and consumers are
+/// indexed by it, the validator routes by it, the injector writes into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ring {
+    /// RX: "prepare to receive" (intents, requests to send).
+    Rx = 0,
+    /// TX: "prepare to send" (SGLs, read requests).
+    Tx = 1,
+    /// CQ: "done" / "received" (dones, acks).
+    Cq = 2,
+    /// PostQ: eager sends (inline, or naming an eager buffer).
+    PostQ = 3,
+}
+
+impl Ring {
+    /// Every ring, in the order of the credit words.
+    pub const ALL: [Ring; 4] = [Ring::Rx, Ring::Tx, Ring::Cq, Ring::PostQ];
+    /// The rings that carry control messages (everything but sends), in
+    /// the order a poll drains them: completions first, so an operation
+    /// finishes before new work for it is served.
+    pub const CONTROL: [Ring; 3] = [Ring::Cq, Ring::Tx, Ring::Rx];
+
+    /// The ring's index: its credit word, producer and consumer.
+    #[inline]
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// What [`validate`] checks a message against.
@@ -766,18 +802,18 @@ pub struct Limits {
 /// routing, lengths, SGL entries inside the region area and within the
 /// transfer, eager buffer index and length. Stateful checks (op ids, keys,
 /// permissions) are the transport's; this one needs no state and never panics.
-pub fn validate(msg: &Msg, queue: Queue, limits: &Limits) -> Result<(), WireError> {
+pub fn validate(msg: &Msg, queue: Ring, limits: &Limits) -> Result<(), WireError> {
     let allowed = match msg {
         Msg::WriteReq { .. } | Msg::Rts { .. } | Msg::ChainRts { .. } | Msg::ReadSize { .. } => {
-            Queue::Rx
+            Ring::Rx
         }
-        Msg::ChainSgl { .. } => Queue::Tx,
-        Msg::ChainDone { .. } => Queue::Cq,
+        Msg::ChainSgl { .. } => Ring::Tx,
+        Msg::ChainDone { .. } => Ring::Cq,
         Msg::Sgl { .. } | Msg::ReadReq { .. } | Msg::ReadSgl { .. } | Msg::ReadIntent { .. } => {
-            Queue::Tx
+            Ring::Tx
         }
-        Msg::Done { .. } | Msg::Ack { .. } => Queue::Cq,
-        Msg::SendInline { .. } | Msg::SendBuf { .. } => Queue::PostQ,
+        Msg::Done { .. } | Msg::Ack { .. } => Ring::Cq,
+        Msg::SendInline { .. } | Msg::SendBuf { .. } => Ring::PostQ,
     };
     if allowed != queue {
         return Err(WireError::WrongQueue);
@@ -831,15 +867,15 @@ pub fn validate(msg: &Msg, queue: Queue, limits: &Limits) -> Result<(), WireErro
 ///
 /// # Example
 /// ```
-/// use ntbdk_pmd::transport::wire::{self, Limits, Msg, Queue};
+/// use ntbdk_pmd::transport::wire::{self, Limits, Msg, Ring};
 /// let limits = Limits { max_len: 1 << 20, region_start: 4096, window_len: 1 << 20, eager_count: 8, eager_size: 256 };
 /// let body = wire::encode(&Msg::Rts { op: 9, len: 100 });
-/// assert_eq!(wire::decode_validated(&body, Queue::Rx, &limits), Ok(Msg::Rts { op: 9, len: 100 }));
+/// assert_eq!(wire::decode_validated(&body, Ring::Rx, &limits), Ok(Msg::Rts { op: 9, len: 100 }));
 /// // The same message on the wrong queue, or garbage, is refused.
-/// assert!(wire::decode_validated(&body, Queue::Cq, &limits).is_err());
-/// assert!(wire::decode_validated(&[0xff; 56], Queue::Rx, &limits).is_err());
+/// assert!(wire::decode_validated(&body, Ring::Cq, &limits).is_err());
+/// assert!(wire::decode_validated(&[0xff; 56], Ring::Rx, &limits).is_err());
 /// ```
-pub fn decode_validated(b: &Body, queue: Queue, limits: &Limits) -> Result<Msg, WireError> {
+pub fn decode_validated(b: &Body, queue: Ring, limits: &Limits) -> Result<Msg, WireError> {
     let m = decode(b)?;
     validate(&m, queue, limits)?;
     Ok(m)
@@ -956,7 +992,7 @@ mod tests {
             assert_eq!(inline_slot_words(&payload, n), [0; BODY / 8]);
             let mut out = [0u8; INLINE_LONG_MAX];
             if n == 1 {
-                let m = decode_validated(&slots[0], Queue::PostQ, &limits()).unwrap();
+                let m = decode_validated(&slots[0], Ring::PostQ, &limits()).unwrap();
                 assert_eq!(
                     m,
                     Msg::SendInline {
@@ -1089,10 +1125,10 @@ mod tests {
             roff: 0,
             len: 10,
         };
-        assert_eq!(validate(&m, Queue::Tx, &l), Err(WireError::WrongQueue));
-        assert_eq!(validate(&m, Queue::Rx, &l), Ok(()));
+        assert_eq!(validate(&m, Ring::Tx, &l), Err(WireError::WrongQueue));
+        assert_eq!(validate(&m, Ring::Rx, &l), Ok(()));
         let bad = Msg::SendBuf { buf: 8, len: 1 };
-        assert_eq!(validate(&bad, Queue::PostQ, &l), Err(WireError::OutOfRange));
+        assert_eq!(validate(&bad, Ring::PostQ, &l), Err(WireError::OutOfRange));
         let mut sges = [WireSge::default(); SGES_PER_MSG];
         sges[0] = WireSge { offset: 0, len: 64 };
         let into_queues = Msg::Sgl {
@@ -1102,7 +1138,7 @@ mod tests {
             sges,
         };
         assert_eq!(
-            validate(&into_queues, Queue::Tx, &l),
+            validate(&into_queues, Ring::Tx, &l),
             Err(WireError::OutOfRange)
         );
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::Port;
-use ntbdk_pmd::transport::loopback::{LoopbackDevice, LoopbackFabric};
+use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::{Completion, Config, Geometry, Transport};
 
 /// A tiny deterministic generator (xorshift64*), so tests need no extra crates.

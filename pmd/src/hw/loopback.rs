@@ -28,7 +28,7 @@ struct PortState {
 /// # Example
 /// ```
 /// use ntbdk_pmd::hw::NtbDevice;
-/// use ntbdk_pmd::transport::loopback::LoopbackFabric;
+/// use ntbdk_pmd::hw::loopback::LoopbackFabric;
 /// let fabric = LoopbackFabric::new(2, 1 << 20);
 /// let a = fabric.join(0).unwrap();
 /// let b = fabric.join(1).unwrap();

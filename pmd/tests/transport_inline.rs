@@ -4,18 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::inject::{Injector, Ring};
-use super::loopback::LoopbackFabric;
-use super::wire::{self, BODY, INLINE_LONG_MAX, INLINE_MAX, INLINE_SLOTS_MAX};
-use super::{
-    Access, Completion, Config, DropKind, Geometry, OpKind, Sge, Status, Transport, epoch,
+use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
+use ntbdk_pmd::transport::inject::Injector;
+use ntbdk_pmd::transport::wire::{self, BODY, INLINE_LONG_MAX, INLINE_MAX, INLINE_SLOTS_MAX};
+use ntbdk_pmd::transport::{
+    Access, Completion, Config, DropKind, Geometry, OpKind, Ring, Sge, Status, Transport, epoch,
 };
 
-fn pair() -> (
-    Arc<crate::transport::loopback::LoopbackDevice>,
-    Transport,
-    Transport,
-) {
+fn pair() -> (Arc<LoopbackDevice>, Transport, Transport) {
     let fabric = LoopbackFabric::new(2, 1 << 20);
     let cfg = Config::new(Geometry::small(2));
     let dev = Arc::new(fabric.join(0).unwrap());
@@ -112,7 +108,7 @@ fn a_burst_of_multi_slot_sends_wraps_the_ring() {
         if sent < msgs.len() {
             let wrs: Vec<_> = msgs[sent..]
                 .iter()
-                .map(|m| super::SendWr { data: m, cookie: 0 })
+                .map(|m| ntbdk_pmd::transport::SendWr { data: m, cookie: 0 })
                 .collect();
             sent += a.post_sends(qa, &wrs).unwrap_or(0);
         }
@@ -222,7 +218,7 @@ fn mixed_bursts_publish_whole_and_complete_exactly_what_was_posted() {
         if sent < total {
             let wrs: Vec<_> = msgs[sent..total.min(sent + 9)]
                 .iter()
-                .map(|m| super::SendWr { data: m, cookie: 0 })
+                .map(|m| ntbdk_pmd::transport::SendWr { data: m, cookie: 0 })
                 .collect();
             sent += a.post_sends(qa, &wrs).unwrap_or(0);
         }

@@ -1,0 +1,104 @@
+//! The region verbs: registering regions of our window's region area and
+//! copying bytes in and out of them (local access).
+
+use super::endpoint::Transport;
+use super::error::{Result, TransportError};
+use super::region::{Access, RegionKey};
+use super::sgl::Sge;
+
+impl Transport {
+    /// Registers a region of `len` bytes in our window's region area: peers
+    /// may place data into it (remote write) or read it (remote read) as
+    /// `access` allows. Returns its key.
+    pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
+        self.regions.register(len as u64, access, None)
+    }
+
+    /// Like [`register_region`](Self::register_region), built from extents
+    /// of at most `max_extent` bytes (scattered where the area is
+    /// fragmented): SGLs naming it have several entries.
+    pub fn register_region_scattered(
+        &mut self,
+        len: usize,
+        access: Access,
+        max_extent: usize,
+    ) -> Result<RegionKey> {
+        self.regions
+            .register(len as u64, access, Some(max_extent as u64))
+    }
+
+    /// Deregisters a region. Do not deregister a region that posted work
+    /// still uses (as in RDMA verbs): its bytes may be handed out again.
+    pub fn deregister_region(&mut self, key: RegionKey) -> Result<()> {
+        self.regions.deregister(key)
+    }
+
+    /// Length of a region.
+    pub fn region_len(&self, key: RegionKey) -> Option<u64> {
+        self.regions.get(key).map(|r| r.len)
+    }
+
+    /// Bytes free in the region area.
+    pub fn region_area_free(&self) -> u64 {
+        self.regions.free_bytes()
+    }
+
+    /// Copies `data` into region `key` at `offset` (local write).
+    pub fn region_write(&mut self, key: RegionKey, offset: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        if let Some(o) = self
+            .regions
+            .contiguous(key, offset, len, Access::LOCAL_WRITE)
+        {
+            return Ok(self.local.write(o as usize, data)?);
+        }
+        let ext = self
+            .regions
+            .resolve_one(key, offset, data.len() as u64, Access::LOCAL_WRITE)?;
+        let mut at = 0usize;
+        for &(o, l) in ext.as_slice() {
+            self.local.write(o as usize, &data[at..at + l as usize])?;
+            at += l as usize;
+        }
+        Ok(())
+    }
+
+    /// Copies bytes of region `key` at `offset` into `out` (local read).
+    pub fn region_read(&self, key: RegionKey, offset: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        if let Some(o) = self
+            .regions
+            .contiguous(key, offset, len, Access::LOCAL_READ)
+        {
+            return Ok(self.local.read(o as usize, out)?);
+        }
+        let ext = self
+            .regions
+            .resolve_one(key, offset, out.len() as u64, Access::LOCAL_READ)?;
+        let mut at = 0usize;
+        for &(o, l) in ext.as_slice() {
+            self.local.read(o as usize, &mut out[at..at + l as usize])?;
+            at += l as usize;
+        }
+        Ok(())
+    }
+
+    /// Resolves local SGEs needing `need` into window extents and their
+    /// total length (1 byte to 4 GiB - 1).
+    pub(crate) fn resolve_sges(
+        &self,
+        sges: &[Sge],
+        need: Access,
+    ) -> Result<(Vec<(u64, u64)>, u32)> {
+        let mut ext = Vec::with_capacity(sges.len());
+        let mut total = 0u64;
+        for s in sges {
+            ext.extend(self.regions.resolve(s.key, s.offset, s.len, need)?);
+            total += s.len;
+        }
+        if total == 0 || total > u64::from(u32::MAX) {
+            return Err(TransportError::TransferSize { len: total });
+        }
+        Ok((ext, total as u32))
+    }
+}

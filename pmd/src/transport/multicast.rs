@@ -1,0 +1,512 @@
+//! Multicast put (EP 3025241's multicast flow): one source to several
+//! targets, fan-out (the initiator copies to each) or store and forward
+//! down a chain (each target deposits and forwards to the next).
+//!
+//! Initiator: a request to send to every target, each answers with storage
+//! it allocated (clear to send), a check-in counter of targets not yet
+//! ready reaches zero, the data is put, each target `Ack`s; one completion.
+//! Target: allocate storage for a request, then in a chain wait for the
+//! successor's storage before sending ours to the predecessor, deposit,
+//! forward with `ChainDone`.
+
+use std::time::Instant;
+
+use crate::hw::Port;
+
+use super::counters::DropKind;
+use super::dma::{copy_to_sgl, to_wire};
+use super::endpoint::Transport;
+use super::error::{Result, Status, TransportError};
+use super::initiator::status_of;
+use super::ops::{ChainLink, EarlySgl, InOp, McTarget, OutKind};
+use super::region::{Access, RegionKey};
+use super::sgl::{ExtentCursor, Sge};
+use super::types::Qp;
+use super::wire::{self, Msg, Ring, WireSge, WireStatus};
+
+/// How a multicast put reaches its targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MulticastMode {
+    /// The initiator copies to every target itself.
+    #[default]
+    FanOut,
+    /// Store and forward: the initiator copies to the first target, which
+    /// deposits the data and forwards it to the next, and so on down the
+    /// list (the "deposit bit" of the reference). Each target's storage is
+    /// sent to its predecessor; the first target's clear-to-send arrives
+    /// only once the whole chain is ready.
+    Chain,
+}
+
+impl Transport {
+    /// Puts the bytes of `local` to every target at once: a request to send
+    /// to each, each answers clear-to-send with storage it allocated, a
+    /// check-in counter reaches zero, then one call copies to all (fan-out
+    /// by the initiator). Completes once with [`OpKind::MulticastPut`];
+    /// each target gets an [`OpKind::MulticastRecv`] completion with the
+    /// region holding the data.
+    pub fn post_multicast_put(&mut self, targets: &[Qp], local: &[Sge], cookie: u64) -> Result<()> {
+        self.post_multicast_put_with(targets, local, MulticastMode::FanOut, cookie)
+    }
+
+    /// [`post_multicast_put`](Self::post_multicast_put) with a choice of
+    /// [`MulticastMode`] (fan-out, or store and forward down the list).
+    pub fn post_multicast_put_with(
+        &mut self,
+        targets: &[Qp],
+        local: &[Sge],
+        mode: MulticastMode,
+        cookie: u64,
+    ) -> Result<()> {
+        if targets.is_empty() {
+            return Err(TransportError::NoTargets);
+        }
+        for (i, t) in targets.iter().enumerate() {
+            self.check_post(*t)?;
+            if targets[..i].contains(t) {
+                return Err(TransportError::DuplicateTarget { peer: t.peer });
+            }
+        }
+        let (src, len) = self.resolve_sges(local, Access::LOCAL_READ)?;
+        let chain = mode == MulticastMode::Chain;
+        let op = self.new_op(
+            cookie,
+            OutKind::Multicast {
+                src,
+                len,
+                targets: targets
+                    .iter()
+                    .map(|t| McTarget {
+                        peer: t.peer,
+                        sgl: Vec::new(),
+                        got: 0,
+                        ready: false,
+                        status: None,
+                    })
+                    .collect(),
+                put: false,
+                chain,
+            },
+        );
+        for (i, t) in targets.iter().enumerate() {
+            let msg = if chain {
+                Msg::ChainRts {
+                    op,
+                    len,
+                    prev: if i == 0 { self.me } else { targets[i - 1].peer },
+                    next: targets.get(i + 1).map(|q| q.peer),
+                }
+            } else {
+                Msg::Rts { op, len }
+            };
+            self.emit(t.peer, Ring::Rx, &msg);
+            self.ring_doorbell(t.peer);
+        }
+        Ok(())
+    }
+
+    /// `Rts` (target): allocate storage for a multicast put and send it to
+    /// the initiator as clear-to-send.
+    pub(crate) fn on_rts(&mut self, p: Port, op: u64, len: u32) {
+        if !self.fresh(p, Ring::Rx, op) {
+            return;
+        }
+        match self.regions.register(u64::from(len), Access::LOCAL, None) {
+            Err(_) => self.nak(p, op, WireStatus::NoRoom),
+            Ok(key) => {
+                let ext = self.regions.extents(key, len);
+                let deadline = self.served_deadline();
+                self.serve(
+                    p,
+                    op,
+                    InOp::McRecv {
+                        region: key,
+                        len,
+                        deadline,
+                        chain: None,
+                    },
+                );
+                self.emit_sgl(p, op, &ext);
+            }
+        }
+    }
+
+    /// Chain target: the data is deposited in `region`; forward it to the
+    /// next target's storage and tell it.
+    pub(crate) fn chain_forward(
+        &mut self,
+        origin: Port,
+        op: u64,
+        len: u32,
+        region: RegionKey,
+        ch: &ChainLink,
+    ) {
+        let Some(next) = ch.next else { return };
+        if ch.next_got != len {
+            return;
+        }
+        let src = self.regions.extents(region, len);
+        let Self {
+            peers,
+            engine,
+            local,
+            ..
+        } = self;
+        let Some(c) = peers[next as usize].conn.as_ref() else {
+            return;
+        };
+        let mut cur = ExtentCursor::new(src);
+        if copy_to_sgl(
+            engine.as_mut(),
+            local,
+            c.win(),
+            &mut cur,
+            0,
+            &to_wire(&ch.next_sgl),
+        ) {
+            peers[next as usize].counters.bytes_out += u64::from(len);
+            self.emit(next, Ring::Cq, &Msg::ChainDone { op, origin, len });
+        } else {
+            self.doomed.push(next);
+        }
+    }
+
+    /// `ChainRts` (target): allocate storage for our place in a chain;
+    /// clear to send once the successor's storage is known.
+    pub(crate) fn on_chain_rts(
+        &mut self,
+        p: Port,
+        op: u64,
+        len: u32,
+        prev: Port,
+        next: Option<Port>,
+    ) {
+        if !self.fresh(p, Ring::Rx, op) {
+            return;
+        }
+        let deadline = self.served_deadline();
+        let ports = self.peers.len();
+        let me = self.me;
+        let ok_port = |x: Port| (x as usize) < ports && x != me;
+        let valid = ok_port(prev) && next.is_none_or(|n| ok_port(n) && n != p && n != prev);
+        if !valid {
+            self.count(p, DropKind::OutOfRange);
+            return self.nak(p, op, WireStatus::Protocol);
+        }
+        let Ok(key) = self.regions.register(u64::from(len), Access::LOCAL, None) else {
+            return self.nak(p, op, WireStatus::NoRoom);
+        };
+        let link = ChainLink {
+            prev,
+            next,
+            next_sgl: Vec::new(),
+            next_got: 0,
+            cts_sent: false,
+        };
+        self.serve(
+            p,
+            op,
+            InOp::McRecv {
+                region: key,
+                len,
+                deadline,
+                chain: Some(Box::new(link)),
+            },
+        );
+        // The next target's storage may have come before our request.
+        let mut early = Vec::new();
+        self.chain_early.retain(|e| {
+            let mine = e.origin == p && e.op == op;
+            if mine {
+                early.push((e.from, e.start, e.sges.clone()));
+            }
+            !mine
+        });
+        for (from, start, sges) in early {
+            self.on_chain_sgl(from, p, op, start, &sges);
+        }
+        if next.is_none() {
+            self.chain_cts(p, op);
+        }
+    }
+
+    /// Chain target: the successor's storage is complete (or there is
+    /// none): send ours to our predecessor.
+    fn chain_cts(&mut self, origin: Port, op: u64) {
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return;
+        };
+        let Some(InOp::McRecv {
+            region,
+            len,
+            chain: Some(ch),
+            ..
+        }) = c.served_mut(op)
+        else {
+            return;
+        };
+        if ch.cts_sent {
+            return;
+        }
+        ch.cts_sent = true;
+        let (prev, region, len) = (ch.prev, *region, *len);
+        let ext = self.regions.extents(region, len);
+        if prev == origin {
+            return self.emit_sgl(origin, op, &ext);
+        }
+        if self.peers[prev as usize].conn.is_none() {
+            if let Some(InOp::McRecv { region, .. }) = self.peers[origin as usize]
+                .conn
+                .as_mut()
+                .and_then(|c| c.unserve(op))
+            {
+                let _ = self.regions.deregister(region);
+            }
+            return self.nak(origin, op, WireStatus::Protocol);
+        }
+        let mut msgs = Vec::new();
+        wire::chunk_sgl(&ext, |start, n, sges| {
+            msgs.push(Msg::ChainSgl {
+                op,
+                origin,
+                start,
+                n,
+                sges,
+            })
+        });
+        for m in &msgs {
+            self.emit(prev, Ring::Tx, m);
+        }
+    }
+
+    /// Chain target: part of the next target's storage, from it (kept
+    /// aside when it comes before the initiator's request).
+    pub(crate) fn on_chain_sgl(
+        &mut self,
+        s: Port,
+        origin: Port,
+        op: u64,
+        start: u32,
+        sges: &[WireSge],
+    ) {
+        if origin as usize >= self.peers.len() || origin == self.me {
+            return self.count(s, DropKind::UnknownOp);
+        }
+        let timeout = self.cfg.op_timeout;
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return self.count(s, DropKind::UnknownOp);
+        };
+        let total: u64 = sges.iter().map(|x| u64::from(x.len)).sum();
+        let may_start = c.may_start(Ring::Rx, op);
+        match c.served_mut(op) {
+            Some(InOp::McRecv {
+                len,
+                chain: Some(ch),
+                deadline,
+                ..
+            }) if ch.next == Some(s) && !ch.cts_sent => {
+                if start != ch.next_got || u64::from(start) + total > u64::from(*len) {
+                    if let Some(InOp::McRecv { region, .. }) = c.unserve(op) {
+                        let _ = self.regions.deregister(region);
+                    }
+                    self.count(s, DropKind::OutOfRange);
+                    return self.nak(origin, op, WireStatus::Protocol);
+                }
+                ch.next_sgl
+                    .extend(sges.iter().map(|x| (x.offset, u64::from(x.len))));
+                ch.next_got += total as u32;
+                *deadline = Instant::now() + timeout;
+                if ch.next_got == *len {
+                    self.chain_cts(origin, op);
+                }
+            }
+            Some(_) => self.count(s, DropKind::UnknownOp),
+            None if may_start && self.chain_early.len() < 1024 => {
+                self.chain_early.push(EarlySgl {
+                    origin,
+                    op,
+                    from: s,
+                    start,
+                    sges: sges.to_vec(),
+                    at: Instant::now(),
+                });
+            }
+            None => self.count(s, DropKind::UnknownOp),
+        }
+    }
+
+    /// `Sgl` from a multicast target (initiator): part of its storage; once
+    /// complete it is ready (in a chain, the first target's readiness means
+    /// the whole chain's).
+    pub(crate) fn on_multicast_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
+        let timeout = self.cfg.op_timeout;
+        let Some(o) = self.ops.get_mut(&op) else {
+            return self.count(p, DropKind::UnknownOp);
+        };
+        let OutKind::Multicast {
+            targets,
+            len,
+            put: false,
+            chain,
+            ..
+        } = &mut o.kind
+        else {
+            return self.count(p, DropKind::UnknownOp);
+        };
+        // In a chain only the first target answers us.
+        let chain = *chain;
+        let Some(t) = targets
+            .iter_mut()
+            .enumerate()
+            .find(|(i, t)| t.peer == p && !t.ready && t.status.is_none() && (!chain || *i == 0))
+            .map(|(_, t)| t)
+        else {
+            return self.count(p, DropKind::UnknownOp);
+        };
+        let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+        if start != t.got || u64::from(start) + total > u64::from(*len) {
+            self.count(p, DropKind::OutOfRange);
+            return self.mc_target_failed(op, p, Status::Protocol);
+        }
+        t.sgl
+            .extend(sges.iter().map(|s| (s.offset, u64::from(s.len))));
+        t.got += total as u32;
+        o.deadline = Instant::now() + timeout;
+        if t.got == *len {
+            t.ready = true;
+            if chain {
+                // The first target's clear-to-send comes only once the
+                // whole chain is ready.
+                for t in targets.iter_mut() {
+                    t.ready = true;
+                }
+            }
+            self.mc_maybe_put(op);
+        }
+    }
+
+    /// `Ack` from a multicast target (initiator): its outcome.
+    pub(crate) fn on_multicast_ack(&mut self, p: Port, op: u64, status: WireStatus, len: u32) {
+        let Some(OutKind::Multicast {
+            targets,
+            len: l,
+            put,
+            ..
+        }) = self.ops.get_mut(&op).map(|o| &mut o.kind)
+        else {
+            return self.count(p, DropKind::UnknownOp);
+        };
+        let Some(t) = targets
+            .iter_mut()
+            .find(|t| t.peer == p && t.status.is_none())
+        else {
+            return self.count(p, DropKind::UnknownOp);
+        };
+        let s = match status {
+            WireStatus::Ok if *put && t.ready && len == *l => Status::Success,
+            WireStatus::Ok => Status::Protocol,
+            other => status_of(other),
+        };
+        self.mc_target_failed(op, p, s);
+    }
+
+    /// Records the outcome of target `p` of multicast `op` (success too),
+    /// then puts when the check-in counter reaches zero, and completes when
+    /// every target is resolved.
+    pub(crate) fn mc_target_failed(&mut self, op: u64, p: Port, status: Status) {
+        let Some(OutKind::Multicast { targets, chain, .. }) =
+            self.ops.get_mut(&op).map(|o| &mut o.kind)
+        else {
+            return;
+        };
+        if let Some(t) = targets
+            .iter_mut()
+            .find(|t| t.peer == p && t.status.is_none())
+        {
+            t.status = Some(status);
+        }
+        if *chain && !status.is_ok() {
+            // A broken chain: the other targets will not get the data either.
+            for t in targets.iter_mut().filter(|t| t.status.is_none()) {
+                t.status = Some(status);
+            }
+        }
+        self.mc_maybe_put(op);
+    }
+
+    fn mc_maybe_put(&mut self, op: u64) {
+        let Self {
+            ops,
+            peers,
+            engine,
+            local,
+            ..
+        } = self;
+        let Some(OutKind::Multicast {
+            src,
+            len,
+            targets,
+            put,
+            chain,
+        }) = ops.get_mut(&op).map(|o| &mut o.kind)
+        else {
+            return;
+        };
+        let (len, chain) = (*len, *chain);
+        // The check-in counter: targets neither ready nor failed.
+        let waiting = targets
+            .iter()
+            .filter(|t| !t.ready && t.status.is_none())
+            .count();
+        if waiting == 0 && !*put {
+            *put = true;
+            let mut dones = Vec::new();
+            // Fan-out: one copy per target. Chain: to the first only; it
+            // deposits and forwards.
+            for (_, t) in targets
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, t)| t.status.is_none() && (!chain || *i == 0))
+            {
+                let Some(c) = peers[t.peer as usize].conn.as_ref() else {
+                    t.status = Some(Status::PeerDown);
+                    continue;
+                };
+                let mut cur = ExtentCursor::new(src.clone());
+                if copy_to_sgl(
+                    engine.as_mut(),
+                    local,
+                    c.win(),
+                    &mut cur,
+                    0,
+                    &to_wire(&t.sgl),
+                ) {
+                    peers[t.peer as usize].counters.bytes_out += u64::from(len);
+                    dones.push(t.peer);
+                } else {
+                    t.status = Some(Status::PeerDown);
+                }
+            }
+            if chain && dones.is_empty() {
+                for t in targets.iter_mut().filter(|t| t.status.is_none()) {
+                    t.status = Some(Status::PeerDown);
+                }
+            }
+            for d in dones {
+                self.emit(d, Ring::Cq, &Msg::Done { op, len });
+            }
+        }
+        let Some(OutKind::Multicast { targets, .. }) = self.ops.get(&op).map(|o| &o.kind) else {
+            return;
+        };
+        if targets.iter().all(|t| t.status.is_some()) {
+            let worst = targets
+                .iter()
+                .find(|t| t.status != Some(Status::Success))
+                .and_then(|t| t.status)
+                .unwrap_or(Status::Success);
+            let bytes = if worst.is_ok() { u64::from(len) } else { 0 };
+            self.finish(op, worst, bytes);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Operations in flight: ours (initiated by this host, waiting for a peer)
+//! and served ones (a peer's, waiting for more of its messages), plus the
+//! receives the application posted.
+//!
+//! These are plain records; the files that move them along are
+//! `initiator.rs` (ours), `target.rs` (served) and `multicast.rs`.
+
+use std::time::Instant;
+
+use crate::hw::Port;
+
+use super::error::Status;
+use super::region::{Extents, RegionKey};
+use super::sgl::ExtentCursor;
+use super::wire::WireSge;
+
+/// An operation we initiated.
+#[derive(Debug)]
+pub(crate) struct OutOp {
+    /// The caller's cookie, returned in the completion.
+    pub cookie: u64,
+    /// When it fails with [`Status::Timeout`] (pushed back on progress).
+    pub deadline: Instant,
+    /// What it is waiting for.
+    pub kind: OutKind,
+}
+
+impl OutOp {
+    /// Whether this op involves `peer`.
+    pub fn involves(&self, peer: Port) -> bool {
+        match &self.kind {
+            OutKind::Write { peer: p, .. }
+            | OutKind::ReadSize { peer: p, .. }
+            | OutKind::Read { peer: p, .. } => *p == peer,
+            OutKind::Multicast { targets, .. } => targets.iter().any(|t| t.peer == peer),
+        }
+    }
+}
+
+/// What an operation of ours is waiting for.
+#[derive(Debug)]
+pub(crate) enum OutKind {
+    /// A rendezvous write: the target's SGL, then its `Ack`.
+    Write {
+        /// The target.
+        peer: Port,
+        /// Our source extents.
+        src: ExtentCursor,
+        /// Transfer length.
+        len: u32,
+        /// Bytes copied so far (SGL segments arrive in order).
+        delivered: u32,
+        /// Whether we sent `Done` (everything copied).
+        done: bool,
+    },
+    /// A read of unknown size: the target's `ReadSize`.
+    ReadSize {
+        /// The target.
+        peer: Port,
+        /// Its region key.
+        rkey: u32,
+        /// Offset in its region.
+        roff: u64,
+        /// The most the caller accepts.
+        max_len: u64,
+    },
+    /// A read: the target copies into our extents, then `Ack`s.
+    Read {
+        /// The target.
+        peer: Port,
+        /// Transfer length.
+        len: u32,
+        /// The region we allocated for a read of unknown size (freed if it
+        /// fails, handed to the caller if it succeeds).
+        region: Option<RegionKey>,
+    },
+    /// A multicast put: every target's storage, one copy each, their acks.
+    Multicast {
+        /// Our source extents.
+        src: Vec<(u64, u64)>,
+        /// Transfer length.
+        len: u32,
+        /// Each target's progress.
+        targets: Vec<McTarget>,
+        /// Whether the data was put (the check-in counter reached zero).
+        put: bool,
+        /// Store and forward down the list rather than fan-out.
+        chain: bool,
+    },
+}
+
+/// A target of a multicast put.
+#[derive(Debug)]
+pub(crate) struct McTarget {
+    /// Its port.
+    pub peer: Port,
+    /// Its storage, as its SGL segments arrive.
+    pub sgl: Vec<(u64, u64)>,
+    /// Bytes of storage announced so far.
+    pub got: u32,
+    /// Whether its storage is complete (clear to send).
+    pub ready: bool,
+    /// Its outcome, once known.
+    pub status: Option<Status>,
+}
+
+/// An operation a peer started that we serve.
+#[derive(Debug)]
+pub(crate) enum InOp {
+    /// We granted a write and wait for its Done.
+    Write {
+        /// Transfer length.
+        len: u32,
+        /// When we stop waiting.
+        deadline: Instant,
+    },
+    /// We serve a read: copy from `src` as SGL segments arrive.
+    Read {
+        /// Our source extents.
+        src: ExtentCursor,
+        /// Transfer length.
+        len: u32,
+        /// Bytes copied so far.
+        delivered: u32,
+        /// When we stop waiting.
+        deadline: Instant,
+    },
+    /// A multicast target: storage allocated, waiting for Done.
+    McRecv {
+        /// The storage we allocated.
+        region: RegionKey,
+        /// Transfer length.
+        len: u32,
+        /// When we stop waiting (and free the storage).
+        deadline: Instant,
+        /// Our place in a store-and-forward chain.
+        chain: Option<Box<ChainLink>>,
+    },
+}
+
+impl InOp {
+    /// When we stop waiting for it.
+    pub fn deadline(&self) -> Instant {
+        match self {
+            InOp::Write { deadline, .. }
+            | InOp::Read { deadline, .. }
+            | InOp::McRecv { deadline, .. } => *deadline,
+        }
+    }
+}
+
+/// A target's place in a store-and-forward multicast chain.
+#[derive(Debug)]
+pub(crate) struct ChainLink {
+    /// Where our data comes from (the initiator or the previous target).
+    pub prev: Port,
+    /// Where we forward it, with that target's storage as it arrives.
+    pub next: Option<Port>,
+    /// The next target's storage, as its segments arrive.
+    pub next_sgl: Vec<(u64, u64)>,
+    /// Bytes of the next target's storage announced so far.
+    pub next_got: u32,
+    /// Whether we sent our own storage to `prev` (clear to send).
+    pub cts_sent: bool,
+}
+
+/// A chain target's storage that arrived before our own request to send.
+#[derive(Debug)]
+pub(crate) struct EarlySgl {
+    /// The chain's initiator.
+    pub origin: Port,
+    /// Its op id.
+    pub op: u64,
+    /// The target that sent the storage (our successor).
+    pub from: Port,
+    /// Offset of the first segment in the transfer.
+    pub start: u32,
+    /// The segments.
+    pub sges: Vec<WireSge>,
+    /// When it arrived (dropped after the operation timeout).
+    pub at: Instant,
+}
+
+/// A receive posted by the application.
+#[derive(Debug)]
+pub(crate) struct RecvWr {
+    /// Where the message goes (our window).
+    pub extents: Extents,
+    /// The buffer's length.
+    pub len: u64,
+    /// The caller's cookie.
+    pub cookie: u64,
+}

@@ -1,0 +1,53 @@
+//! One peer port as seen by us: handshake bookkeeping, counters, posted
+//! receives and, while connected, the connection.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::conn::Conn;
+use super::counters::QpCounters;
+use super::ops::RecvWr;
+use super::types::PeerState;
+
+/// One peer port as seen by us.
+pub(crate) struct Peer {
+    /// Where the handshake stands.
+    pub state: PeerState,
+    /// The peer's incarnation from its last hello (0: none seen, or
+    /// forgotten after link down).
+    pub peer_inc: u64,
+    /// The link generation the device reported when the link came up.
+    pub link_gen: u64,
+    /// How many hellos we wrote to it (their tags count up).
+    pub hello_seq: u64,
+    /// The tag of the last hello we read from it (a new tag is a new hello).
+    pub last_hello_tag: u64,
+    /// When we last wrote it a hello (resent every `Config::hello_interval`).
+    pub last_hello_sent: Option<Instant>,
+    /// The connection, while connected.
+    pub conn: Option<Conn>,
+    /// The queue pair's counters (they survive reconnects).
+    pub counters: QpCounters,
+    /// Receives posted for its messages, oldest first.
+    pub recvs: VecDeque<RecvWr>,
+    /// Whether the application created the queue pair.
+    pub qp: bool,
+}
+
+impl Peer {
+    /// A peer never heard of.
+    pub fn new() -> Self {
+        Self {
+            state: PeerState::Down,
+            peer_inc: 0,
+            link_gen: 0,
+            hello_seq: 0,
+            last_hello_tag: 0,
+            last_hello_sent: None,
+            conn: None,
+            counters: QpCounters::default(),
+            recvs: VecDeque::new(),
+            qp: false,
+        }
+    }
+}

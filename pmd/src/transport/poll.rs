@@ -1,0 +1,244 @@
+//! The poll loop: one round of progress over every connected peer — link
+//! events and handshakes every so often, each peer's rings drained in
+//! place, every control message validated and handed to the role that owns
+//! it, backlogs flushed and credits written back — and the expiry of
+//! operations that made no progress.
+//!
+//! Sends (the PostQ) are taken by `receive.rs`; requests a peer makes of
+//! us by `target.rs`; answers to our own operations by `initiator.rs`;
+//! multicast and chains by `multicast.rs`.
+
+use std::time::Instant;
+
+use crate::hw::Port;
+
+use super::counters::DropKind;
+use super::endpoint::Transport;
+use super::error::Status;
+use super::ops::{InOp, OutKind};
+use super::types::PeerState;
+use super::wire::{self, Limits, Msg, Ring, SGES_PER_MSG, WireError};
+
+/// The drop counter a message that failed decoding or validation goes to.
+pub(crate) fn drop_kind(e: WireError) -> DropKind {
+    match e {
+        WireError::UnknownCode(_) | WireError::Malformed => DropKind::Malformed,
+        WireError::WrongQueue => DropKind::WrongQueue,
+        WireError::OutOfRange => DropKind::OutOfRange,
+    }
+}
+
+impl Transport {
+    /// One round of progress: link events and handshakes (every so often),
+    /// every connected peer's queues, backlogs, credits and timeouts.
+    /// Returns how many messages were handled.
+    pub fn progress(&mut self) -> usize {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls.is_multiple_of(64) || self.connected.len() + 1 < self.peers.len() {
+            let now = Instant::now();
+            if now.duration_since(self.last_slow).as_micros() >= 500 {
+                self.last_slow = now;
+                self.slow_path(now);
+            }
+        }
+        let mut work = 0;
+        let mut i = 0;
+        while i < self.connected.len() {
+            let p = self.connected[i];
+            work += self.poll_peer(p);
+            i += 1;
+        }
+        while let Some(p) = self.doomed.pop() {
+            self.teardown(p, Status::PeerDown);
+        }
+        work
+    }
+
+    /// Every 500 µs at most: the device's housekeeping, link events,
+    /// hellos, and expiry.
+    fn slow_path(&mut self, now: Instant) {
+        let _ = self.dev.service();
+        self.handle_link_events();
+        for p in 0..self.peers.len() as Port {
+            if p == self.me {
+                continue;
+            }
+            self.poll_hello(p);
+            let peer = &self.peers[p as usize];
+            let due = peer
+                .last_hello_sent
+                .is_none_or(|t| now.duration_since(t) >= self.cfg.hello_interval);
+            if peer.conn.is_none() && due {
+                if peer.state == PeerState::Down {
+                    match self.dev.link(p) {
+                        Ok(l) if l.up => self.link_up(p, l.generation),
+                        _ => self.peers[p as usize].last_hello_sent = Some(now),
+                    }
+                } else {
+                    self.send_hello(p);
+                }
+            }
+        }
+        self.expire(now);
+    }
+
+    /// Fails our operations past their deadline, drops served ones (freeing
+    /// the storage they hold) and early chain storage nobody claimed.
+    fn expire(&mut self, now: Instant) {
+        let timeout = self.cfg.op_timeout;
+        let stale: Vec<Port> = self
+            .chain_early
+            .iter()
+            .filter(|e| now.duration_since(e.at) >= timeout)
+            .map(|e| e.from)
+            .collect();
+        self.chain_early
+            .retain(|e| now.duration_since(e.at) < timeout);
+        for from in stale {
+            self.count(from, DropKind::UnknownOp);
+        }
+        let expired: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| o.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            let targets: Vec<Port> = match self.ops.get(&id).map(|o| &o.kind) {
+                Some(OutKind::Multicast { targets, .. }) => targets
+                    .iter()
+                    .filter(|t| t.status.is_none())
+                    .map(|t| t.peer)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if targets.is_empty() {
+                self.finish(id, Status::Timeout, 0);
+            } else {
+                for t in targets {
+                    self.mc_target_failed(id, t, Status::Timeout);
+                }
+            }
+        }
+        for i in 0..self.connected.len() {
+            let p = self.connected[i] as usize;
+            let Some(c) = self.peers[p].conn.as_mut() else {
+                continue;
+            };
+            for op in c.expire_served(now) {
+                if let InOp::McRecv { region, .. } = op {
+                    let _ = self.regions.deregister(region);
+                }
+            }
+        }
+    }
+
+    /// Drains `p`'s rings in our window: its FreeQ, then its control rings
+    /// (decoded and validated into `scratch`, handled after the borrow
+    /// ends), then its sends; then flushes the backlog towards it and
+    /// credits it. Returns how many messages were taken.
+    fn poll_peer(&mut self, p: Port) -> usize {
+        let g = self.cfg.geometry;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let limits = {
+            let peer = &mut self.peers[p as usize];
+            let Some(c) = peer.conn.as_mut() else {
+                self.scratch = scratch;
+                return 0;
+            };
+            let limits = Limits {
+                max_len: u32::MAX,
+                region_start: self.layout.region_area_start() as u64,
+                window_len: c.win().len() as u64,
+                eager_count: g.eager_count,
+                eager_size: g.eager_size,
+            };
+            c.poll_freeq(&self.local, &mut peer.counters);
+            for ring in Ring::CONTROL {
+                let cons = c.consumer(ring);
+                for _ in 0..g.queue_depth {
+                    let Some(b) = cons.peek(&self.local) else {
+                        break;
+                    };
+                    cons.advance();
+                    match wire::decode_validated(&b, ring, &limits) {
+                        Ok(m) => scratch.push(m),
+                        Err(e) => peer.counters.drop_one(drop_kind(e)),
+                    }
+                }
+            }
+            limits
+        };
+        let delivered = self.receive_sends(p, &limits);
+        if scratch.is_empty() && delivered == 0 {
+            self.peers[p as usize].counters.empty_polls += 1;
+        }
+        let n = scratch.len() + delivered;
+        for m in scratch.drain(..) {
+            self.handle(p, m);
+        }
+        self.scratch = scratch;
+        let peer = &mut self.peers[p as usize];
+        if let Some(c) = peer.conn.as_mut()
+            && c.settle(&self.local, &mut peer.counters).is_err()
+        {
+            self.doomed.push(p);
+        }
+        n
+    }
+
+    /// Hands a validated control message from `p` to the role that owns it.
+    fn handle(&mut self, p: Port, m: Msg) {
+        if self.peers[p as usize].conn.is_none() {
+            return;
+        }
+        let sgl = |n: u8| (n as usize).min(SGES_PER_MSG);
+        match m {
+            // A peer's requests of us (target side).
+            Msg::WriteReq {
+                op,
+                rkey,
+                roff,
+                len,
+            } => self.on_write_req(p, op, rkey, roff, len),
+            Msg::ReadReq {
+                op,
+                rkey,
+                roff,
+                len,
+            } => self.on_read_req(p, op, rkey, roff, len),
+            Msg::ReadSgl { op, start, n, sges } => self.on_read_sgl(p, op, start, &sges[..sgl(n)]),
+            Msg::ReadIntent { op, rkey, roff } => self.on_read_intent(p, op, rkey, roff),
+            Msg::Done { op, len } => self.on_done(p, p, op, len),
+            // Multicast and chains (target side).
+            Msg::Rts { op, len } => self.on_rts(p, op, len),
+            Msg::ChainRts {
+                op,
+                len,
+                prev,
+                next,
+            } => self.on_chain_rts(p, op, len, prev, next),
+            Msg::ChainSgl {
+                op,
+                origin,
+                start,
+                n,
+                sges,
+            } => self.on_chain_sgl(p, origin, op, start, &sges[..sgl(n)]),
+            Msg::ChainDone { op, origin, len } => self.on_done(p, origin, op, len),
+            // Answers to our own operations (initiator side).
+            Msg::ReadSize { op, status, len } => self.on_read_size(p, op, status, len),
+            Msg::Sgl { op, start, n, sges } => self.on_sgl(p, op, start, &sges[..sgl(n)]),
+            Msg::Ack { op, status, len } => self.on_ack(p, op, status, len),
+            // Sends arrive on the PostQ only, taken in `receive_sends`.
+            Msg::SendInline { .. } | Msg::SendBuf { .. } => {
+                self.count(p, DropKind::WrongQueue);
+            }
+        }
+    }
+
+    /// Counts a dropped message from `p`.
+    pub(crate) fn count(&mut self, p: Port, kind: DropKind) {
+        self.peers[p as usize].counters.drop_one(kind);
+    }
+}

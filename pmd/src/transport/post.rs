@@ -1,0 +1,252 @@
+//! Posting work: writes, reads, sends and receives (multicast puts are in
+//! `multicast.rs`). A post checks its arguments, records the operation and
+//! writes its first message; the poll loop moves it along from there.
+
+use crate::hw::Port;
+
+use super::conn::EagerBuffers;
+use super::endpoint::Transport;
+use super::error::{Result, Status, TransportError};
+use super::geometry::Part;
+use super::ops::{OutKind, RecvWr};
+use super::region::{Access, Extents};
+use super::sgl::{ExtentCursor, RemoteAddr, Sge};
+use super::types::{Completion, OpKind, Qp, SendWr, WriteWr};
+use super::wire::{self, Msg, Ring};
+
+impl Transport {
+    /// Writes the bytes of `local` (our regions) into `remote` (the peer's
+    /// region) — the rendezvous write: intent → the peer's SGL → one copy
+    /// straight into its region → done → received. Completes with
+    /// [`OpKind::Write`].
+    pub fn post_write(
+        &mut self,
+        qp: Qp,
+        local: &[Sge],
+        remote: RemoteAddr,
+        cookie: u64,
+    ) -> Result<()> {
+        self.post_writes(
+            qp,
+            &[WriteWr {
+                local,
+                remote,
+                cookie,
+            }],
+        )
+        .map(|_| ())
+    }
+
+    /// Posts a batch of writes: all intents are written back to back, then
+    /// the doorbell (if configured) rings once. Returns how many were posted
+    /// (all, unless an error stops the batch; the error is returned when
+    /// none was).
+    pub fn post_writes(&mut self, qp: Qp, wrs: &[WriteWr<'_>]) -> Result<usize> {
+        let mut n = 0;
+        for wr in wrs {
+            let r = self
+                .check_post(qp)
+                .and_then(|_| self.resolve_sges(wr.local, Access::LOCAL_READ));
+            let (ext, len) = match r {
+                Ok(x) => x,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            };
+            let op = self.new_op(
+                wr.cookie,
+                OutKind::Write {
+                    peer: qp.peer,
+                    src: ExtentCursor::new(ext),
+                    len,
+                    delivered: 0,
+                    done: false,
+                },
+            );
+            let msg = Msg::WriteReq {
+                op,
+                rkey: wr.remote.key.0,
+                roff: wr.remote.offset,
+                len,
+            };
+            self.emit(qp.peer, Ring::Rx, &msg);
+            n += 1;
+        }
+        self.ring_doorbell(qp.peer);
+        Ok(n)
+    }
+
+    /// Reads `remote` (the peer's region, remote read) into `local` (our
+    /// regions, local write); the size is the total of `local`. We send our
+    /// SGL; the peer copies straight into it. Completes with [`OpKind::Read`].
+    pub fn post_read(
+        &mut self,
+        qp: Qp,
+        local: &[Sge],
+        remote: RemoteAddr,
+        cookie: u64,
+    ) -> Result<()> {
+        self.check_post(qp)?;
+        let (ext, len) = self.resolve_sges(local, Access::LOCAL_WRITE)?;
+        let op = self.new_op(
+            cookie,
+            OutKind::Read {
+                peer: qp.peer,
+                len,
+                region: None,
+            },
+        );
+        self.send_read_req(qp.peer, op, remote.key.0, remote.offset, len, &ext);
+        self.ring_doorbell(qp.peer);
+        Ok(())
+    }
+
+    /// Writes a read request and our SGL (the extents the peer copies
+    /// into) to `peer`'s TX ring.
+    pub(crate) fn send_read_req(
+        &mut self,
+        peer: Port,
+        op: u64,
+        rkey: u32,
+        roff: u64,
+        len: u32,
+        ext: &[(u64, u64)],
+    ) {
+        self.emit(
+            peer,
+            Ring::Tx,
+            &Msg::ReadReq {
+                op,
+                rkey,
+                roff,
+                len,
+            },
+        );
+        let mut msgs = Vec::new();
+        wire::chunk_sgl(ext, |start, n, sges| {
+            msgs.push(Msg::ReadSgl { op, start, n, sges })
+        });
+        for m in &msgs {
+            self.emit(peer, Ring::Tx, m);
+        }
+    }
+
+    /// Reads the peer's region `remote.key` from `remote.offset` to its end,
+    /// without knowing the size: the peer tells it, we allocate a region of
+    /// that size (refusing more than `max_len`), then read as
+    /// [`post_read`](Self::post_read). Completes with
+    /// [`OpKind::ReadUnknown`] and the new region in
+    /// [`Completion::region`].
+    pub fn post_read_unknown(
+        &mut self,
+        qp: Qp,
+        remote: RemoteAddr,
+        max_len: u64,
+        cookie: u64,
+    ) -> Result<()> {
+        self.check_post(qp)?;
+        let op = self.new_op(
+            cookie,
+            OutKind::ReadSize {
+                peer: qp.peer,
+                rkey: remote.key.0,
+                roff: remote.offset,
+                max_len,
+            },
+        );
+        let msg = Msg::ReadIntent {
+            op,
+            rkey: remote.key.0,
+            roff: remote.offset,
+        };
+        self.emit(qp.peer, Ring::Tx, &msg);
+        self.ring_doorbell(qp.peer);
+        Ok(())
+    }
+
+    /// Sends a small message (at most `eager_size` bytes), copied now: up to
+    /// 48 bytes inline in one PostQ slot (one cache line), up to
+    /// [`wire::INLINE_LONG_MAX`] (216) bytes inline in up to four
+    /// consecutive slots, else into an eager buffer the peer lent us plus a
+    /// slot. Completes with
+    /// [`OpKind::Send`] at once; fails with [`TransportError::Busy`] when
+    /// the peer's PostQ or our eager buffers are exhausted.
+    pub fn post_send(&mut self, qp: Qp, data: &[u8], cookie: u64) -> Result<()> {
+        self.post_sends(qp, &[SendWr { data, cookie }]).map(|_| ())
+    }
+
+    /// Posts a batch of sends back to back, ringing the doorbell (if
+    /// configured) once. Returns how many were posted; stops at the first
+    /// that finds no room (the error is returned if that was the first).
+    ///
+    /// The batch's slots are written last-first, its first slot last: the
+    /// peer, polling that slot, finds the whole batch there at once and
+    /// streams through it, instead of chasing the writer line by line (two
+    /// cores contending for the line being written is what limits a
+    /// message rate, not the work on either side).
+    pub fn post_sends(&mut self, qp: Qp, wrs: &[SendWr<'_>]) -> Result<usize> {
+        self.check_post(qp)?;
+        let eager = EagerBuffers {
+            base: self.layout.part(self.me, Part::Eager),
+            size: self.cfg.geometry.eager_size as usize,
+        };
+        let mut plan = std::mem::take(&mut self.send_plan);
+        let peer = &mut self.peers[qp.peer as usize];
+        let Some(c) = peer.conn.as_mut() else {
+            self.send_plan = plan;
+            return Err(TransportError::NotConnected { peer: qp.peer });
+        };
+        let batch = c.write_sends(&self.local, eager, wrs, &mut plan, &mut peer.counters);
+        self.send_plan = plan;
+        if batch.broken {
+            self.doomed.push(qp.peer);
+        }
+        let n = batch.posted;
+        for wr in &wrs[..n] {
+            let len = wr.data.len() as u64;
+            peer.counters.sends += 1;
+            peer.counters.bytes_out += len;
+            self.completions.push_back(Completion {
+                peer: qp.peer,
+                op: OpKind::Send,
+                status: Status::Success,
+                bytes: len,
+                cookie: wr.cookie,
+                region: None,
+            });
+        }
+        if n > 0 {
+            self.ring_doorbell(qp.peer);
+        }
+        match batch.stopped {
+            Some(e) if n == 0 => Err(e),
+            _ => Ok(n),
+        }
+    }
+
+    /// Posts a receive buffer (local write) for the next message from the
+    /// queue pair's peer. Completes with [`OpKind::Recv`] when one arrives
+    /// ([`Status::LocalLength`] when it does not fit), or
+    /// [`Status::Flushed`] when the connection resets.
+    pub fn post_recv(&mut self, qp: Qp, sge: Sge, cookie: u64) -> Result<()> {
+        if qp.peer as usize >= self.peers.len() || qp.peer == self.me {
+            return Err(TransportError::NoSuchPeer { peer: qp.peer });
+        }
+        let extents =
+            match self
+                .regions
+                .contiguous(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)
+            {
+                Some(o) => Extents::One([(o, sge.len)]),
+                None => {
+                    self.regions
+                        .resolve_one(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)?
+                }
+            };
+        self.peers[qp.peer as usize].recvs.push_back(RecvWr {
+            extents,
+            len: sge.len,
+            cookie,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! Serving a peer's requests (the target side): granting a write into one
+//! of our regions, serving a read of one, telling a region's size, and the
+//! `Done` that ends a write or a multicast deposit.
+//!
+//! Every request is checked before anything moves: a fresh op id (no
+//! replay), at most `Config::max_outstanding` served for the peer, a known
+//! key with the permission and the range inside the region. A refusal is
+//! an error `Ack` (or `ReadSize`) to the peer and a drop counter.
+
+use std::time::Instant;
+
+use crate::hw::Port;
+
+use super::counters::DropKind;
+use super::dma::copy_to_sgl;
+use super::endpoint::Transport;
+use super::error::Status;
+use super::ops::InOp;
+use super::region::{Access, RegionKey};
+use super::sgl::ExtentCursor;
+use super::types::{Completion, OpKind};
+use super::wire::{Msg, Ring, WireSge, WireStatus};
+
+impl Transport {
+    /// Admits a fresh op id from `p` on `ring` (RX or TX); `false`
+    /// (counted) for a replay, or (refused with an error `Ack`) when we
+    /// already serve `max_outstanding` operations for this peer.
+    pub(crate) fn fresh(&mut self, p: Port, ring: Ring, op: u64) -> bool {
+        let limit = self.cfg.max_outstanding;
+        let peer = &mut self.peers[p as usize];
+        let Some(c) = peer.conn.as_mut() else {
+            return false;
+        };
+        if !c.admit(ring, op) {
+            peer.counters.drop_one(DropKind::Replay);
+            return false;
+        }
+        if c.serving() >= limit {
+            // Serving too much for this peer already: refuse this one.
+            peer.counters.drop_one(DropKind::Overload);
+            self.nak(p, op, WireStatus::NoRoom);
+            return false;
+        }
+        true
+    }
+
+    /// Starts serving `p`'s operation `op`.
+    pub(crate) fn serve(&mut self, p: Port, op: u64, io: InOp) {
+        if let Some(c) = self.peers[p as usize].conn.as_mut() {
+            c.serve(op, io);
+        }
+    }
+
+    /// A deadline for a served operation, from now.
+    pub(crate) fn served_deadline(&self) -> Instant {
+        Instant::now() + self.cfg.op_timeout
+    }
+
+    /// Sends `ext` (our storage) to `p` as the SGL of its operation `op`.
+    pub(crate) fn emit_sgl(&mut self, p: Port, op: u64, ext: &[(u64, u64)]) {
+        let mut msgs = Vec::new();
+        super::wire::chunk_sgl(ext, |start, n, sges| {
+            msgs.push(Msg::Sgl { op, start, n, sges })
+        });
+        for m in &msgs {
+            self.emit(p, Ring::Tx, m);
+        }
+    }
+
+    /// `WriteReq` (EP 3025241, write step 2): grant the write with the
+    /// region's extents as our SGL, or refuse it.
+    pub(crate) fn on_write_req(&mut self, p: Port, op: u64, rkey: u32, roff: u64, len: u32) {
+        if !self.fresh(p, Ring::Rx, op) {
+            return;
+        }
+        match self
+            .regions
+            .resolve(RegionKey(rkey), roff, u64::from(len), Access::REMOTE_WRITE)
+        {
+            Err(_) => {
+                self.count(p, DropKind::Access);
+                self.nak(p, op, WireStatus::Access);
+            }
+            Ok(ext) => {
+                let deadline = self.served_deadline();
+                self.serve(p, op, InOp::Write { len, deadline });
+                self.emit_sgl(p, op, &ext);
+            }
+        }
+    }
+
+    /// `ReadReq` (EP 3025241, read step 2): serve a read of our region as
+    /// the reader's SGL arrives, or refuse it.
+    pub(crate) fn on_read_req(&mut self, p: Port, op: u64, rkey: u32, roff: u64, len: u32) {
+        if !self.fresh(p, Ring::Tx, op) {
+            return;
+        }
+        match self
+            .regions
+            .resolve(RegionKey(rkey), roff, u64::from(len), Access::REMOTE_READ)
+        {
+            Err(_) => {
+                self.count(p, DropKind::Access);
+                self.nak(p, op, WireStatus::Access);
+            }
+            Ok(ext) => {
+                let deadline = self.served_deadline();
+                self.serve(
+                    p,
+                    op,
+                    InOp::Read {
+                        src: ExtentCursor::new(ext),
+                        len,
+                        delivered: 0,
+                        deadline,
+                    },
+                );
+            }
+        }
+    }
+
+    /// `ReadSgl` (EP 3025241, read step 3): copy the next part of a read we
+    /// serve straight into the reader's window; `Ack` once all of it is there.
+    pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
+        let timeout = self.cfg.op_timeout;
+        let Self {
+            peers,
+            engine,
+            local,
+            ..
+        } = self;
+        let peer = &mut peers[p as usize];
+        let Some(c) = peer.conn.as_mut() else { return };
+        let (win, io) = c.served_with_win(op);
+        let Some(InOp::Read {
+            src,
+            len,
+            delivered,
+            deadline,
+        }) = io
+        else {
+            return peer.counters.drop_one(DropKind::UnknownOp);
+        };
+        let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+        if start != *delivered || u64::from(start) + total > u64::from(*len) {
+            c.unserve(op);
+            peer.counters.drop_one(DropKind::OutOfRange);
+            return self.nak(p, op, WireStatus::Protocol);
+        }
+        if !copy_to_sgl(engine.as_mut(), local, win, src, u64::from(start), sges) {
+            self.doomed.push(p);
+            return;
+        }
+        *delivered += total as u32;
+        *deadline = Instant::now() + timeout;
+        peer.counters.bytes_out += total;
+        if *delivered == *len {
+            let len = *len;
+            c.unserve(op);
+            peer.counters.served += 1;
+            self.emit(
+                p,
+                Ring::Cq,
+                &Msg::Ack {
+                    op,
+                    status: WireStatus::Ok,
+                    len,
+                },
+            );
+        }
+    }
+
+    /// `ReadIntent` (read of unknown size): tell the reader how many bytes
+    /// region `rkey` holds from `roff`, or refuse.
+    pub(crate) fn on_read_intent(&mut self, p: Port, op: u64, rkey: u32, roff: u64) {
+        let reply = match self.regions.get(RegionKey(rkey)) {
+            Some(r)
+                if r.access.contains(Access::REMOTE_READ)
+                    && roff < r.len
+                    && r.len - roff <= u64::from(u32::MAX) =>
+            {
+                Msg::ReadSize {
+                    op,
+                    status: WireStatus::Ok,
+                    len: (r.len - roff) as u32,
+                }
+            }
+            _ => {
+                self.count(p, DropKind::Access);
+                Msg::ReadSize {
+                    op,
+                    status: WireStatus::Access,
+                    len: 0,
+                }
+            }
+        };
+        self.emit(p, Ring::Rx, &reply);
+    }
+
+    /// A `Done` (from the initiator; EP 3025241, write step 4) or
+    /// `ChainDone` (from the previous target of a chain) for op `op` of
+    /// `origin`: the data is in place; `Ack` it (step 5), and a chain
+    /// target forwards it.
+    pub(crate) fn on_done(&mut self, from: Port, origin: Port, op: u64, len: u32) {
+        if origin as usize >= self.peers.len() {
+            return self.count(from, DropKind::UnknownOp);
+        }
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return self.count(from, DropKind::UnknownOp);
+        };
+        let legit = match c.served(op) {
+            Some(InOp::McRecv {
+                chain: Some(ch), ..
+            }) => ch.prev == from,
+            Some(_) => from == origin,
+            None => false,
+        };
+        if !legit {
+            return self.count(from, DropKind::UnknownOp);
+        }
+        let entry = c.unserve(op);
+        let counters = &mut self.peers[origin as usize].counters;
+        let reply = match entry {
+            Some(InOp::Write { len: l, .. }) if l == len => {
+                counters.served += 1;
+                counters.bytes_in += u64::from(len);
+                WireStatus::Ok
+            }
+            Some(InOp::McRecv {
+                region,
+                len: l,
+                chain,
+                ..
+            }) if l == len => {
+                counters.served += 1;
+                counters.bytes_in += u64::from(len);
+                if let Some(ch) = chain {
+                    self.chain_forward(origin, op, len, region, &ch);
+                }
+                self.completions.push_back(Completion {
+                    peer: origin,
+                    op: OpKind::MulticastRecv,
+                    status: Status::Success,
+                    bytes: u64::from(len),
+                    cookie: op,
+                    region: Some(region),
+                });
+                WireStatus::Ok
+            }
+            Some(other) => {
+                counters.drop_one(DropKind::OutOfRange);
+                if let InOp::McRecv { region, .. } = other {
+                    let _ = self.regions.deregister(region);
+                }
+                WireStatus::Protocol
+            }
+            None => return,
+        };
+        let len = if reply == WireStatus::Ok { len } else { 0 };
+        self.emit(
+            origin,
+            Ring::Cq,
+            &Msg::Ack {
+                op,
+                status: reply,
+                len,
+            },
+        );
+    }
+}
