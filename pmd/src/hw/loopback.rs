@@ -23,6 +23,15 @@ struct PortState {
     events: Vec<LinkEvent>,
 }
 
+/// Queues `event` (about `port`) for every other port that is up.
+fn announce(ports: &mut [PortState], port: Port, event: LinkEvent) {
+    for (i, other) in ports.iter_mut().enumerate() {
+        if i != port as usize && other.up {
+            other.events.push(event);
+        }
+    }
+}
+
 /// A fabric of `ports` ports whose windows live in this process.
 ///
 /// # Example
@@ -102,14 +111,14 @@ impl LoopbackFabric {
         st.window = Arc::new(vec![0u64; self.window_size / 8]);
         st.events.clear();
         let generation = st.generation;
-        for (i, other) in ports.iter_mut().enumerate() {
-            if i != port as usize && other.up {
-                other.events.push(LinkEvent::Up {
-                    peer: port,
-                    generation,
-                });
-            }
-        }
+        announce(
+            &mut ports,
+            port,
+            LinkEvent::Up {
+                peer: port,
+                generation,
+            },
+        );
         Ok(LoopbackDevice {
             fabric: self.clone(),
             port,
@@ -130,14 +139,14 @@ impl LoopbackFabric {
         }
         st.up = false;
         let generation = st.generation;
-        for (i, other) in ports.iter_mut().enumerate() {
-            if i != port as usize && other.up {
-                other.events.push(LinkEvent::Down {
-                    peer: port,
-                    generation,
-                });
-            }
-        }
+        announce(
+            &mut ports,
+            port,
+            LinkEvent::Down {
+                peer: port,
+                generation,
+            },
+        );
     }
 }
 

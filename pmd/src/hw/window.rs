@@ -274,25 +274,32 @@ impl PeerWindow {
     /// write this thread made before it is visible to a reader that sees `v`.
     #[inline]
     pub fn write_u32(&self, offset: usize, v: u32) -> Result<()> {
-        check_aligned(offset, 4, self.len)?;
-        // SAFETY: in bounds and 4-byte aligned (base is 8-byte aligned); the
-        // mapping lives while `_keep` does; AtomicU32 has u32's layout.
-        let a = unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) };
-        a.store(v, Ordering::Release);
-        self.mine.posted(4);
-        Ok(())
+        self.store_release(offset, 4, |p| {
+            // SAFETY: `store_release` checked `p` is in bounds and 4-byte
+            // aligned; AtomicU32 has u32's layout.
+            unsafe { AtomicU32::from_ptr(p.cast()) }.store(v, Ordering::Release)
+        })
     }
 
     /// Stores `v` at `offset` (8-byte aligned) with release ordering: every
     /// write this thread made before it is visible to a reader that sees `v`.
     #[inline]
     pub fn write_u64(&self, offset: usize, v: u64) -> Result<()> {
-        check_aligned(offset, 8, self.len)?;
-        // SAFETY: in bounds and 8-byte aligned (base is 8-byte aligned); the
-        // mapping lives while `_keep` does; AtomicU64 has u64's layout.
-        let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
-        a.store(v, Ordering::Release);
-        self.mine.posted(8);
+        self.store_release(offset, 8, |p| {
+            // SAFETY: `store_release` checked `p` is in bounds and 8-byte
+            // aligned; AtomicU64 has u64's layout.
+            unsafe { AtomicU64::from_ptr(p.cast()) }.store(v, Ordering::Release)
+        })
+    }
+
+    /// Checks that a `size`-byte word at `offset` is in bounds and aligned
+    /// (base is 8-byte aligned), lets `store` write it at its address (the
+    /// mapping lives while `_keep` does), and counts it.
+    #[inline]
+    fn store_release(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) -> Result<()> {
+        check_aligned(offset, size, self.len)?;
+        store(self.base.wrapping_add(offset));
+        self.mine.posted(size);
         Ok(())
     }
 

@@ -5,24 +5,24 @@
 #[repr(usize)]
 pub enum DropKind {
     /// The body did not decode (unknown code, reserved bits set, bad count).
-    Malformed = 0,
+    Malformed,
     /// A message on a queue that does not carry it.
-    WrongQueue = 1,
+    WrongQueue,
     /// A length, offset or SGL entry out of range.
-    OutOfRange = 2,
+    OutOfRange,
     /// An op id that names no operation in a state expecting this message.
-    UnknownOp = 3,
+    UnknownOp,
     /// An op id already used (a replayed or duplicated message).
-    Replay = 4,
+    Replay,
     /// An unknown key or missing permission.
-    Access = 5,
+    Access,
     /// A bad eager buffer (index not lent to the sender) or FreeQ entry.
-    BadBuffer = 6,
+    BadBuffer,
     /// A credit word going backwards or beyond what was produced.
-    BadCredit = 7,
+    BadCredit,
     /// The peer started more operations than we serve at once, or stopped
     /// crediting what we send it (refused, or the connection reset).
-    Overload = 8,
+    Overload,
 }
 
 /// Number of [`DropKind`]s.

@@ -114,6 +114,16 @@ pub struct Transport {
     pub(crate) chain_early: Vec<EarlySgl>,
 }
 
+/// The parts of a transport that moving data touches, borrowed apart: the
+/// operations we initiated, every port (windows, counters), the data mover
+/// and our window.
+pub(crate) struct Movers<'a>(
+    pub &'a mut IdMap<u64, OutOp>,
+    pub &'a mut [Peer],
+    pub &'a mut dyn DmaEngine,
+    pub &'a LocalWindow,
+);
+
 impl Drop for Transport {
     fn drop(&mut self) {
         self.say_goodbye();
@@ -333,6 +343,7 @@ impl Transport {
 
     /// Whether work may be posted on `qp` now: the peer is connected and
     /// we are under `max_outstanding` operations.
+    #[inline]
     pub(crate) fn check_post(&self, qp: Qp) -> Result<()> {
         let p = self
             .peers
@@ -372,6 +383,7 @@ impl Transport {
 
     /// Sends `msg` to `peer`'s `ring` (or queues it for credits); a device
     /// error dooms the connection.
+    #[inline]
     pub(crate) fn emit(&mut self, peer: Port, ring: Ring, msg: &Msg) {
         let Some(c) = self.peers[peer as usize].conn.as_mut() else {
             return;
@@ -386,7 +398,19 @@ impl Transport {
         self.emit(peer, Ring::Cq, &Msg::Ack { op, status, len: 0 });
     }
 
+    /// The parts that moving data touches, borrowed apart.
+    #[inline]
+    pub(crate) fn movers(&mut self) -> Movers<'_> {
+        Movers(
+            &mut self.ops,
+            &mut self.peers,
+            self.engine.as_mut(),
+            &self.local,
+        )
+    }
+
     /// Rings `peer`'s doorbell after a batch, when configured to.
+    #[inline]
     pub(crate) fn ring_doorbell(&self, peer: Port) {
         if self.cfg.doorbell {
             let _ = self.dev.peer_db_set(peer, 1);

@@ -13,7 +13,7 @@ use crate::hw::Port;
 
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
-use super::endpoint::Transport;
+use super::endpoint::{Movers, Transport};
 use super::error::Status;
 use super::ops::OutKind;
 use super::region::Access;
@@ -85,13 +85,7 @@ impl Transport {
             return self.on_multicast_sgl(p, op, start, sges);
         }
         let timeout = self.cfg.op_timeout;
-        let Self {
-            ops,
-            peers,
-            engine,
-            local,
-            ..
-        } = self;
+        let Movers(ops, peers, engine, local) = self.movers();
         let Some(o) = ops.get_mut(&op) else {
             return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
         };
@@ -116,7 +110,7 @@ impl Transport {
         let Some(c) = peers[p as usize].conn.as_ref() else {
             return;
         };
-        if !copy_to_sgl(engine.as_mut(), local, c.win(), src, u64::from(start), sges) {
+        if !copy_to_sgl(engine, local, c.win(), src, u64::from(start), sges) {
             self.doomed.push(p);
             return;
         }

@@ -85,6 +85,7 @@ impl Transport {
 
     /// Resolves local SGEs needing `need` into window extents and their
     /// total length (1 byte to 4 GiB - 1).
+    #[inline]
     pub(crate) fn resolve_sges(
         &self,
         sges: &[Sge],

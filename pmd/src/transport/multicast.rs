@@ -15,7 +15,7 @@ use crate::hw::Port;
 
 use super::counters::DropKind;
 use super::dma::{copy_to_sgl, to_wire};
-use super::endpoint::Transport;
+use super::endpoint::{Movers, Transport};
 use super::error::{Result, Status, TransportError};
 use super::initiator::status_of;
 use super::ops::{ChainLink, EarlySgl, InOp, McTarget, OutKind};
@@ -115,20 +115,30 @@ impl Transport {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
                 let ext = self.regions.extents(key, len);
-                let deadline = self.served_deadline();
-                self.serve(
-                    p,
-                    op,
-                    InOp::McRecv {
-                        region: key,
-                        len,
-                        deadline,
-                        chain: None,
-                    },
-                );
+                self.serve_deposit(p, op, key, len, None);
                 self.emit_sgl(p, op, &ext);
             }
         }
+    }
+
+    /// Target: serves `p`'s multicast `op` with storage `region` allocated
+    /// for it (and our place in a chain, if any), until its `Done`.
+    fn serve_deposit(
+        &mut self,
+        p: Port,
+        op: u64,
+        region: RegionKey,
+        len: u32,
+        chain: Option<Box<ChainLink>>,
+    ) {
+        let deadline = self.served_deadline();
+        let io = InOp::McRecv {
+            region,
+            len,
+            deadline,
+            chain,
+        };
+        self.serve(p, op, io);
     }
 
     /// Chain target: the data is deposited in `region`; forward it to the
@@ -146,24 +156,12 @@ impl Transport {
             return;
         }
         let src = self.regions.extents(region, len);
-        let Self {
-            peers,
-            engine,
-            local,
-            ..
-        } = self;
+        let Movers(_, peers, engine, local) = self.movers();
         let Some(c) = peers[next as usize].conn.as_ref() else {
             return;
         };
         let mut cur = ExtentCursor::new(src);
-        if copy_to_sgl(
-            engine.as_mut(),
-            local,
-            c.win(),
-            &mut cur,
-            0,
-            &to_wire(&ch.next_sgl),
-        ) {
+        if copy_to_sgl(engine, local, c.win(), &mut cur, 0, &to_wire(&ch.next_sgl)) {
             peers[next as usize].counters.bytes_out += u64::from(len);
             self.emit(next, Ring::Cq, &Msg::ChainDone { op, origin, len });
         } else {
@@ -184,7 +182,6 @@ impl Transport {
         if !self.fresh(p, Ring::Rx, op) {
             return;
         }
-        let deadline = self.served_deadline();
         let ports = self.peers.len();
         let me = self.me;
         let ok_port = |x: Port| (x as usize) < ports && x != me;
@@ -203,16 +200,7 @@ impl Transport {
             next_got: 0,
             cts_sent: false,
         };
-        self.serve(
-            p,
-            op,
-            InOp::McRecv {
-                region: key,
-                len,
-                deadline,
-                chain: Some(Box::new(link)),
-            },
-        );
+        self.serve_deposit(p, op, key, len, Some(Box::new(link)));
         // The next target's storage may have come before our request.
         let mut early = Vec::new();
         self.chain_early.retain(|e| {
@@ -435,13 +423,7 @@ impl Transport {
     }
 
     fn mc_maybe_put(&mut self, op: u64) {
-        let Self {
-            ops,
-            peers,
-            engine,
-            local,
-            ..
-        } = self;
+        let Movers(ops, peers, engine, local) = self.movers();
         let Some(OutKind::Multicast {
             src,
             len,
@@ -473,14 +455,7 @@ impl Transport {
                     continue;
                 };
                 let mut cur = ExtentCursor::new(src.clone());
-                if copy_to_sgl(
-                    engine.as_mut(),
-                    local,
-                    c.win(),
-                    &mut cur,
-                    0,
-                    &to_wire(&t.sgl),
-                ) {
+                if copy_to_sgl(engine, local, c.win(), &mut cur, 0, &to_wire(&t.sgl)) {
                     peers[t.peer as usize].counters.bytes_out += u64::from(len);
                     dones.push(t.peer);
                 } else {

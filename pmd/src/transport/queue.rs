@@ -24,6 +24,15 @@ fn slot_offset(base: usize, depth: u64, seq: u64) -> usize {
     base + (seq & (depth - 1)) as usize * SLOT
 }
 
+/// A ring's depth, which must be a power of two (slots are found by mask).
+fn ring_depth(depth: u32) -> u64 {
+    assert!(
+        depth.is_power_of_two(),
+        "ring depth {depth} is not a power of two"
+    );
+    u64::from(depth)
+}
+
 /// The writing end of a ring in a peer's window.
 #[derive(Debug)]
 pub struct Producer {
@@ -44,13 +53,9 @@ impl Producer {
     /// When `depth` is not a power of two (a [`Geometry`](super::Geometry)
     /// never gives one that is not).
     pub fn new(base: usize, depth: u32, epoch: u32, credit_offset: usize) -> Self {
-        assert!(
-            depth.is_power_of_two(),
-            "ring depth {depth} is not a power of two"
-        );
         Self {
             base,
-            depth: u64::from(depth),
+            depth: ring_depth(depth),
             epoch,
             seq: 0,
             credit: 0,
@@ -166,13 +171,9 @@ impl Consumer {
     /// # Panics
     /// When `depth` is not a power of two, as [`Producer::new`].
     pub fn new(base: usize, depth: u32, epoch: u32) -> Self {
-        assert!(
-            depth.is_power_of_two(),
-            "ring depth {depth} is not a power of two"
-        );
         Self {
             base,
-            depth: u64::from(depth),
+            depth: ring_depth(depth),
             epoch,
             seq: 0,
             credited: 0,

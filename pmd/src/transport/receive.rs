@@ -35,6 +35,7 @@ impl Sink<'_> {
     /// Hands an eager message (inline bytes, or eager buffer `buf` of
     /// `len` bytes) to the oldest posted receive, returns a lent buffer to
     /// the peer, and completes the receive.
+    #[inline]
     fn deliver(&mut self, peer: &mut Peer, buf: Option<(u32, u32)>, inline: &[u8]) {
         let p = self.p;
         let Some(wr) = peer.recvs.pop_front() else {
@@ -96,6 +97,7 @@ impl Transport {
     /// them; returns how many were delivered. A malformed send, one naming
     /// a buffer we did not lend, or a non-send on the PostQ is dropped and
     /// counted, never acted on.
+    #[inline]
     pub(crate) fn receive_sends(&mut self, p: Port, limits: &Limits) -> usize {
         let Self {
             peers,

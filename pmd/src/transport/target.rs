@@ -13,7 +13,7 @@ use crate::hw::Port;
 
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
-use super::endpoint::Transport;
+use super::endpoint::{Movers, Transport};
 use super::error::Status;
 use super::ops::InOp;
 use super::region::{Access, RegionKey};
@@ -123,12 +123,7 @@ impl Transport {
     /// serve straight into the reader's window; `Ack` once all of it is there.
     pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
         let timeout = self.cfg.op_timeout;
-        let Self {
-            peers,
-            engine,
-            local,
-            ..
-        } = self;
+        let Movers(_, peers, engine, local) = self.movers();
         let peer = &mut peers[p as usize];
         let Some(c) = peer.conn.as_mut() else { return };
         let (win, io) = c.served_with_win(op);
@@ -147,7 +142,7 @@ impl Transport {
             peer.counters.drop_one(DropKind::OutOfRange);
             return self.nak(p, op, WireStatus::Protocol);
         }
-        if !copy_to_sgl(engine.as_mut(), local, win, src, u64::from(start), sges) {
+        if !copy_to_sgl(engine, local, win, src, u64::from(start), sges) {
             self.doomed.push(p);
             return;
         }

@@ -483,12 +483,16 @@ pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
 /// are written out: no byte stores to forward from.
 #[inline(always)]
 fn fill_words(w: &mut [u64], bytes: &[u8]) {
+    let len = bytes.len();
     for (i, d) in w.iter_mut().enumerate() {
-        let at = (8 * i).min(bytes.len());
-        let chunk = &bytes[at..(at + 8).min(bytes.len())];
-        *d = match chunk.try_into() {
-            Ok(full) => u64::from_le_bytes(full),
-            Err(_) => chunk.iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b)),
+        let at = 8 * i;
+        *d = match bytes.get(at..at + 8) {
+            Some(full) => u64::from_le_bytes(full.try_into().unwrap_or([0; 8])),
+            None if at < len => bytes[at..]
+                .iter()
+                .rev()
+                .fold(0u64, |a, &b| a << 8 | u64::from(b)),
+            None => 0,
         };
     }
 }
