@@ -25,8 +25,7 @@ impl IovaMode {
         let iommu = std::fs::read_dir("/sys/kernel/iommu_groups")
             .map(|mut d| d.next().is_some())
             .unwrap_or(false);
-        // SAFETY: geteuid has no preconditions and touches no memory.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = nix::unistd::geteuid().is_root();
         if iommu || !root {
             IovaMode::Va
         } else {

@@ -1,6 +1,8 @@
 //! Page sizes and the kernel's hugepage counters.
 
 use std::fmt;
+
+use memfd::HugetlbSize;
 use std::path::PathBuf;
 
 /// The size of the pages backing a [`Zone`](crate::Zone).
@@ -48,14 +50,13 @@ impl PageSize {
         !matches!(self, PageSize::Small4K)
     }
 
-    /// The `memfd_create` flags that select this page size.
-    pub(crate) fn memfd_flags(self) -> libc::c_uint {
+    /// The hugetlb page size of a memfd backed by these pages (`None`: an
+    /// ordinary shmem memfd of 4 KiB pages).
+    pub(crate) fn hugetlb(self) -> Option<HugetlbSize> {
         match self {
-            PageSize::Small4K => 0,
-            // MFD_HUGE_* encode log2(size) in bits 26..32.
-            PageSize::Huge2M | PageSize::Huge1G => {
-                libc::MFD_HUGETLB | (self.shift() << libc::MFD_HUGE_SHIFT)
-            }
+            PageSize::Small4K => None,
+            PageSize::Huge2M => Some(HugetlbSize::Huge2MB),
+            PageSize::Huge1G => Some(HugetlbSize::Huge1GB),
         }
     }
 
@@ -143,14 +144,15 @@ mod tests {
         assert_eq!(PageSize::Small4K.bytes(), 4096);
         assert_eq!(PageSize::Huge2M.bytes(), 2 << 20);
         assert_eq!(PageSize::Huge1G.bytes(), 1 << 30);
-        assert_eq!(
-            PageSize::Huge2M.memfd_flags(),
-            libc::MFD_HUGETLB | libc::MFD_HUGE_2MB
-        );
-        assert_eq!(
-            PageSize::Huge1G.memfd_flags(),
-            libc::MFD_HUGETLB | libc::MFD_HUGE_1GB
-        );
+        assert!(PageSize::Small4K.hugetlb().is_none());
+        assert!(matches!(
+            PageSize::Huge2M.hugetlb(),
+            Some(HugetlbSize::Huge2MB)
+        ));
+        assert!(matches!(
+            PageSize::Huge1G.hugetlb(),
+            Some(HugetlbSize::Huge1GB)
+        ));
         assert_eq!(PageSize::Huge2M.sysfs_dir(), "hugepages-2048kB");
         for p in [PageSize::Small4K, PageSize::Huge2M, PageSize::Huge1G] {
             assert_eq!(PageSize::from_shift(p.shift()), Some(p));

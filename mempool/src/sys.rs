@@ -1,93 +1,95 @@
-//! Thin wrappers over the system calls zones are made of: `memfd_create`,
-//! `ftruncate`, `fallocate`, file seals, `mmap`, `mlock`.
+//! The system calls zones are made of, through the crates made for them: the
+//! `memfd` crate creates and seals the file (hugetlb page size included),
+//! nix sizes, allocates, inspects, maps and locks it.
 //!
-//! Each returns the raw `io::Error` so the caller can tell a shortage
-//! (`ENOSPC`) from other failures and add its own context.
+//! Each returns the raw `io::Error` (nix's `Errno` converts into one with the
+//! same `raw_os_error`) so the caller can tell a shortage (`ENOSPC`,
+//! `ENOMEM`) from other failures and add its own context.
+//!
+//! The only `unsafe` left here is the mapping's lifetime: [`Mapping`] maps,
+//! locks and unmaps, and is the one owner of the range.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
+
+use memfd::{FileSeal, Memfd, MemfdOptions};
+use nix::errno::Errno;
+use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fcntl};
+use nix::libc::off_t;
+use nix::sys::mman::{MapFlags, ProtFlags, mlock, mmap, munmap};
+use nix::sys::stat::FileStat;
+
+use crate::page::PageSize;
 
 /// The seals every zone carries: its size can never change, so a mapping of
 /// it can never turn into a SIGBUS because someone shrank the file.
-pub(crate) const ZONE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+const ZONE_SEALS: SealFlag = SealFlag::F_SEAL_SHRINK.union(SealFlag::F_SEAL_GROW);
 
-/// `memfd_create(name, flags)`.
-pub(crate) fn memfd_create(name: &CString, flags: libc::c_uint) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+/// The `memfd` crate's error, back to the `io::Error` it wraps.
+fn memfd_error(e: memfd::Error) -> io::Error {
+    match e {
+        memfd::Error::Create(e) | memfd::Error::AddSeals(e) | memfd::Error::GetSeals(e) => e,
     }
-    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A close-on-exec memfd that allows sealing, backed by `page_size` pages
+/// (`MFD_HUGETLB` with the matching `MFD_HUGE_*` size for hugepages).
+/// A kernel without hugetlb memfds (or without that size) fails with
+/// `EINVAL`.
+pub(crate) fn memfd_create(name: &str, page_size: PageSize) -> io::Result<Memfd> {
+    MemfdOptions::new()
+        .close_on_exec(true)
+        .allow_sealing(true)
+        .hugetlb(page_size.hugetlb())
+        .create(name)
+        .map_err(memfd_error)
+}
+
+/// `len` as an `off_t`, or an `InvalidInput` error when it does not fit.
+fn file_len(len: usize) -> io::Result<off_t> {
+    off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
 /// `ftruncate(fd, len)`.
 pub(crate) fn ftruncate(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
-    let len =
-        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: plain system call on a valid descriptor; no memory is passed.
-    let r = unsafe { libc::ftruncate(fd.as_raw_fd(), len) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    Ok(nix::unistd::ftruncate(fd, file_len(len)?)?)
 }
 
 /// `fallocate(fd, 0, 0, len)`: allocates every page now, so that a later
 /// touch cannot fault for lack of memory. Hugetlb files fail with `ENOSPC`
-/// when the pool is short.
+/// (or `ENOMEM`) when the pool is short.
 pub(crate) fn fallocate(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
-    let len =
-        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len = file_len(len)?;
     loop {
-        // SAFETY: plain system call on a valid descriptor; no memory is passed.
-        let r = unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match nix::fcntl::fallocate(fd, FallocateFlags::empty(), 0, len) {
+            Err(Errno::EINTR) => continue,
+            r => return Ok(r?),
         }
     }
 }
 
-/// Adds `seals` to a memfd created with `MFD_ALLOW_SEALING`.
-pub(crate) fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()> {
-    // SAFETY: F_ADD_SEALS takes an int argument; no memory is passed.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+/// Seals a zone's memfd against resizing, and against further sealing.
+pub(crate) fn seal(memfd: &Memfd) -> io::Result<()> {
+    memfd
+        .add_seals(&[FileSeal::SealShrink, FileSeal::SealGrow, FileSeal::SealSeal])
+        .map_err(memfd_error)
 }
 
-/// The seals of a file; fails (`EINVAL`) on files that are not memfds/shmem.
-pub(crate) fn get_seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
-    // SAFETY: F_GET_SEALS takes no argument; no memory is passed.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
+/// Whether `fd` carries the seals of a zone, with all its seals (for
+/// messages). Fails (`EINVAL`) on files that are not memfds/shmem.
+///
+/// nix rather than the `memfd` crate: `Memfd::try_from_fd` drops the errno
+/// of a failed `F_GET_SEALS`, and the caller reports it.
+pub(crate) fn zone_seals(fd: BorrowedFd<'_>) -> io::Result<(bool, SealFlag)> {
+    let seals = SealFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GET_SEALS)?);
+    Ok((seals.contains(ZONE_SEALS), seals))
 }
 
 /// `fstat(fd)`.
-pub(crate) fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `st` points to writable memory of the right type and size.
-    let r = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstat succeeded, so it filled `st`.
-    Ok(unsafe { st.assume_init() })
+pub(crate) fn fstat(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
+    Ok(nix::sys::stat::fstat(fd)?)
 }
 
 /// What `/proc/self/fd/<fd>` points to, e.g. `/memfd:ntbdk:pool (deleted)`.
@@ -96,45 +98,59 @@ pub(crate) fn fd_target(fd: BorrowedFd<'_>) -> io::Result<String> {
     Ok(p.to_string_lossy().into_owned())
 }
 
-/// Maps `len` bytes of `fd` shared and read-write, pre-faulted.
-pub(crate) fn mmap_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<NonNull<u8>> {
-    // SAFETY: a fresh mapping chosen by the kernel (addr NULL) overlaps no
-    // existing Rust object; the arguments are plain values.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
+/// A shared, read-write, pre-faulted mapping of a whole file, unmapped on
+/// drop. Whoever holds raw pointers into it must not use them after that.
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: NonZeroUsize,
+}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `fd` (`MAP_SHARED | MAP_POPULATE`,
+    /// read-write). A hugetlb file short of pages fails with `ENOMEM`.
+    pub(crate) fn shared(fd: impl AsFd, len: usize) -> io::Result<Mapping> {
+        let len = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(Errno::EINVAL))?;
+        // SAFETY: the kernel picks the address (none is given, no MAP_FIXED),
+        // so the new mapping overlaps no existing Rust object; the other
+        // arguments are plain values. The mapping is owned by the returned
+        // `Mapping` alone, which unmaps it once.
+        let p = unsafe {
+            mmap(
+                None,
+                len,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE,
+                fd,
+                0,
+            )
+        }?;
+        Ok(Mapping { ptr: p.cast(), len })
     }
-    NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned NULL"))
+
+    /// Start of the mapping (page-aligned).
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Length of the mapping in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len.get()
+    }
+
+    /// Locks the mapping in memory (no swapping, stable physical addresses).
+    pub(crate) fn lock(&self) -> io::Result<()> {
+        // SAFETY: the range is exactly our live mapping; mlock only changes
+        // the residency of its pages and reads or writes no memory.
+        Ok(unsafe { mlock(self.ptr.cast(), self.len.get()) }?)
+    }
 }
 
-/// Unmaps a mapping made by [`mmap_shared`].
-///
-/// # Safety
-/// `ptr`/`len` must be exactly one mapping returned by [`mmap_shared`] that no
-/// live reference points into any more.
-pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) {
-    // SAFETY: the caller guarantees the range is our mapping and unused.
-    let r = unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
-    debug_assert_eq!(r, 0, "munmap: {}", io::Error::last_os_error());
-}
-
-/// Locks a mapping in memory (no swapping, stable physical addresses).
-pub(crate) fn mlock(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
-    // SAFETY: mlock only changes the residency of pages we mapped; it reads
-    // and writes no memory.
-    let r = unsafe { libc::mlock(ptr.as_ptr().cast(), len) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` is the mapping `shared` made, unmapped only
+        // here; its owner is going away, and raw pointers handed out by it are
+        // documented to live no longer than it.
+        let r = unsafe { munmap(self.ptr.cast(), self.len.get()) };
+        debug_assert!(r.is_ok(), "munmap: {r:?}");
     }
 }

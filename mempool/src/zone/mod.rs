@@ -3,17 +3,17 @@
 mod header;
 mod options;
 
-use std::ffi::CString;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
 
 pub use options::ZoneOptions;
+
+use nix::errno::Errno;
 
 use crate::error::MemError;
 use crate::iova::{self, IovaMode};
 use crate::page::{HugepageCounts, PageSize, round_up};
-use crate::sys;
+use crate::sys::{self, Mapping};
 use header::{HEADER_BYTES, HeaderInfo, MAX_NAME};
 
 /// Prefix of the memfd name of every zone (`/memfd:ntbdk:<name>` in
@@ -73,8 +73,8 @@ const MEMFD_PREFIX: &str = "ntbdk:";
 /// # }
 /// ```
 pub struct Zone {
-    base: NonNull<u8>,
-    map_len: usize,
+    /// The shared mapping of the whole file, header included; unmapped on drop.
+    map: Mapping,
     len: usize,
     name: String,
     page_size: PageSize,
@@ -144,23 +144,25 @@ impl Zone {
             return Err(MemError::HugepagesUnsupported { page_size });
         }
 
-        let memfd_name =
-            CString::new(format!("{MEMFD_PREFIX}{name}")).expect("zone names were checked for NUL");
-        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | page_size.memfd_flags();
-        let fd = sys::memfd_create(&memfd_name, flags).map_err(|e| {
-            if page_size.is_huge() && e.raw_os_error() == Some(libc::EINVAL) {
+        let memfd_name = format!("{MEMFD_PREFIX}{name}");
+        let memfd = sys::memfd_create(&memfd_name, page_size).map_err(|e| {
+            if page_size.is_huge() && e.raw_os_error() == Some(Errno::EINVAL as i32) {
                 MemError::HugepagesUnsupported { page_size }
             } else {
                 MemError::io(format!("memfd_create({memfd_name:?})"), e)
             }
         })?;
-        sys::ftruncate(fd.as_fd(), map_len)
+        let fd = memfd.as_file().as_fd();
+        sys::ftruncate(fd, map_len)
             .map_err(|e| MemError::io(format!("ftruncate(zone {name:?}, {map_len})"), e))?;
 
         // Reserve every page now: a hugetlb memfd is happy to exist without
         // pages and would SIGBUS on first touch.
-        if let Err(e) = sys::fallocate(fd.as_fd(), map_len) {
-            let short = matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::ENOMEM));
+        if let Err(e) = sys::fallocate(fd, map_len) {
+            let short = matches!(
+                e.raw_os_error().map(Errno::from_raw),
+                Some(Errno::ENOSPC | Errno::ENOMEM)
+            );
             return Err(if page_size.is_huge() && short {
                 let needed_pages = map_len / page_size.bytes();
                 let c = HugepageCounts::read(page_size)
@@ -185,22 +187,21 @@ impl Zone {
                 )
             });
         }
-        sys::add_seals(fd.as_fd(), sys::ZONE_SEALS | libc::F_SEAL_SEAL)
-            .map_err(|e| MemError::io(format!("seal zone {name:?}"), e))?;
+        sys::seal(&memfd).map_err(|e| MemError::io(format!("seal zone {name:?}"), e))?;
+        let fd = OwnedFd::from(memfd.into_file());
 
-        let base = sys::mmap_shared(fd.as_fd(), map_len)
+        let map = Mapping::shared(&fd, map_len)
             .map_err(|e| MemError::io(format!("mmap(zone {name:?}, {map_len})"), e))?;
         let info = HeaderInfo {
             page_size,
             usable_len: map_len - HEADER_BYTES,
             name: name.to_owned(),
         };
-        // SAFETY: `base` is our fresh writable mapping of `map_len` bytes,
+        // SAFETY: `map` is our fresh writable mapping of `map_len` bytes,
         // page-aligned and not yet visible to anyone else.
-        unsafe { header::write(base, map_len, &info) };
+        unsafe { header::write(map.ptr(), map_len, &info) };
         let zone = Zone {
-            base,
-            map_len,
+            map,
             len: info.usable_len,
             name: info.name,
             page_size,
@@ -232,11 +233,12 @@ impl Zone {
                 "fd {raw} is {target:?}, not a zone memfd ({expected}<name>)"
             )));
         }
-        let seals = sys::get_seals(fd.as_fd())
+        let (sealed, seals) = sys::zone_seals(fd.as_fd())
             .map_err(|e| MemError::io(format!("F_GET_SEALS on fd {raw}"), e))?;
-        if seals & sys::ZONE_SEALS != sys::ZONE_SEALS {
+        if !sealed {
             return Err(bad(format!(
-                "fd {raw} is not sealed against resizing (seals {seals:#x})"
+                "fd {raw} is not sealed against resizing (seals {:#x})",
+                seals.bits()
             )));
         }
         let st = sys::fstat(fd.as_fd()).map_err(|e| MemError::io(format!("fstat fd {raw}"), e))?;
@@ -252,20 +254,13 @@ impl Zone {
                  holding a zone"
             )));
         }
-        let base = sys::mmap_shared(fd.as_fd(), map_len)
+        let map = Mapping::shared(&fd, map_len)
             .map_err(|e| MemError::io(format!("mmap(fd {raw}, {map_len})"), e))?;
-        // SAFETY: `base` maps `map_len >= HEADER_BYTES` readable bytes.
-        let info = match unsafe { header::read(base, map_len, page_size) } {
-            Ok(info) => info,
-            Err(e) => {
-                // SAFETY: our own mapping, not referenced by anything yet.
-                unsafe { sys::munmap(base, map_len) };
-                return Err(e);
-            }
-        };
+        // SAFETY: `map` maps `map_len >= HEADER_BYTES` readable bytes. On an
+        // error it is dropped (unmapped) on the way out.
+        let info = unsafe { header::read(map.ptr(), map_len, page_size) }?;
         let zone = Zone {
-            base,
-            map_len,
+            map,
             len: info.usable_len,
             name: info.name,
             page_size,
@@ -305,7 +300,7 @@ impl Zone {
 
     /// Start of the usable bytes; aligned to the page size (at least 4096).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.base.as_ptr()
+        self.map.ptr().as_ptr()
     }
 
     /// Number of usable bytes from [`as_ptr`](Zone::as_ptr) (at least the
@@ -356,7 +351,7 @@ impl Zone {
                 len: self.len,
             });
         }
-        let va = self.base.as_ptr() as usize + offset;
+        let va = self.as_ptr() as usize + offset;
         match mode {
             IovaMode::Va => Ok(va as u64),
             IovaMode::Pa => iova::virt_to_phys(va).map_err(|e| match e {
@@ -368,23 +363,14 @@ impl Zone {
 
     /// Locks the whole mapping; a failure is logged, not returned.
     fn lock(&self) {
-        if let Err(e) = sys::mlock(self.base, self.map_len) {
+        if let Err(e) = self.map.lock() {
             tracing::warn!(
                 zone = %self.name,
                 "could not lock {} bytes in memory ({e}): pages may be swapped and \
                  physical addresses may change; raise RLIMIT_MEMLOCK (ulimit -l)",
-                self.map_len
+                self.map.len()
             );
         }
-    }
-}
-
-impl Drop for Zone {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`map_len` is the mapping this zone made; the zone is
-        // going away, so no borrow of it remains (raw pointers handed out are
-        // documented to live no longer than the zone).
-        unsafe { sys::munmap(self.base, self.map_len) };
     }
 }
 
@@ -392,7 +378,7 @@ impl fmt::Debug for Zone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Zone")
             .field("name", &self.name)
-            .field("base", &self.base)
+            .field("base", &self.map.ptr())
             .field("len", &self.len)
             .field("page_size", &self.page_size)
             .field("fd", &self.fd.as_raw_fd())
