@@ -28,11 +28,16 @@
 #   NTBDK_VM_PEER_DEATH=1         also kill the client's QEMU once both guests
 #                                 are READY; the server must still end with ok
 #                                 (with smoke this only tests the harness)
+#   NTBDK_VM_KILL_AFTER=SECS      peer death: seconds between both guests'
+#                                 READY and the kill (default 0 for smoke,
+#                                 5 for perf, so that traffic flows)
 #   NTBDK_VM_TIMEOUT=SECS         hard limit per guest, QEMU is killed (180)
 #   NTBDK_VM_MEM=MIB              guest RAM (384)
 #   NTBDK_VM_SHM=MIB              size of the shared ivshmem memory (16)
 #   NTBDK_VM_KEEP=1               keep the work dir (logs, initramfs)
 #   NTBDK_VM_NO_INSTALL=1         do not apt-get anything; fail if missing
+#   NTBDK_VM_TARGET_DIR=DIR       cargo target dir of the static build
+#                                 (default target/vm)
 #
 # Exit status: 0 when both guests end with NTBDK-VM-RESULT: ok; else 1, after
 # printing the tail of each guest's console.
@@ -43,6 +48,7 @@ ROOT=$PWD
 WORKLOAD=${NTBDK_VM_WORKLOAD:-smoke}
 PEER_DEATH=${NTBDK_VM_PEER_DEATH:-0}
 TIMEOUT=${NTBDK_VM_TIMEOUT:-180}
+if [ "$WORKLOAD" = perf ]; then KILL_AFTER=${NTBDK_VM_KILL_AFTER:-5}; else KILL_AFTER=${NTBDK_VM_KILL_AFTER:-0}; fi
 MEM=${NTBDK_VM_MEM:-384}
 SHM_MIB=${NTBDK_VM_SHM:-16}
 # the ivshmem function's fixed slot in each guest (QEMU -device ...,addr=)
@@ -96,10 +102,14 @@ VMLINUZ=/boot/vmlinuz-$KVER
 log "kernel $KVER, $(qemu-system-x86_64 --version | head -n 1)"
 
 # ------------------------------------------------------------ static build
-log "building static apps (target/vm)"
+TARGET_DIR=${NTBDK_VM_TARGET_DIR:-$ROOT/target/vm}
+log "building static apps ($TARGET_DIR)"
+# --target makes RUSTFLAGS apply to the apps only, not to build scripts and
+# proc macros (which cannot be static); glibc static binaries need no libc
+# in the initramfs
 RUSTFLAGS='-C target-feature=+crt-static' nice cargo build --release --quiet \
-    --target x86_64-unknown-linux-gnu -p ntbdk-apps --target-dir target/vm
-BIN=$ROOT/target/vm/x86_64-unknown-linux-gnu/release
+    --target x86_64-unknown-linux-gnu -p ntbdk-apps --target-dir "$TARGET_DIR"
+BIN=$TARGET_DIR/x86_64-unknown-linux-gnu/release
 APPS=(ntb-perf ntb-pingpong ntb-fwd ntb-tool)
 for a in "${APPS[@]}"; do
     [ -x "$BIN/$a" ] || die "static build did not produce $BIN/$a"
@@ -138,6 +148,9 @@ IR=$WORK/initramfs
 mkdir -p "$IR"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,tmp,lib/modules,ntbdk}
 cp /bin/busybox "$IR/bin/busybox"
 ln -s busybox "$IR/bin/sh"
+mkdir -p "$IR/etc"
+printf 'root:x:0:0:root:/:/bin/sh\nntb:x:1000:1000:ntbdk test user:/tmp:/bin/sh\n' >"$IR/etc/passwd"
+printf 'root:x:0:\nntb:x:1000:\n' >"$IR/etc/group"
 install -m 0755 scripts/vm/init "$IR/init"
 install -m 0755 scripts/vm/role.sh "$IR/ntbdk/role.sh"
 install -m 0755 scripts/ntbdk-devbind "$IR/ntbdk/ntbdk-devbind"
@@ -182,15 +195,20 @@ boot_guest() {
     # -accel tcg: no usable KVM here. q35 + intel-iommu gives vfio-pci a
     # real IOMMU group (intremap=on needs kernel-irqchip=split; eim=off as
     # TCG has no EIM). -nodefaults drops the VGA and NIC we do not need.
-    nice -n 5 timeout -s KILL "$TIMEOUT" qemu-system-x86_64 \
-        -accel tcg -M q35,kernel-irqchip=split -cpu max -smp 1 -m "$MEM" \
-        -device intel-iommu,intremap=on,eim=off \
-        -nodefaults -display none -no-reboot \
-        -serial "file:$WORK/$role.log" -pidfile "$WORK/$role.pid" \
-        -kernel "$VMLINUZ" -initrd "$WORK/initramfs.cpio" -append "$cmdline" \
-        -object "memory-backend-file,id=ivshmem,size=${SHM_MIB}M,mem-path=$SHM,share=on" \
-        -device "ivshmem-plain,memdev=ivshmem,addr=$(printf '0x%x' "$SLOT")" \
-        >"$WORK/$role.qemu.log" 2>&1 &
+    # the subshell (with exit, so that bash does not exec) keeps bash's
+    # "Killed" job message for a guest we kill off the terminal
+    (
+        nice -n 5 timeout --foreground -s KILL "$TIMEOUT" qemu-system-x86_64 \
+            -accel tcg -M q35,kernel-irqchip=split -cpu max -smp 1 -m "$MEM" \
+            -device intel-iommu,intremap=on,eim=off \
+            -nodefaults -display none -no-reboot \
+            -serial "file:$WORK/$role.log" -pidfile "$WORK/$role.pid" \
+            -kernel "$VMLINUZ" -initrd "$WORK/initramfs.cpio" -append "$cmdline" \
+            -object "memory-backend-file,id=ivshmem,size=${SHM_MIB}M,mem-path=$SHM,share=on" \
+            -device "ivshmem-plain,memdev=ivshmem,addr=$(printf '0x%x' "$SLOT")" \
+            >"$WORK/$role.qemu.log" 2>&1
+        exit $?
+    ) 2>/dev/null &
 }
 
 declare -A STARTED DONE_AT
@@ -217,6 +235,7 @@ CLIENT_PID=$!
 since() { awk -v a="${STARTED[$1]}" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 declare -A BOOTED
 KILLED=''
+READY_AT=''
 alive() { kill -0 "$1" 2>/dev/null; }
 PASS=''
 while :; do
@@ -232,8 +251,12 @@ while :; do
     done
     # peer death: once both are READY, kill the client's QEMU (SIGKILL, as a
     # host crash would) and let the server report
-    if [ "$PEER_DEATH" = 1 ] && [ -z "$KILLED" ] &&
+    if [ "$PEER_DEATH" = 1 ] && [ -z "$KILLED" ] && [ -z "$READY_AT" ] &&
         has_marker server 'NTBDK-VM-READY' && has_marker client 'NTBDK-VM-READY'; then
+        READY_AT=$(date +%s)
+        log "both guests READY; killing the client in ${KILL_AFTER}s"
+    fi
+    if [ -n "$READY_AT" ] && [ -z "$KILLED" ] && [ "$(date +%s)" -ge $((READY_AT + KILL_AFTER)) ]; then
         if ! has_marker client 'NTBDK-VM-RESULT'; then
             if kill_guest client; then
                 KILLED=client
@@ -292,4 +315,4 @@ for role in server client; do
     grep -m 1 'NTBDK-VM-BOOTED' "$WORK/$role.log" | tr -d '\r' | sed "s/^/   $role: /"
 done
 log "ok: server booted in ${BOOTED[server]:-?}s and finished in ${DONE_AT[server]:-?}s," \
-    "client ${BOOTED[client]:-?}s / ${DONE_AT[client]:-killed}s (wall, host side)"
+    "client ${BOOTED[client]:-?}s / ${DONE_AT[client]:-(killed) }s (wall, host side)"

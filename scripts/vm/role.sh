@@ -20,7 +20,9 @@
 #
 # With ntbdk.peer_death=1 (NTBDK_VM_PEER_DEATH=1 on the host) the host kills
 # the client's QEMU once both guests print NTBDK-VM-READY; the server must
-# then see the link go down within its --timeout and exit 0.
+# then see the link go down within its --timeout and exit 0. With smoke this
+# is a self-test of the harness: the "link" is a heartbeat word the client
+# writes into BAR2 with devmem, and the server watches it stop.
 #
 # Console markers read by the host: NTBDK-VM-READY (workload started; the
 # peer may now be killed). /init prints NTBDK-VM-RESULT after this returns.
@@ -100,6 +102,10 @@ ls -l /dev/vfio
 ntbdk-devbind --status
 # binding again is a no-op, not an error
 ntbdk-devbind --bind=vfio-pci "$BDF" || fail "second bind of $BDF failed"
+# --user: the initramfs has a user ntb (uid 1000) for this
+ntbdk-devbind --user ntb "$BDF" || fail "ntbdk-devbind --user ntb failed"
+owner=$(stat -c %U "/dev/vfio/$GROUP")
+[ "$owner" = ntb ] || fail "/dev/vfio/$GROUP is owned by $owner after --user ntb"
 
 # ---- workload
 case "$WORKLOAD" in
@@ -112,16 +118,44 @@ case "$WORKLOAD" in
             fail "ntb-tool create failed"
         ntb-tool --dir /dev/shm status vmsmoke || fail "ntb-tool status failed"
         ntb-tool --dir /dev/shm destroy vmsmoke || fail "ntb-tool destroy failed"
-        echo "NTBDK-VM-READY"
-        if [ "$PEER_DEATH" = 1 ] && [ "$ROLE" = server ]; then
-            # harness self-test: stay up until the host has killed the client
-            sleep 5
+        # give the device back (leaves the guest as it found it)
+        ntbdk-devbind --unbind "$BDF" || fail "unbind failed"
+        if [ "$PEER_DEATH" = 1 ]; then
+            # harness self-test of the peer-death case, without ntbdk: the
+            # client bumps a heartbeat word in BAR2 (offset 8) until the host
+            # kills its QEMU; the server must see it stop (3 s) and exit 0
+            if [ "$ROLE" = client ]; then
+                hb=0
+                while :; do
+                    hb=$((hb + 1))
+                    devmem $((bar2 + 8)) 32 "$hb"
+                    [ "$hb" = 5 ] && echo "NTBDK-VM-READY"
+                    usleep 200000
+                done
+            fi
+            last=0
+            wait_word 8 5 60 || true
+            hb_seen=$(($(devmem $((bar2 + 8)) 32)))
+            [ "$hb_seen" -ge 5 ] || fail "the client's heartbeat never started"
+            echo "NTBDK-VM-READY"
+            still=0
+            while [ "$still" -lt 30 ]; do
+                now=$(($(devmem $((bar2 + 8)) 32)))
+                if [ "$now" = "$last" ]; then still=$((still + 1)); else still=0; fi
+                last=$now
+                usleep 100000
+            done
+            say "peer heartbeat stopped at $last: peer is dead, exiting cleanly"
+        else
+            echo "NTBDK-VM-READY"
         fi
         ;;
     perf)
         # ================= WORKLOAD: ntb-perf over vfio (issue 12) =================
         # The two guests share BAR2 of their ivshmem functions (one
         # memory-backend-file on the host), so they form a 2-host fabric.
+        # READY comes first: the host kills the client (peer death) a few
+        # seconds later (NTBDK_VM_KILL_AFTER), while traffic flows.
         echo "NTBDK-VM-READY"
         if [ "$ROLE" = server ]; then
             # peer death: the client's QEMU is killed mid-run; the server must
@@ -140,11 +174,10 @@ case "$WORKLOAD" in
                 fail "ntb-perf client (lat) failed"
         fi
         # ============================================================================
+        ntbdk-devbind --unbind "$BDF" || fail "unbind failed"
         ;;
     *) fail "unknown workload '$WORKLOAD' (smoke or perf)" ;;
 esac
 
-# ---- give the device back (leaves the guest as it found it)
-ntbdk-devbind --unbind "$BDF" || fail "unbind failed"
 say "done"
 exit 0
