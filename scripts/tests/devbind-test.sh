@@ -322,6 +322,27 @@ suite() {
     expect_out 'memlock unlimited'
 }
 
+# not root: refused up front (needs setpriv from util-linux, and root to drop)
+nonroot_suite() {
+    CASE='not root'
+    make_fake
+    chmod -R a+rX "$TMP"
+    SHELL_CMD="setpriv --reuid=65534 --regid=65534 --clear-groups sh"
+    run --bind=vfio-pci 00:04.0
+    expect_rc 1
+    expect_err 'binding needs root'
+    run --user root 00:05.0
+    expect_rc 1
+    expect_err 'needs root'
+    run -u 00:05.0
+    expect_rc 1
+    expect_err 'unbinding needs root'
+    run --status
+    expect_rc 0
+    expect_out '^0000:00:04.0 '
+    nothing_written
+}
+
 SHELLS=${DEVBIND_TEST_SHELLS:-}
 if [ -z "$SHELLS" ]; then
     SHELLS='sh'
@@ -337,6 +358,10 @@ for SHELL_CMD in $SHELLS; do
     IFS=,
 done
 IFS=$OLDIFS
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+    nonroot_suite
+    SHELLS="$SHELLS,setpriv (not root)"
+fi
 
 echo "devbind-test: $PASS checks passed, $FAIL failed (shells: $SHELLS)"
 [ "$FAIL" -eq 0 ]
