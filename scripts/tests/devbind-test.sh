@@ -54,6 +54,7 @@ make_dev() {
 #   0000:00:05.0 ivshmem, vfio-pci, group 5, /dev/vfio/5 present
 #   0000:af:00.0 Intel SKX NTB, ntb_hw_intel (with an ntb0 child), group 7
 #   0000:00:01.0 a NIC (not NTB), e1000e, group 1
+#   0000:b0:00.0 Intel ICX NTB, vfio-pci, group 8, /dev/vfio/8 present
 make_fake() {
     rm -rf "$TMP/fake"
     SYS=$TMP/fake/sys
@@ -66,6 +67,8 @@ make_fake() {
     make_dev 0000:af:00.0 0x8086 0x201c 0x068000 ntb_hw_intel 7
     mkdir -p "$SYS/bus/pci/devices/0000:af:00.0/ntb0"
     make_dev 0000:00:01.0 0x8086 0x10d3 0x020000 e1000e 1
+    make_dev 0000:b0:00.0 0x8086 0x347e 0x068000 vfio-pci 8
+    : >"$DEV/vfio/8"
     for drv in vfio-pci ntb_hw_intel e1000e; do
         mkdir -p "$SYS/bus/pci/drivers/$drv"
         : >"$SYS/bus/pci/drivers/$drv/bind"
@@ -76,6 +79,7 @@ make_fake() {
     : >"$DEV/vfio/5"
     cat >"$MOD/modules.alias" <<'EOF'
 alias pci:v00008086d0000201Csv*sd*bc06sc80i* ntb_hw_intel
+alias pci:v00008086d0000347Esv*sd*bc06sc80i* ntb_hw_intel
 alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e
 alias pci:v*d*sv*sd*bc0Csc03i30* xhci_pci
 EOF
@@ -157,15 +161,16 @@ suite() {
     expect_out "^0000:00:05.0 'QEMU ivshmem .* 1af4:1110' drv=vfio-pci unused= iommu_group=5 dev=$DEV/vfio/5\$"
     expect_out "^0000:af:00.0 'Intel Skylake-SP NTB \\(gen3\\) 8086:201c' drv=ntb_hw_intel unused=vfio-pci iommu_group=7\$"
     expect_out "^0000:00:04.0 'QEMU ivshmem .* 1af4:1110' unused=vfio-pci iommu_group=3\$"
+    expect_out "^0000:b0:00.0 'Intel Ice Lake/Sapphire Rapids NTB \\(gen4\\) 8086:347e' drv=vfio-pci unused=ntb_hw_intel iommu_group=8 dev=$DEV/vfio/8\$"
     expect_no_out '0000:00:01.0'
     # sections in dpdk-devbind order: userspace, kernel, other
     order=$(printf '%s\n' "$OUT" | grep -E '^0000:' | cut -d ' ' -f 1 | tr '\n' ' ')
-    if [ "$order" = "0000:00:05.0 0000:af:00.0 0000:00:04.0 " ]; then ok; else bad "order: $order"; fi
+    if [ "$order" = "0000:00:05.0 0000:b0:00.0 0000:af:00.0 0000:00:04.0 " ]; then ok; else bad "order: $order"; fi
     nothing_written
 
     CASE='status with no NTB device is not an error'
     rm -rf "$SYS/bus/pci/devices/0000:00:04.0" "$SYS/bus/pci/devices/0000:00:05.0" \
-        "$SYS/bus/pci/devices/0000:af:00.0"
+        "$SYS/bus/pci/devices/0000:af:00.0" "$SYS/bus/pci/devices/0000:b0:00.0"
     run --status
     expect_rc 0
     expect_out '^No NTB or ivshmem devices detected$'
