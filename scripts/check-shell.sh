@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Static checks of the project's shell scripts, then the bind script's tests.
+#
+# - POSIX scripts (#!/bin/sh: the bind script and the VM guest scripts, which
+#   run under busybox ash): `sh -n`, and `busybox sh -n` when busybox is
+#   installed.
+# - bash scripts: `bash -n`.
+# - every script: shellcheck (Debian package shellcheck; installed here when
+#   missing and we are root), which picks the dialect from the #! line.
+# - scripts/tests/devbind-test.sh: ntbdk-devbind against a fake sysfs tree.
+#
+# Usage: scripts/check-shell.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v shellcheck >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "== installing shellcheck"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >/dev/null
+        apt-get install -y -q --no-install-recommends shellcheck >/dev/null
+    else
+        echo "check-shell: shellcheck not found: apt-get install shellcheck" >&2
+        exit 1
+    fi
+fi
+
+# every shell script in the repository, by its #! line
+posix=()
+bashs=()
+while IFS= read -r -d '' f; do
+    case "$(head -n 1 "$f")" in
+        '#!/bin/sh'*) posix+=("$f") ;;
+        '#!/usr/bin/env bash'* | '#!/bin/bash'*) bashs+=("$f") ;;
+    esac
+done < <(git ls-files -z --cached --others --exclude-standard -- scripts .ci)
+
+echo "== sh -n (${#posix[@]} POSIX scripts)"
+for f in "${posix[@]}"; do
+    sh -n "$f"
+    if command -v busybox >/dev/null 2>&1; then
+        busybox sh -n "$f"
+    fi
+done
+echo "== bash -n (${#bashs[@]} bash scripts)"
+for f in "${bashs[@]}"; do
+    bash -n "$f"
+done
+echo "== shellcheck ($(shellcheck --version | sed -n 's/^version: //p'))"
+shellcheck "${posix[@]}" "${bashs[@]}"
+
+echo "== ntbdk-devbind on a fake sysfs (scripts/tests/devbind-test.sh)"
+scripts/tests/devbind-test.sh
