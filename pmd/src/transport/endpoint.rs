@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, Port};
 
+use super::config::Config;
 use super::conn::SendPlan;
 use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
@@ -22,7 +23,7 @@ use super::idhash::IdMap;
 use super::ops::{EarlySgl, OutKind, OutOp};
 use super::peer::Peer;
 use super::region::RegionTable;
-use super::types::{Completion, Config, PeerState, Qp, Resources};
+use super::types::{Completion, PeerState, Qp, Resources};
 use super::wire::{Msg, Ring, WireStatus};
 
 /// One host's transport endpoint over an [`NtbDevice`].

@@ -1,5 +1,5 @@
-//! The transport's error type (for calls that fail at once) and the status of
-//! a completion (for operations that fail later).
+//! The transport's error type, for calls that fail at once (operations
+//! that fail later report a [`Status`](super::Status) in their completion).
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use thiserror::Error;
 
 use crate::hw::{HwError, Port};
 
-use super::region::RegionKey;
+use super::key::RegionKey;
 use super::types::PeerState;
 
 /// Why a transport call failed. Nothing was posted when a call returns one.
@@ -168,36 +168,3 @@ pub enum GeometryError {
 
 /// Shorthand for transport results.
 pub type Result<T, E = TransportError> = std::result::Result<T, E>;
-
-/// The outcome of a completed operation, as [`Completion::status`](super::Completion)
-/// reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// The operation completed; `bytes` moved.
-    Success,
-    /// The remote side refused: unknown key, missing permission or range
-    /// outside the remote region.
-    RemoteAccess,
-    /// A received message did not fit the posted receive buffer.
-    LocalLength,
-    /// The peer went down (left, died or rejoined) before the operation
-    /// completed.
-    PeerDown,
-    /// The operation made no progress within the configured timeout.
-    Timeout,
-    /// The peer sent a malformed or out-of-range message for this operation.
-    Protocol,
-    /// A read of unknown size announced more than the caller allowed, or more
-    /// than fits the region area.
-    TooLarge,
-    /// A posted receive was discarded because its queue pair was reset.
-    Flushed,
-}
-
-impl Status {
-    /// Whether this is [`Status::Success`].
-    #[inline]
-    pub fn is_ok(self) -> bool {
-        self == Status::Success
-    }
-}

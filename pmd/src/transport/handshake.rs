@@ -22,9 +22,10 @@ use crate::hw::{LinkEvent, Port};
 use super::conn::Conn;
 use super::counters::DropKind;
 use super::endpoint::{Transport, random_u64};
-use super::error::{Result, Status};
+use super::error::Result;
 use super::geometry::{HEADER_SIZE, Part};
 use super::ops::{InOp, OutKind};
+use super::types::Status;
 use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
 

@@ -14,10 +14,9 @@ use crate::hw::Port;
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
-use super::error::Status;
+use super::key::Access;
 use super::ops::OutKind;
-use super::region::Access;
-use super::types::{Completion, OpKind};
+use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
 
 /// The completion status a peer's wire status stands for.

@@ -3,7 +3,7 @@
 
 use super::endpoint::Transport;
 use super::error::{Result, TransportError};
-use super::region::{Access, RegionKey};
+use super::key::{Access, RegionKey};
 use super::sgl::Sge;
 
 impl Transport {

@@ -101,6 +101,7 @@
 //! back once per quarter ring. All progress happens in
 //! [`Transport::poll_completions`] / [`Transport::progress`]: no threads.
 
+mod config;
 mod conn;
 mod counters;
 mod dma;
@@ -112,6 +113,7 @@ mod idhash;
 mod initiator;
 #[cfg(feature = "internals")]
 pub mod inject;
+mod key;
 mod memory;
 mod multicast;
 mod ops;
@@ -129,14 +131,15 @@ pub mod wire;
 #[cfg(not(feature = "internals"))]
 mod wire;
 
+pub use config::Config;
 pub use counters::{DROP_KINDS, DropKind, QpCounters};
 pub use dma::{CpuEngine, DmaEngine, MIN_NT_THRESHOLD, default_nt_threshold};
 pub use endpoint::Transport;
-pub use error::{GeometryError, Result, Status, TransportError};
+pub use error::{GeometryError, Result, TransportError};
 pub use geometry::{Geometry, Layout};
 pub use handshake::{VERSION, epoch};
+pub use key::{Access, RegionKey};
 pub use multicast::MulticastMode;
-pub use region::{Access, RegionKey};
 pub use sgl::{RemoteAddr, Sge};
-pub use types::{Completion, Config, OpKind, PeerState, Qp, Resources, SendWr, WriteWr};
+pub use types::{Completion, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
 pub use wire::Ring;

@@ -16,12 +16,12 @@ use crate::hw::Port;
 use super::counters::DropKind;
 use super::dma::{copy_to_sgl, to_wire};
 use super::endpoint::{Movers, Transport};
-use super::error::{Result, Status, TransportError};
+use super::error::{Result, TransportError};
 use super::initiator::status_of;
+use super::key::{Access, RegionKey};
 use super::ops::{ChainLink, EarlySgl, InOp, McTarget, OutKind};
-use super::region::{Access, RegionKey};
 use super::sgl::{ExtentCursor, Sge};
-use super::types::Qp;
+use super::types::{Qp, Status};
 use super::wire::{self, Msg, Ring, WireSge, WireStatus};
 
 /// How a multicast put reaches its targets.

@@ -9,9 +9,10 @@ use std::time::Instant;
 
 use crate::hw::Port;
 
-use super::error::Status;
-use super::region::{Extents, RegionKey};
+use super::key::RegionKey;
+use super::region::Extents;
 use super::sgl::ExtentCursor;
+use super::types::Status;
 use super::wire::WireSge;
 
 /// An operation we initiated.

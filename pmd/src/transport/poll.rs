@@ -14,9 +14,8 @@ use crate::hw::Port;
 
 use super::counters::DropKind;
 use super::endpoint::Transport;
-use super::error::Status;
 use super::ops::{InOp, OutKind};
-use super::types::PeerState;
+use super::types::{PeerState, Status};
 use super::wire::{self, Limits, Msg, Ring, SGES_PER_MSG, WireError};
 
 /// The drop counter a message that failed decoding or validation goes to.

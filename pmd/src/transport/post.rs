@@ -6,12 +6,13 @@ use crate::hw::Port;
 
 use super::conn::EagerBuffers;
 use super::endpoint::Transport;
-use super::error::{Result, Status, TransportError};
+use super::error::{Result, TransportError};
 use super::geometry::Part;
+use super::key::Access;
 use super::ops::{OutKind, RecvWr};
-use super::region::{Access, Extents};
+use super::region::Extents;
 use super::sgl::{ExtentCursor, RemoteAddr, Sge};
-use super::types::{Completion, OpKind, Qp, SendWr, WriteWr};
+use super::types::{Completion, OpKind, Qp, SendWr, Status, WriteWr};
 use super::wire::{self, Msg, Ring};
 
 impl Transport {

@@ -13,11 +13,10 @@ use crate::hw::{LocalWindow, Port};
 use super::counters::DropKind;
 use super::dma::DmaEngine;
 use super::endpoint::Transport;
-use super::error::Status;
 use super::geometry::Layout;
 use super::peer::Peer;
 use super::poll::drop_kind;
-use super::types::{Completion, OpKind};
+use super::types::{Completion, OpKind, Status};
 use super::wire::{self, Limits, Msg, Ring};
 
 /// What delivering a send touches, borrowed apart from the peer so the

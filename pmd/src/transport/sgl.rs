@@ -1,7 +1,7 @@
 //! Scatter/gather lists: local work-request SGEs and the walk that pairs a
 //! source list of window extents with a destination list, piece by piece.
 
-use super::region::RegionKey;
+use super::key::RegionKey;
 
 /// One local scatter/gather element: `len` bytes at `offset` of a
 /// registered region.

@@ -14,11 +14,10 @@ use crate::hw::Port;
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
-use super::error::Status;
+use super::key::{Access, RegionKey};
 use super::ops::InOp;
-use super::region::{Access, RegionKey};
 use super::sgl::ExtentCursor;
-use super::types::{Completion, OpKind};
+use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
 
 impl Transport {

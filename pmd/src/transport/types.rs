@@ -1,52 +1,10 @@
-//! The public vocabulary of the transport: configuration, queue pairs,
-//! completions, peer states.
-
-use std::time::Duration;
+//! The public vocabulary of the transport: queue pairs, work requests,
+//! completions and their statuses, peer states.
 
 use crate::hw::Port;
 
-use super::error::Status;
-use super::geometry::Geometry;
-use super::region::RegionKey;
+use super::key::RegionKey;
 use super::sgl::{RemoteAddr, Sge};
-
-/// How a [`Transport`](super::Transport) is set up.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The agreed geometry (must be the same on every host).
-    pub geometry: Geometry,
-    /// The memory window the transport uses.
-    pub mw: usize,
-    /// An operation that makes no progress for this long fails with
-    /// [`Status::Timeout`].
-    pub op_timeout: Duration,
-    /// How often a hello is re-sent to a peer that has not answered.
-    pub hello_interval: Duration,
-    /// Most operations outstanding at once (as initiator).
-    pub max_outstanding: usize,
-    /// Copies of at least this many bytes use non-temporal stores
-    /// (default: [`default_nt_threshold`](super::default_nt_threshold), the
-    /// last-level cache size, at least 2 MiB; `usize::MAX`: never).
-    pub nt_threshold: usize,
-    /// Ring the peer's doorbell (bit 0) after each batch of posts, for peers
-    /// that sleep on doorbells instead of polling.
-    pub doorbell: bool,
-}
-
-impl Config {
-    /// Defaults for `geometry`.
-    pub fn new(geometry: Geometry) -> Self {
-        Self {
-            geometry,
-            mw: 0,
-            op_timeout: Duration::from_secs(10),
-            hello_interval: Duration::from_millis(20),
-            max_outstanding: 4096,
-            nt_threshold: super::dma::default_nt_threshold(),
-            doorbell: false,
-        }
-    }
-}
 
 /// A queue pair: the handle for exchanging work with one peer. Cheap to copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -192,4 +150,37 @@ pub struct WriteWr<'a> {
     pub remote: RemoteAddr,
     /// The caller's cookie.
     pub cookie: u64,
+}
+
+/// The outcome of a completed operation, as [`Completion::status`]
+/// reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The operation completed; `bytes` moved.
+    Success,
+    /// The remote side refused: unknown key, missing permission or range
+    /// outside the remote region.
+    RemoteAccess,
+    /// A received message did not fit the posted receive buffer.
+    LocalLength,
+    /// The peer went down (left, died or rejoined) before the operation
+    /// completed.
+    PeerDown,
+    /// The operation made no progress within the configured timeout.
+    Timeout,
+    /// The peer sent a malformed or out-of-range message for this operation.
+    Protocol,
+    /// A read of unknown size announced more than the caller allowed, or more
+    /// than fits the region area.
+    TooLarge,
+    /// A posted receive was discarded because its queue pair was reset.
+    Flushed,
+}
+
+impl Status {
+    /// Whether this is [`Status::Success`].
+    #[inline]
+    pub fn is_ok(self) -> bool {
+        self == Status::Success
+    }
 }

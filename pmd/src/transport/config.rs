@@ -1,0 +1,45 @@
+//! How a transport is set up: the agreed geometry, the window, timeouts,
+//! limits and copy settings.
+
+use std::time::Duration;
+
+use super::dma::default_nt_threshold;
+use super::geometry::Geometry;
+
+/// How a [`Transport`](super::Transport) is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The agreed geometry (must be the same on every host).
+    pub geometry: Geometry,
+    /// The memory window the transport uses.
+    pub mw: usize,
+    /// An operation that makes no progress for this long fails with
+    /// [`Status::Timeout`](super::Status::Timeout).
+    pub op_timeout: Duration,
+    /// How often a hello is re-sent to a peer that has not answered.
+    pub hello_interval: Duration,
+    /// Most operations outstanding at once (as initiator).
+    pub max_outstanding: usize,
+    /// Copies of at least this many bytes use non-temporal stores
+    /// (default: [`default_nt_threshold`](super::default_nt_threshold), the
+    /// last-level cache size, at least 2 MiB; `usize::MAX`: never).
+    pub nt_threshold: usize,
+    /// Ring the peer's doorbell (bit 0) after each batch of posts, for peers
+    /// that sleep on doorbells instead of polling.
+    pub doorbell: bool,
+}
+
+impl Config {
+    /// Defaults for `geometry`.
+    pub fn new(geometry: Geometry) -> Self {
+        Self {
+            geometry,
+            mw: 0,
+            op_timeout: Duration::from_secs(10),
+            hello_interval: Duration::from_millis(20),
+            max_outstanding: 4096,
+            nt_threshold: default_nt_threshold(),
+            doorbell: false,
+        }
+    }
+}
