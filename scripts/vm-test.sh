@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two-VM end-to-end test of ntbdk's vfio path (issue 12), under QEMU TCG.
+# Two-VM end-to-end test of ntbdk's vfio path, under QEMU TCG.
 #
 # 1. Installs what is missing from Debian's packages (qemu-system-x86,
 #    linux-image-amd64, busybox-static, cpio, kmod); needs root for that.

@@ -15,7 +15,7 @@
 #                    server role runs `ntb-perf --device vfio:$BDF --server`,
 #                    the client role `ntb-perf --device vfio:$BDF ...` with
 #                    every byte verified. Needs the vfio/ivshmem device in the
-#                    Rust apps (issue 12); until then `--device` does not exist
+#                    Rust apps; until then `--device` does not exist
 #                    and this fails, which is why it is not the default.
 #
 # With ntbdk.peer_death=1 (NTBDK_VM_PEER_DEATH=1 on the host) the host kills
@@ -151,7 +151,7 @@ case "$WORKLOAD" in
         fi
         ;;
     perf)
-        # ================= WORKLOAD: ntb-perf over vfio (issue 12) =================
+        # ================= WORKLOAD: ntb-perf over vfio =================
         # The two guests share BAR2 of their ivshmem functions (one
         # memory-backend-file on the host), so they form a 2-host fabric.
         # READY comes first: the host kills the client (peer death) a few
