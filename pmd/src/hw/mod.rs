@@ -14,6 +14,8 @@
 mod counters;
 pub mod emu;
 mod error;
+pub mod mmio;
+pub mod vfio;
 mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};
