@@ -15,6 +15,7 @@ mod counters;
 pub mod emu;
 mod error;
 pub mod mmio;
+pub mod open;
 pub mod vfio;
 mod window;
 

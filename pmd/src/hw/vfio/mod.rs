@@ -20,6 +20,8 @@ pub mod ivshmem;
 #[cfg(test)]
 mod ivshmem_fabric_tests;
 mod sysfs;
+#[cfg(test)]
+pub(crate) use sysfs::fake as sysfs_fake;
 
 pub use bar::MappedBar;
 pub use bdf::Bdf;
