@@ -19,13 +19,14 @@ use clap::Parser;
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, die_with_parent,
-    install_signal_handlers, join, pick_core, pin, usable_cores, wait_peers,
+    install_signal_handlers, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
 };
 use ntbdk_apps::perf::{
     Budget, Client, Endpoint, Op, Test, fabric_config, parse_size, serve, size_label, sweep_sizes,
 };
 use ntbdk_apps::report::{Progress, Report, Table, write_svg};
 use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric};
+use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 /// This tool's name, in messages.
@@ -45,8 +46,12 @@ const LAT_WARMUP: u64 = 100;
 /// latency. For two terminals:
 ///   ntb-perf --fabric demo --server
 ///   ntb-perf --fabric demo --test bw --op write -s 1M
+/// Between two VMs sharing an ivshmem device bound to vfio-pci:
+///   ntb-perf --device vfio:0000:00:03.0 --server
+///   ntb-perf --device vfio:0000:00:03.0 --test bw --op write -s 64K
 #[derive(Debug, Parser)]
 #[command(name = "ntb-perf", version, verbatim_doc_comment)]
+#[command(group(clap::ArgGroup::new("shared").args(["fabric", "device"])))]
 struct Args {
     /// Test to run: bw (bandwidth and message rate) or lat (latency).
     /// Default: both.
@@ -89,7 +94,7 @@ struct Args {
         long,
         value_name = "CORE",
         default_value_t = 1,
-        conflicts_with = "fabric"
+        conflicts_with = "shared"
     )]
     peer_lcore: usize,
     /// Join the shared fabric NAME instead of running both sides on a
@@ -97,15 +102,19 @@ struct Args {
     /// removes it on exit).
     #[arg(long, value_name = "NAME")]
     fabric: Option<String>,
+    /// The device to use instead of a private fabric: emu:NAME (as --fabric
+    /// NAME) or vfio:BDF (a PCI function bound to vfio-pci; ivshmem).
+    #[arg(long, value_name = "SPEC", conflicts_with = "fabric")]
+    device: Option<DeviceSpec>,
     /// Our slot on --fabric (default: the first free one).
-    #[arg(long, value_name = "N", requires = "fabric")]
+    #[arg(long, value_name = "N", requires = "shared")]
     slot: Option<Port>,
     /// The other side's slot (default: the first other slot whose link comes
     /// up).
-    #[arg(long, value_name = "N", requires = "fabric")]
+    #[arg(long, value_name = "N", requires = "shared")]
     peer_slot: Option<Port>,
     /// Be the server (with --fabric); the other side measures.
-    #[arg(long, requires = "fabric")]
+    #[arg(long, requires = "shared")]
     server: bool,
     /// Slots of the fabric a --server creates (clients and servers; 2 for
     /// one queue pair, N+1 for --qp N).
@@ -127,7 +136,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    // An emu: device is a named fabric.
+    if let Some(DeviceSpec::Emu(name)) = &args.device {
+        args.fabric = Some(name.clone());
+        args.device = None;
+    }
     install_signal_handlers();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -164,22 +178,27 @@ fn run(args: &Args) -> Result<()> {
     let cores = usable_cores();
     let lcore = args.lcore.unwrap_or(usize::from(args.server));
     let core = pick_core(&cores, lcore, "--lcore")?;
-    match &args.fabric {
+    let vfio = args.device.clone();
+    let vfio_name = vfio.as_ref().map(|spec| spec.to_string());
+    match args.fabric.as_ref().or(vfio_name.as_ref()) {
         None => self_contained(args, &cores, core, timeout),
         Some(name) if args.peer || args.server => {
             if args.peer {
                 die_with_parent();
             }
             // `_owned` removes the fabric on exit if we created it.
-            let (fabric, _owned) = if args.peer {
-                (
-                    attach(name, "the fabric of the run that spawned us is gone")?,
-                    None,
-                )
-            } else {
-                attach_or_create(name, &fabric_config(args.slots as usize))?
+            let (dev, _owned) = match &vfio {
+                Some(spec) => (open_vfio(spec, args.slot)?, None),
+                None if args.peer => {
+                    let f = attach(name, "the fabric of the run that spawned us is gone")?;
+                    (join(&f, args.slot)?, None)
+                }
+                None => {
+                    let (f, owned) = attach_or_create(name, &fabric_config(args.slots as usize))?;
+                    (join(&f, args.slot)?, owned)
+                }
             };
-            let dev = Arc::new(join(&fabric, args.slot)?);
+            let dev = Arc::new(dev);
             let mut ctl = ServerControl::new(dev.clone())?;
             let mut ep = Endpoint::new(dev.clone(), timeout)?;
             if !args.peer {
@@ -202,11 +221,17 @@ fn run(args: &Args) -> Result<()> {
             Ok(())
         }
         Some(name) => {
-            let fabric = attach(
-                name,
-                &format!("start the server first: ntb-perf --fabric {name} --server"),
-            )?;
-            let dev = Arc::new(join(&fabric, args.slot)?);
+            let dev = match &vfio {
+                Some(spec) => open_vfio(spec, args.slot)?,
+                None => {
+                    let fabric = attach(
+                        name,
+                        &format!("start the server first: ntb-perf --fabric {name} --server"),
+                    )?;
+                    join(&fabric, args.slot)?
+                }
+            };
+            let dev = Arc::new(dev);
             if args.qp as usize > max_servers(dev.as_ref()) {
                 bail!(
                     "--qp {}: at most {} servers per client on this fabric",

@@ -22,8 +22,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, ValueEnum};
+use ntbdk_apps::perf::session::open_vfio;
 use ntbdk_apps::report::{LatRow, Report, lat_table, new_histogram, write_svg};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 /// Doorbell bit of a ping (and of its echo).
@@ -81,8 +83,12 @@ impl Via {
 /// side as a second process, pinned to another core). For two terminals:
 ///   ntb-pingpong --fabric demo --slot 0 --server
 ///   ntb-pingpong --fabric demo --slot 1
+/// Between two VMs sharing an ivshmem device bound to vfio-pci:
+///   ntb-pingpong --device vfio:0000:00:03.0 --server
+///   ntb-pingpong --device vfio:0000:00:03.0
 #[derive(Debug, Parser)]
 #[command(name = "ntb-pingpong", version, verbatim_doc_comment)]
+#[command(group(clap::ArgGroup::new("shared").args(["fabric", "device"])))]
 struct Args {
     /// Ping-pong through doorbells or scratchpads.
     #[arg(long, value_enum, default_value = "db")]
@@ -98,15 +104,19 @@ struct Args {
     /// removes it on exit).
     #[arg(long, value_name = "NAME")]
     fabric: Option<String>,
+    /// The device to use instead of a private fabric: emu:NAME (as --fabric
+    /// NAME) or vfio:BDF (a PCI function bound to vfio-pci; ivshmem).
+    #[arg(long, value_name = "SPEC", conflicts_with = "fabric")]
+    device: Option<DeviceSpec>,
     /// Our slot on --fabric (default: the first free one).
-    #[arg(long, value_name = "N", requires = "fabric")]
+    #[arg(long, value_name = "N", requires = "shared")]
     slot: Option<Port>,
     /// The other side's slot (default: the first other slot whose link comes
     /// up).
-    #[arg(long, value_name = "N", requires = "fabric")]
+    #[arg(long, value_name = "N", requires = "shared")]
     peer_slot: Option<Port>,
     /// Be the echo side (with --fabric); the other side measures.
-    #[arg(long, requires = "fabric")]
+    #[arg(long, requires = "shared")]
     server: bool,
     /// Core to pin this side to (an index into the usable cores; default 1
     /// for --server, else 0).
@@ -117,7 +127,7 @@ struct Args {
         long,
         value_name = "CORE",
         default_value_t = 1,
-        conflicts_with = "fabric"
+        conflicts_with = "shared"
     )]
     peer_lcore: usize,
     /// Seconds to wait for the peer to appear, and for any answer, before
@@ -136,7 +146,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    // An emu: device is a named fabric.
+    if let Some(DeviceSpec::Emu(name)) = &args.device {
+        args.fabric = Some(name.clone());
+        args.device = None;
+    }
     install_signal_handlers();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -158,19 +173,22 @@ fn run(args: &Args) -> Result<()> {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let lcore = args.lcore.unwrap_or(usize::from(args.server));
     let core = pick_core(&cores, lcore, "--lcore")?;
-    match &args.fabric {
+    let vfio_name = args.device.as_ref().map(|spec| spec.to_string());
+    match args.fabric.as_ref().or(vfio_name.as_ref()) {
         None => self_contained(args, &cores, core, timeout),
         Some(name) if args.peer || args.server => {
             if args.peer {
                 die_with_parent();
             }
             // `_owned` removes the fabric on exit if we created it.
-            let (fabric, _owned) = if args.peer {
-                (attach(name)?, None)
-            } else {
-                attach_or_create(name)?
+            let (dev, _owned) = match &args.device {
+                Some(spec) => (open_vfio(spec, args.slot)?, None),
+                None if args.peer => (join(&attach(name)?, args.slot)?, None),
+                None => {
+                    let (fabric, owned) = attach_or_create(name)?;
+                    (join(&fabric, args.slot)?, owned)
+                }
             };
-            let dev = join(&fabric, args.slot)?;
             let peer = find_peer(&dev, args.peer_slot, timeout)?;
             pin(core);
             let served = echo(&dev, peer, args.via, timeout)?;
@@ -180,8 +198,10 @@ fn run(args: &Args) -> Result<()> {
             Ok(())
         }
         Some(name) => {
-            let fabric = attach(name)?;
-            let dev = join(&fabric, args.slot)?;
+            let dev = match &args.device {
+                Some(spec) => open_vfio(spec, args.slot)?,
+                None => join(&attach(name)?, args.slot)?,
+            };
             let peer = find_peer(&dev, args.peer_slot, timeout)?;
             pin(core);
             let rtt = measure(&dev, peer, args, timeout)?;

@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 use ntbdk_apps::tool::{fmt_size, parse_size, parse_u32, parse_u64, render_status};
 use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig, shm_dir};
+use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, attach_fabric};
 
 /// Create, inspect and poke emulated NTB fabrics (and, later, any backend).
 #[derive(Parser, Debug)]
@@ -74,7 +75,8 @@ enum Cmd {
     List,
     /// Show a fabric's slots: owners, link, generations, heartbeats, counters.
     Status {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF (the fabric in an
+        /// ivshmem function's shared memory; takes no slot).
         name: String,
         /// Show never-used slots too.
         #[arg(long)]
@@ -193,6 +195,23 @@ fn attach(dir: &Path, name: &str) -> Result<EmuFabric> {
     EmuFabric::attach_in(dir, name).with_context(|| format!("attaching to fabric {name:?}"))
 }
 
+/// Attaches to the fabric in a PCI function's shared memory, then watches
+/// it for one heartbeat timeout: across hosts an owner is judged alive only
+/// by seeing its heartbeat advance.
+fn attach_shared(spec: &DeviceSpec, dir: &Path) -> Result<EmuFabric> {
+    let opts = OpenOptions {
+        emu: DeviceConfig {
+            dir: Some(dir.to_owned()),
+            ..DeviceConfig::default()
+        },
+        ..OpenOptions::default()
+    };
+    let f = attach_fabric(spec, &opts).with_context(|| format!("attaching to {spec}"))?;
+    let _ = f.status();
+    std::thread::sleep(f.config().heartbeat_timeout + f.config().heartbeat_timeout / 4);
+    Ok(f)
+}
+
 /// Joins `fabric` briefly as a host: slot `slot`, or the first free one.
 fn host(fabric: &EmuFabric, slot: Option<u16>) -> Result<EmuDevice> {
     let cfg = DeviceConfig {
@@ -291,7 +310,10 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Status { name, all, reclaim } => {
-            let f = attach(&dir, &name)?;
+            let f = match name.parse::<DeviceSpec>()? {
+                DeviceSpec::Emu(name) => attach(&dir, &name)?,
+                spec @ DeviceSpec::Vfio(_) => attach_shared(&spec, &dir)?,
+            };
             if reclaim {
                 let r = f.reclaim_dead();
                 if !r.is_empty() {

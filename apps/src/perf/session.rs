@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, open_member};
+use ntbdk_pmd::hw::vfio::ivshmem::IvshmemConfig;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 /// Set by SIGINT / SIGTERM; every wait checks it.
@@ -105,6 +107,19 @@ pub fn attach_or_create(
         // Created by someone else meanwhile: attach to theirs.
         Err(_) => Ok((EmuFabric::attach(name)?, None)),
     }
+}
+
+/// Opens a `vfio:` device (the fabric in its shared memory) at `slot` or
+/// the first free slot.
+pub fn open_vfio(spec: &DeviceSpec, slot: Option<Port>) -> Result<EmuDevice> {
+    let opts = OpenOptions {
+        ivshmem: IvshmemConfig {
+            slot,
+            ..IvshmemConfig::default()
+        },
+        ..OpenOptions::default()
+    };
+    open_member(spec, &opts).with_context(|| format!("opening device {spec}"))
 }
 
 /// Joins `fabric` at `slot` (or the first free slot).

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use ntbdk_pmd::hw::emu::{FabricStatus, SlotState};
+use ntbdk_pmd::hw::emu::{FabricStatus, Liveness, SlotState};
 
 /// Parses an integer in decimal, `0x` hex or `0b` binary (`_` allowed).
 pub fn parse_u64(s: &str) -> Result<u64, String> {
@@ -74,6 +74,20 @@ pub fn render_status(st: &FabricStatus, all: bool) -> String {
         c.heartbeat_timeout,
         c.read_latency
     );
+    if !st.window_backing.isolates_peers() {
+        let _ = writeln!(
+            out,
+            "  peers are NOT isolated: every window is in one shared memory that every host \
+             maps whole, so any host can write any window"
+        );
+    }
+    if st.liveness == Liveness::HeartbeatOnly {
+        let _ = writeln!(
+            out,
+            "  owners may be on other hosts: pids are theirs, alive = heartbeat advancing, \
+             hb-age = time since this tool saw it advance"
+        );
+    }
     let up = st.slots.iter().filter(|s| s.link_up).count();
     let _ = writeln!(out, "  {up} of {} slots up", c.slots);
     let _ = writeln!(

@@ -15,6 +15,9 @@ mod counters;
 pub mod emu;
 mod error;
 pub mod loopback;
+pub mod mmio;
+pub mod open;
+pub mod vfio;
 mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};

@@ -1,14 +1,11 @@
 //! [`EmuDevice`]: one host on the emulated fabric, implementing
 //! [`NtbDevice`].
 
-use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use ntbdk_mempool::{Zone, ZoneOptions};
 
 use super::config::DeviceConfig;
 use super::fabric::EmuFabric;
@@ -16,6 +13,7 @@ use super::layout::{SlotRegs, SlotState, SlotWord};
 use super::liveness::{now_ns, own_pid, own_start};
 use super::rlut;
 use super::segment::shm_dir;
+use super::windows::WindowMem;
 use crate::hw::{
     CounterSnapshot, DeviceCounters, HwError, LinkEvent, LinkState, LocalWindow, MwGeometry,
     NtbDevice, PeerWindow, Port, Result,
@@ -75,7 +73,7 @@ pub struct EmuDevice {
 }
 
 /// A peer's window mapping and the generation it belongs to.
-type PeerMap = (u64, Arc<Zone>);
+type PeerMap = (u64, WindowMem);
 
 struct Inner {
     fabric: EmuFabric,
@@ -83,7 +81,7 @@ struct Inner {
     /// Our packed word while we own the slot (state up).
     word: u64,
     generation: u64,
-    zone: Arc<Zone>,
+    window: WindowMem,
     counters: Arc<DeviceCounters>,
     read_latency: Duration,
     /// Peer window mappings, by peer, with the generation they belong to.
@@ -177,22 +175,17 @@ impl EmuDevice {
         for s in &regs.spads {
             s.store(0, Relaxed);
         }
-        let zone = match Zone::create(
-            &format!("emu-{}-{port}", fabric.name()),
-            fcfg.window_size,
-            &ZoneOptions::huge_or_fallback(),
-        ) {
-            Ok(z) => z,
+        let window = match WindowMem::own(fabric, port) {
+            Ok(w) => w,
             Err(e) => {
                 release();
-                return Err(e.into());
+                return Err(e);
             }
         };
-        regs.win_pid.store(pid, Relaxed);
-        regs.win_fd.store(zone.as_fd().as_raw_fd() as u32, Relaxed);
-        regs.win_len.store(zone.len() as u64, Relaxed);
-        regs.win_page
-            .store(zone.page_size().bytes() as u64, Relaxed);
+        regs.win_pid.store(window.published_pid(), Relaxed);
+        regs.win_fd.store(window.published_fd(), Relaxed);
+        regs.win_len.store(window.len() as u64, Relaxed);
+        regs.win_page.store(window.page_size() as u64, Relaxed);
         regs.heartbeat_ns.store(now_ns(), Relaxed);
         let up = SlotWord {
             state: SlotState::Up,
@@ -216,7 +209,7 @@ impl EmuDevice {
             fabric = fabric.name(),
             port,
             generation,
-            huge = zone.is_huge(),
+            huge = window.is_huge(),
             "joined"
         );
         let inner = Arc::new(Inner {
@@ -224,7 +217,7 @@ impl EmuDevice {
             port,
             word: up,
             generation,
-            zone: Arc::new(zone),
+            window,
             counters: Arc::new(DeviceCounters::default()),
             read_latency: cfg.read_latency.unwrap_or(fcfg.read_latency),
             peer_maps: (0..fcfg.slots).map(|_| Mutex::new(None)).collect(),
@@ -285,7 +278,7 @@ impl EmuDevice {
 
     /// Whether the inbound window is backed by hugepages.
     pub fn window_is_huge(&self) -> bool {
-        self.inner.zone.is_huge()
+        self.inner.window.is_huge()
     }
 
     fn regs(&self) -> &SlotRegs {
@@ -326,7 +319,7 @@ impl EmuDevice {
     }
 
     /// `peer`'s window, mapped (cached per generation).
-    fn peer_zone(&self, peer: Port) -> Result<Arc<Zone>> {
+    fn peer_mem(&self, peer: Port) -> Result<WindowMem> {
         let (r, raw) = self.up_peer(peer)?;
         let w = SlotWord::unpack(raw);
         let mut slot = self.inner.peer_maps[peer as usize]
@@ -337,13 +330,11 @@ impl EmuDevice {
         {
             return Ok(z.clone());
         }
-        let pid = r.win_pid.load(Relaxed);
-        let fd = r.win_fd.load(Relaxed);
-        let zone = Zone::open_from_pid(pid as i32, fd as i32).map_err(|e| {
+        let zone = WindowMem::peer(&self.inner.fabric, peer, r).map_err(|e| {
             if r.word.load(Acquire) != raw {
                 HwError::LinkDown { peer }
             } else {
-                e.into()
+                e
             }
         })?;
         // The owner may have left and another taken the slot meanwhile.
@@ -357,7 +348,6 @@ impl EmuDevice {
                 zone.len()
             )));
         }
-        let zone = Arc::new(zone);
         *slot = Some((w.generation, zone.clone()));
         Ok(zone)
     }
@@ -594,35 +584,21 @@ impl NtbDevice for EmuDevice {
 
     fn local_window(&self, mw: usize) -> Result<LocalWindow> {
         self.check_mw(mw)?;
-        let z = &self.inner.zone;
-        // SAFETY: the zone maps at least `window_size` bytes (it was created
-        // with that length), page aligned, read-write, and the handle keeps
-        // the zone alive.
-        Ok(unsafe {
-            LocalWindow::from_raw(
-                z.as_ptr(),
-                self.inner.fabric.config().window_size,
-                z.as_ptr() as u64,
-                z.clone(),
-            )
-        })
+        Ok(self
+            .inner
+            .window
+            .local_window(self.inner.fabric.config().window_size))
     }
 
     fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow> {
         self.check_mw(mw)?;
-        let z = self.peer_zone(peer)?;
-        // SAFETY: `peer_zone` checked the mapping holds at least
-        // `window_size` bytes; it is page aligned, writable, and kept alive by
-        // the handle.
-        Ok(unsafe {
-            PeerWindow::from_raw(
-                z.as_ptr(),
-                self.inner.fabric.config().window_size,
-                peer,
-                self.inner.counters.clone(),
-                z.clone(),
-            )
-        })
+        let z = self.peer_mem(peer)?;
+        // `peer_mem` checked the mapping holds at least `window_size` bytes.
+        Ok(z.peer_window(
+            self.inner.fabric.config().window_size,
+            peer,
+            self.inner.counters.clone(),
+        ))
     }
 
     fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()> {
@@ -729,12 +705,12 @@ impl NtbDevice for EmuDevice {
                 });
             }
         }
-        let z = self.peer_zone(peer)?;
+        let z = self.peer_mem(peer)?;
         let r = self.inner.fabric.regs_of(peer as usize);
         let _entry = self.take_rlut(r)?;
         hold(self.inner.read_latency);
         // SAFETY: `offset + dst.len() <= window_size <= z.len()` (checked
-        // above and in `peer_zone`); the mapping lives while `z` does; `dst`
+        // above and in `peer_mem`); the mapping lives while `z` does; `dst`
         // is a unique borrow of ordinary memory, distinct from the mapping.
         unsafe { std::ptr::copy(z.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
         self.inner.counters.non_posted(dst.len());

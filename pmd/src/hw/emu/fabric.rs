@@ -1,16 +1,18 @@
 //! [`EmuFabric`]: one process's handle on a named fabric's control segment.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::config::{DeviceConfig, FabricConfig};
-use super::layout::{SlotRegs, SlotState, SlotWord};
-use super::liveness::{now_ns, owner_gone, pid_exists};
+use super::layout::{SlotRegs, SlotState, SlotWord, windows_offset};
+use super::liveness::{Liveness, Progress, now_ns, owner_gone, pid_exists};
+use super::region::SharedRegion;
 use super::rlut;
 use super::segment::{FILE_PREFIX, Segment, segment_path, shm_dir, validate_name};
-use super::status::{FabricInfo, FabricStatus, SlotStatus};
+use super::status::{FabricInfo, FabricStatus, SlotStatus, WindowBacking};
 use super::{EmuDevice, SlotRegisters};
 use crate::hw::{CounterSnapshot, HwError, LinkState, Port, Result};
 
@@ -52,6 +54,17 @@ pub(crate) struct FabricInner {
     pub dir: PathBuf,
     pub cfg: FabricConfig,
     pub timeout_ns: u64,
+    pub liveness: Liveness,
+    /// Offset of slot 0's window in the segment's region, when the region
+    /// holds the windows (slot `i`'s is `i * window_size` further);
+    /// `None` when each owner publishes its own window memfd.
+    pub windows: Option<usize>,
+    /// What we last saw of each slot ([`Liveness::HeartbeatOnly`] only).
+    progress: Vec<Mutex<Progress>>,
+    /// Our clock at our last dead-slot scan ([`Liveness::HeartbeatOnly`]:
+    /// clocks of other hosts cannot be compared with ours, so the header's
+    /// election timestamp is not used).
+    last_scan_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for EmuFabric {
@@ -104,7 +117,21 @@ fn geometry_mismatch(name: &str, want: &FabricConfig, have: &FabricConfig) -> Op
 
 impl EmuFabric {
     fn from_segment(seg: Segment, dir: &Path, name: &str) -> EmuFabric {
+        Self::build(seg, dir, name, Liveness::HostProcesses, None)
+    }
+
+    fn build(
+        seg: Segment,
+        dir: &Path,
+        name: &str,
+        liveness: Liveness,
+        windows: Option<usize>,
+    ) -> EmuFabric {
         let cfg = seg.config();
+        let progress = match liveness {
+            Liveness::HostProcesses => Vec::new(),
+            Liveness::HeartbeatOnly => (0..cfg.slots).map(|_| Mutex::default()).collect(),
+        };
         EmuFabric {
             inner: Arc::new(FabricInner {
                 timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
@@ -112,8 +139,45 @@ impl EmuFabric {
                 name: name.to_owned(),
                 dir: dir.to_owned(),
                 cfg,
+                liveness,
+                windows,
+                progress,
+                last_scan_ns: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Opens the fabric laid out in `region`, one shared memory that holds
+    /// the control area **and** every slot's window (an ivshmem BAR mapped
+    /// through vfio; in tests, a memfd standing in for one). A blank
+    /// (all-zero) region is initialised for `cfg`; an initialised one is
+    /// attached whatever its geometry. Owners are judged by heartbeat only
+    /// ([`Liveness::HeartbeatOnly`]): they may be in other VMs. `label`
+    /// names the region in messages and status.
+    ///
+    /// Every host maps the whole region, so peers are not isolated from
+    /// each other's windows ([`WindowBacking::OneSharedRegion`]).
+    pub fn open_shared(region: SharedRegion, label: &str, cfg: &FabricConfig) -> Result<EmuFabric> {
+        let seg = Segment::open_region(region, Some(cfg), label, ATTACH_WAIT)?;
+        Ok(Self::shared(seg, label))
+    }
+
+    /// Attaches to the fabric already laid out in `region` (see
+    /// [`open_shared`](Self::open_shared)) without initialising a blank one.
+    pub fn attach_shared(region: SharedRegion, label: &str) -> Result<EmuFabric> {
+        let seg = Segment::open_region(region, None, label, ATTACH_WAIT)?;
+        Ok(Self::shared(seg, label))
+    }
+
+    fn shared(seg: Segment, label: &str) -> EmuFabric {
+        let slots = seg.config().slots;
+        Self::build(
+            seg,
+            Path::new(""),
+            label,
+            Liveness::HeartbeatOnly,
+            Some(windows_offset(slots)),
+        )
     }
 
     /// Creates fabric `name` in [`shm_dir`]; an existing one is an error.
@@ -281,6 +345,25 @@ impl EmuFabric {
         &self.inner.cfg
     }
 
+    /// How it tells live slot owners from dead ones.
+    pub fn liveness(&self) -> Liveness {
+        self.inner.liveness
+    }
+
+    /// Where its windows live.
+    pub fn window_backing(&self) -> WindowBacking {
+        match self.inner.windows {
+            None => WindowBacking::PerOwnerMemory,
+            Some(_) => WindowBacking::OneSharedRegion,
+        }
+    }
+
+    /// The region that holds the control area (and, for
+    /// [`open_shared`](Self::open_shared) fabrics, the windows).
+    pub(crate) fn region(&self) -> &SharedRegion {
+        self.inner.seg.region()
+    }
+
     /// Joins the fabric as a device: claims a slot (see [`DeviceConfig`];
     /// its `fabric` and `dir` fields are ignored here).
     pub fn join(&self, cfg: &DeviceConfig) -> Result<EmuDevice> {
@@ -298,15 +381,22 @@ impl EmuFabric {
             path: self.path().to_owned(),
             config: self.inner.cfg.clone(),
             created_unix: self.inner.seg.header().created_unix.load(Relaxed),
+            liveness: self.inner.liveness,
+            window_backing: self.window_backing(),
             slots,
         }
     }
 
     fn slot_status(&self, i: usize, now: u64) -> SlotStatus {
         let r = self.regs_of(i);
-        let w = SlotWord::unpack(r.word.load(Acquire));
+        let raw = r.word.load(Acquire);
+        let w = SlotWord::unpack(raw);
         let owned = w.state != SlotState::Free;
-        let hb = r.heartbeat_ns.load(Relaxed);
+        let age = self.heartbeat_age(i, raw, now);
+        let alive = match self.inner.liveness {
+            Liveness::HostProcesses => !owner_gone(w.pid, r.owner_start.load(Relaxed)),
+            Liveness::HeartbeatOnly => age <= self.inner.timeout_ns,
+        };
         let c = |k: usize| r.counters[k].load(Relaxed);
         let xs = r.xlat_size.load(Relaxed) as usize;
         SlotStatus {
@@ -314,9 +404,9 @@ impl EmuFabric {
             state: w.state,
             generation: w.generation,
             owner_pid: owned.then_some(w.pid),
-            owner_alive: owned && !owner_gone(w.pid, r.owner_start.load(Relaxed)),
+            owner_alive: owned && alive,
             link_up: self.link_at(i, now).up,
-            heartbeat_age: owned.then(|| Duration::from_nanos(now.saturating_sub(hb))),
+            heartbeat_age: owned.then(|| Duration::from_nanos(age)),
             heartbeats: r.heartbeat_count.load(Relaxed),
             db: r.db.load(Relaxed),
             db_mask: r.db_mask.load(Relaxed),
@@ -365,14 +455,19 @@ impl EmuFabric {
             .collect()
     }
 
-    /// Scans for dead slots if nobody has in the last quarter timeout.
+    /// Scans for dead slots if nobody has in the last quarter timeout
+    /// (fabric-wide on one host; per handle across hosts, whose clocks
+    /// differ).
     pub(crate) fn maybe_scan(&self, now: u64) {
-        let h = self.inner.seg.header();
-        let last = h.last_scan_ns.load(Relaxed);
+        let last_scan = match self.inner.liveness {
+            Liveness::HostProcesses => &self.inner.seg.header().last_scan_ns,
+            Liveness::HeartbeatOnly => &self.inner.last_scan_ns,
+        };
+        let last = last_scan.load(Relaxed);
         if now.saturating_sub(last) < self.inner.timeout_ns / 4 {
             return;
         }
-        if h.last_scan_ns
+        if last_scan
             .compare_exchange(last, now, Relaxed, Relaxed)
             .is_ok()
         {
@@ -382,17 +477,32 @@ impl EmuFabric {
         }
     }
 
-    /// Whether slot `i`, whose word is `w`, has a dead owner.
-    pub(crate) fn is_dead(&self, i: usize, w: SlotWord, now: u64) -> bool {
+    /// How long slot `i` (whose word is `raw`) has gone without a sign of
+    /// life: since its heartbeat timestamp on this host's clock, or, across
+    /// hosts, since we last saw its word or heartbeat count change.
+    fn heartbeat_age(&self, i: usize, raw: u64, now: u64) -> u64 {
         let r = self.regs_of(i);
-        match w.state {
-            SlotState::Free => false,
+        match self.inner.liveness {
+            Liveness::HostProcesses => now.saturating_sub(r.heartbeat_ns.load(Relaxed)),
+            Liveness::HeartbeatOnly => self.inner.progress[i]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .observe(raw, r.heartbeat_count.load(Relaxed), now),
+        }
+    }
+
+    /// Whether slot `i`, whose packed word is `raw`, has a dead owner.
+    pub(crate) fn is_dead(&self, i: usize, raw: u64, now: u64) -> bool {
+        let w = SlotWord::unpack(raw);
+        let stale = || self.heartbeat_age(i, raw, now) > self.inner.timeout_ns;
+        match (w.state, self.inner.liveness) {
+            (SlotState::Free, _) => false,
             // Start time and heartbeat may not be written yet: judge by pid.
-            SlotState::Claimed => owner_gone(w.pid, 0),
-            SlotState::Up => {
-                let hb = r.heartbeat_ns.load(Relaxed);
-                now.saturating_sub(hb) > self.inner.timeout_ns || !pid_exists(w.pid)
-            }
+            (SlotState::Claimed, Liveness::HostProcesses) => owner_gone(w.pid, 0),
+            (SlotState::Up, Liveness::HostProcesses) => stale() || !pid_exists(w.pid),
+            // Across hosts a claim's new word starts a fresh observation, so
+            // a claimer gets a full timeout to bring its slot up.
+            (_, Liveness::HeartbeatOnly) => stale(),
         }
     }
 
@@ -401,7 +511,7 @@ impl EmuFabric {
         let r = self.regs_of(i);
         let raw = r.word.load(Acquire);
         let w = SlotWord::unpack(raw);
-        if !self.is_dead(i, w, now) {
+        if !self.is_dead(i, raw, now) {
             return false;
         }
         let free = SlotWord {
@@ -433,9 +543,9 @@ impl EmuFabric {
     /// The link state of slot `i` as any peer sees it: up while the slot is
     /// up and its heartbeat fresh.
     pub(crate) fn link_at(&self, i: usize, now: u64) -> LinkState {
-        let r = self.regs_of(i);
-        let w = SlotWord::unpack(r.word.load(Acquire));
-        let fresh = now.saturating_sub(r.heartbeat_ns.load(Relaxed)) <= self.inner.timeout_ns;
+        let raw = self.regs_of(i).word.load(Acquire);
+        let w = SlotWord::unpack(raw);
+        let fresh = self.heartbeat_age(i, raw, now) <= self.inner.timeout_ns;
         LinkState {
             up: w.state == SlotState::Up && fresh,
             generation: w.generation,

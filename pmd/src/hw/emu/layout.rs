@@ -28,6 +28,45 @@ pub(crate) const MAX_SPADS: usize = 64;
 pub(crate) const MAX_RLUT: usize = 64;
 /// Bytes of one slot's register block.
 pub(crate) const SLOT_LEN: usize = std::mem::size_of::<SlotRegs>();
+/// [`Header::magic`] while one host initialises a region that others may
+/// attach to at the same moment (the region is claimed by a CAS 0 → this).
+pub(crate) const MAGIC_INIT: u64 = u64::from_le_bytes(*b"NTBDKINI");
+/// Alignment of the windows in a region that holds them (see
+/// [`windows_offset`]).
+pub(crate) const WINDOW_ALIGN: usize = 4096;
+
+/// Total bytes of the control area of a fabric with `slots` slots.
+pub(crate) const fn control_len(slots: usize) -> usize {
+    HEADER_LEN + slots * SLOT_LEN
+}
+
+/// Where the windows start in a region that holds the control area and the
+/// windows (an ivshmem BAR): right after the control area, page aligned.
+///
+/// ```text
+/// 0                          control area (header, slot blocks)
+/// windows_offset(S)          window of slot 0   (window_size bytes)
+/// + window_size              window of slot 1
+/// ...                        window of slot S-1
+/// ```
+pub(crate) const fn windows_offset(slots: usize) -> usize {
+    control_len(slots).next_multiple_of(WINDOW_ALIGN)
+}
+
+/// Bytes a region needs to hold the control area and `slots` windows of
+/// `window_size` bytes.
+pub(crate) fn region_len(slots: usize, window_size: usize) -> Option<usize> {
+    slots
+        .checked_mul(window_size)?
+        .checked_add(windows_offset(slots))
+}
+
+/// Where slot 0's window starts in a region that holds the control area
+/// and the windows (an ivshmem BAR2) of a fabric of `slots` slots; slot
+/// `i`'s starts `i * window_size` further.
+pub fn windows_start(slots: usize) -> usize {
+    windows_offset(slots)
+}
 
 /// The fabric header. Written by the creator before [`Header::magic`].
 #[repr(C, align(64))]

@@ -1,5 +1,48 @@
-//! Is a slot's owner still alive? Pids, process start times and a clock that
-//! every process on the host agrees on.
+//! Is a slot's owner still alive?
+//!
+//! Between processes on one host: pids, process start times and a clock that
+//! every process agrees on ([`Liveness::HostProcesses`]). Between hosts (VMs
+//! sharing an ivshmem BAR) none of these mean anything, so an owner is alive
+//! while its heartbeat count keeps advancing, as timed by the observer's own
+//! clock ([`Liveness::HeartbeatOnly`], [`Progress`]).
+
+/// How a fabric tells a live slot owner from a dead one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Owners are processes on this host: an owner is dead when its pid is
+    /// gone (or a zombie, or reused) or its heartbeat timestamp, on the
+    /// host-wide CLOCK_MONOTONIC, is older than the timeout.
+    HostProcesses,
+    /// Owners may be on other hosts, whose pids and clocks mean nothing
+    /// here: an owner is dead when its heartbeat count has not moved for a
+    /// timeout of the observer's clock. A host that starts observing a
+    /// slot gives it a full timeout before judging it.
+    HeartbeatOnly,
+}
+
+/// What one observer last saw of a slot, for [`Liveness::HeartbeatOnly`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Progress {
+    word: u64,
+    count: u64,
+    /// Our clock when `word` or `count` last changed (0 = never observed).
+    since: u64,
+}
+
+impl Progress {
+    /// Records the slot's current `word` and heartbeat `count` at our time
+    /// `now`; returns how long they have been unchanged.
+    pub fn observe(&mut self, word: u64, count: u64, now: u64) -> u64 {
+        if self.since == 0 || word != self.word || count != self.count {
+            *self = Progress {
+                word,
+                count,
+                since: now.max(1),
+            };
+        }
+        now.saturating_sub(self.since)
+    }
+}
 
 /// CLOCK_MONOTONIC in nanoseconds: system-wide, so heartbeats written by one
 /// process can be aged by another.
@@ -82,6 +125,16 @@ mod tests {
             "start time mismatch means gone"
         );
         assert!(!pid_exists(0));
+    }
+
+    #[test]
+    fn progress_ages_only_while_nothing_moves() {
+        let mut p = Progress::default();
+        assert_eq!(p.observe(7, 1, 1000), 0, "first sight is fresh");
+        assert_eq!(p.observe(7, 1, 1500), 500);
+        assert_eq!(p.observe(7, 2, 2000), 0, "a beat resets the age");
+        assert_eq!(p.observe(9, 2, 2600), 0, "a new word (re-join) too");
+        assert_eq!(p.observe(9, 2, 3000), 400);
     }
 
     #[test]

@@ -63,6 +63,20 @@
 //! A process that disables the thread must call
 //! [`service`](crate::hw::NtbDevice::service) more often than the timeout.
 //!
+//! # Memory sources
+//! The same code runs a fabric over two kinds of memory
+//! ([`SharedRegion`]):
+//! - the above: a control segment file, windows in per-owner memfds, and
+//!   owners judged by pid, start time and heartbeat timestamp
+//!   ([`Liveness::HostProcesses`]);
+//! - one region that holds the control area **and** every window
+//!   ([`EmuFabric::open_shared`]): an ivshmem BAR2 shared by VMs
+//!   ([`crate::hw::vfio::ivshmem`]), or in tests a memfd standing in for
+//!   it. Its first user lays it out; owners are judged by heartbeat
+//!   progress only ([`Liveness::HeartbeatOnly`]), since pids and clocks of
+//!   other VMs mean nothing; peers are not isolated
+//!   ([`WindowBacking::OneSharedRegion`]).
+//!
 //! # R-LUT
 //! Non-posted reads ([`non_posted_read`](crate::hw::NtbDevice::non_posted_read),
 //! [`peer_spad_read`](crate::hw::NtbDevice::peer_spad_read)) take one of the
@@ -77,15 +91,19 @@ mod device;
 mod fabric;
 mod layout;
 mod liveness;
+mod region;
 mod registers;
 mod rlut;
 mod segment;
 mod status;
+mod windows;
 
 pub use config::{DeviceConfig, FabricConfig, MAX_SLOTS};
 pub use device::EmuDevice;
 pub use fabric::EmuFabric;
-pub use layout::SlotState;
+pub use layout::{SlotState, windows_start};
+pub use liveness::Liveness;
+pub use region::SharedRegion;
 pub use registers::SlotRegisters;
 pub use segment::{MAX_NAME_LEN, shm_dir, validate_name};
-pub use status::{FabricInfo, FabricStatus, SlotStatus};
+pub use status::{FabricInfo, FabricStatus, SlotStatus, WindowBacking};

@@ -1,19 +1,30 @@
-//! The control segment: a file in a shared-memory directory, mapped shared by
-//! every process attached to the fabric.
+//! The control segment: the header and slot blocks, in a [`SharedRegion`].
 //!
-//! The creator opens it with `O_CREAT | O_EXCL` and mode 0600 (owner only),
-//! sizes it, writes the header and only then the magic, with release
+//! Two places hold one:
+//! - a file in a shared-memory directory ([`Segment::create`],
+//!   [`Segment::attach`]): the emulated fabric. The creator opens it with
+//!   `O_CREAT | O_EXCL` and mode 0600 (owner only) and sizes it; the file
+//!   holds the control area only (windows are the owners' memfds);
+//! - a region that also holds the windows ([`Segment::open_region`]): an
+//!   ivshmem BAR shared by VMs, where nobody creates anything and the first
+//!   host to arrive initialises it.
+//!
+//! Either way the initialiser claims the blank header with a CAS of the magic
+//! 0 → `MAGIC_INIT`, writes the header, and only then the magic, with release
 //! ordering. An attacher waits (bounded) for the magic with acquire ordering,
-//! then checks the layout version and sizes before it maps the slots.
+//! then checks the layout version and sizes before it touches the slots.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 use super::config::FabricConfig;
-use super::layout::{HEADER_LEN, Header, MAGIC, SLOT_LEN, SlotRegs, VERSION};
+use super::layout::{
+    HEADER_LEN, Header, MAGIC, MAGIC_INIT, SLOT_LEN, SlotRegs, VERSION, control_len, region_len,
+};
+use super::region::SharedRegion;
 use crate::hw::{HwError, Result};
 
 /// Prefix of every control segment's file name.
@@ -57,70 +68,27 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HwError {
     move |source| HwError::Io { what, source }
 }
 
-fn last_err(what: impl Into<String>) -> HwError {
-    io(what)(std::io::Error::last_os_error())
+/// Total bytes of a control segment file with `slots` slots.
+pub(crate) fn segment_len(slots: usize) -> usize {
+    control_len(slots)
 }
 
-/// Total bytes of a segment with `slots` slots.
-pub(crate) fn segment_len(slots: usize) -> usize {
-    HEADER_LEN + slots * SLOT_LEN
+/// What a region holds besides the control area, which sets the size it
+/// must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extent {
+    /// The control area only (a control segment file): exactly its size.
+    ControlOnly,
+    /// The control area and every slot's window (an ivshmem BAR): at least
+    /// their size.
+    WithWindows,
 }
 
 /// A mapped control segment.
 pub(crate) struct Segment {
-    base: *mut u8,
-    len: usize,
+    region: SharedRegion,
     slots: usize,
     path: PathBuf,
-}
-
-// SAFETY: the mapping is shared memory accessed only through atomics (every
-// field of Header and SlotRegs is atomic); the pointer stays valid until Drop.
-unsafe impl Send for Segment {}
-// SAFETY: as for Send.
-unsafe impl Sync for Segment {}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: `base..base+len` is the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-fn cpath(path: &Path) -> Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| HwError::Invalid(format!("path {} contains a NUL byte", path.display())))
-}
-
-/// Maps `len` bytes of `fd` shared, read-write.
-fn map(fd: i32, len: usize, path: &Path) -> Result<*mut u8> {
-    // SAFETY: a fresh shared mapping of an open fd; the kernel picks the
-    // address; failure is checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(last_err(format!(
-            "mapping control segment {}",
-            path.display()
-        )));
-    }
-    Ok(p.cast())
-}
-
-struct Fd(i32);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own this descriptor and close it once.
-        unsafe { libc::close(self.0) };
-    }
 }
 
 impl Segment {
@@ -128,60 +96,31 @@ impl Segment {
     /// An existing file is an `Io` error of kind `AlreadyExists`.
     pub fn create(path: &Path, cfg: &FabricConfig) -> Result<Segment> {
         cfg.validate()?;
-        let c = cpath(path)?;
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(last_err(format!(
-                "creating control segment {}",
-                path.display()
-            )));
-        }
-        let fd = Fd(fd);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io(format!("creating control segment {}", path.display())))?;
         let len = segment_len(cfg.slots);
         let result = (|| {
-            // SAFETY: `fd` is open for writing.
-            if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
-                return Err(last_err(format!(
-                    "sizing control segment {}",
+            file.set_len(len as u64)
+                .map_err(io(format!("sizing control segment {}", path.display())))?;
+            let what = format!("control segment {}", path.display());
+            let region = SharedRegion::map_fd(&file, len, &what)?;
+            // Slots are zero (a fresh file): free, generation 0.
+            if !init_header(&region, cfg) {
+                return Err(HwError::Fabric(format!(
+                    "{} was initialised by someone else while we created it",
                     path.display()
                 )));
             }
-            let base = map(fd.0, len, path)?;
-            let seg = Segment {
-                base,
-                len,
+            Ok(Segment {
+                region,
                 slots: cfg.slots,
                 path: path.to_owned(),
-            };
-            let h = seg.header();
-            h.version.store(VERSION, Relaxed);
-            h.header_len.store(HEADER_LEN as u32, Relaxed);
-            h.slot_len.store(SLOT_LEN as u32, Relaxed);
-            h.slots.store(cfg.slots as u32, Relaxed);
-            h.window_size.store(cfg.window_size as u64, Relaxed);
-            h.spads.store(cfg.spads as u32, Relaxed);
-            h.db_bits.store(cfg.db_bits, Relaxed);
-            h.rlut_entries.store(cfg.rlut_entries as u32, Relaxed);
-            h.creator_pid.store(std::process::id(), Relaxed);
-            h.heartbeat_timeout_ns
-                .store(cfg.heartbeat_timeout.as_nanos() as u64, Relaxed);
-            h.read_latency_ns
-                .store(cfg.read_latency.as_nanos() as u64, Relaxed);
-            let unix = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            h.created_unix.store(unix, Relaxed);
-            // Slots are zero (ftruncate): free, generation 0.
-            h.magic.store(MAGIC, Release);
-            Ok(seg)
+            })
         })();
         if result.is_err() {
             let _ = std::fs::remove_file(path);
@@ -192,53 +131,105 @@ impl Segment {
     /// Attaches to the segment at `path`, waiting up to `wait` for its
     /// creator to finish initialising it.
     pub fn attach(path: &Path, name: &str, wait: Duration) -> Result<Segment> {
-        let c = cpath(path)?;
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::NotFound {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(HwError::Fabric(format!(
                     "no fabric named {name:?} in {}: create it (ntb-tool create {name}) \
                      or open a device with EmuDevice::open",
                     path.parent().unwrap_or(Path::new("")).display()
                 )));
             }
-            return Err(io(format!("opening control segment {}", path.display()))(e));
-        }
-        let fd = Fd(fd);
-        let deadline = Instant::now() + wait;
-        let uninit = || {
-            HwError::Fabric(format!(
-                "fabric {name:?} ({}) was never initialised (its creator died while creating \
-                 it?): destroy it (ntb-tool destroy {name}) and create it again",
-                path.display()
-            ))
+            Err(e) => return Err(io(format!("opening control segment {}", path.display()))(e)),
         };
-        // Wait for the creator's ftruncate.
-        loop {
-            let size = file_size(fd.0, path)?;
+        let deadline = Instant::now() + wait;
+        // Wait for the creator's ftruncate, which sizes the file whole.
+        let size = loop {
+            let size = file
+                .metadata()
+                .map_err(io(format!("stat of control segment {}", path.display())))?
+                .len() as usize;
             if size >= HEADER_LEN {
-                break;
+                break size;
             }
             if Instant::now() >= deadline {
-                return Err(uninit());
+                return Err(never_initialised(name, path));
             }
             std::thread::sleep(Duration::from_millis(1));
-        }
-        let hbase = map(fd.0, HEADER_LEN, path)?;
-        let hseg = Segment {
-            base: hbase,
-            len: HEADER_LEN,
-            slots: 0,
-            path: path.to_owned(),
         };
-        let h = hseg.header();
+        let what = format!("control segment {}", path.display());
+        let region = SharedRegion::map_fd(&file, size, &what)?;
+        Self::attach_region(region, path, name, deadline, Extent::ControlOnly)
+    }
+
+    /// Opens the fabric in `region`, a region that holds the control area
+    /// and the windows: initialises it for `cfg` if it is blank (all zero),
+    /// else attaches to it, whatever its geometry, waiting up to `wait` for
+    /// another host's initialisation. `label` names the region in messages.
+    pub fn open_region(
+        region: SharedRegion,
+        cfg: Option<&FabricConfig>,
+        label: &str,
+        wait: Duration,
+    ) -> Result<Segment> {
+        let path = PathBuf::from(label);
+        if let Some(cfg) = cfg {
+            cfg.validate()?;
+            let need = region_len(cfg.slots, cfg.window_size).unwrap_or(usize::MAX);
+            let magic = region.u64_at(0)?.load(Acquire);
+            if magic == 0 && need > region.len() {
+                return Err(HwError::Invalid(format!(
+                    "{label} is {} bytes; {} slots of {}-byte windows need {need}: use fewer \
+                     slots or smaller windows, or give the shared memory more room",
+                    region.len(),
+                    cfg.slots,
+                    cfg.window_size
+                )));
+            }
+            if init_header(&region, cfg) {
+                return Ok(Segment {
+                    region,
+                    slots: cfg.slots,
+                    path,
+                });
+            }
+        }
+        let deadline = Instant::now() + wait;
+        Self::attach_region(region, &path, label, deadline, Extent::WithWindows)
+    }
+
+    /// Waits for the magic, checks the header against `region`, and maps
+    /// the slots.
+    fn attach_region(
+        region: SharedRegion,
+        path: &Path,
+        name: &str,
+        deadline: Instant,
+        extent: Extent,
+    ) -> Result<Segment> {
+        if region.len() < HEADER_LEN {
+            return Err(HwError::Fabric(format!(
+                "{} is {} bytes, too small for an ntbdk fabric header ({HEADER_LEN} bytes)",
+                path.display(),
+                region.len()
+            )));
+        }
+        let magic = region.u64_at(0)?;
         loop {
-            match h.magic.load(Acquire) {
+            match magic.load(Acquire) {
                 MAGIC => break,
-                0 if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-                0 => return Err(uninit()),
+                0 | MAGIC_INIT if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                0 | MAGIC_INIT if extent == Extent::WithWindows => {
+                    return Err(HwError::Fabric(format!(
+                        "{} holds no ntbdk fabric (blank, or its initialiser stopped \
+                         half-way): open it as a device first, which lays the fabric out; \
+                         if that fails too, zero the shared memory (recreate its backing file)",
+                        path.display()
+                    )));
+                }
+                0 | MAGIC_INIT => return Err(never_initialised(name, path)),
                 _ => {
                     return Err(HwError::Fabric(format!(
                         "{} is not an ntbdk fabric control segment (bad magic)",
@@ -247,6 +238,9 @@ impl Segment {
                 }
             }
         }
+        // SAFETY: the region holds at least HEADER_LEN bytes (checked above),
+        // page aligned; Header is all atomics.
+        let h: &Header = unsafe { region.atomic_at(0) };
         let version = h.version.load(Relaxed);
         let hl = h.header_len.load(Relaxed) as usize;
         let sl = h.slot_len.load(Relaxed) as usize;
@@ -258,46 +252,65 @@ impl Segment {
             )));
         }
         let slots = h.slots.load(Relaxed) as usize;
-        let len = segment_len(slots);
-        let size = file_size(fd.0, path)?;
-        if size != len {
-            return Err(HwError::Fabric(format!(
-                "fabric {name:?} is corrupt: its control segment is {size} bytes, \
-                 {slots} slots need {len}: destroy it (ntb-tool destroy {name})"
-            )));
-        }
-        drop(hseg);
-        let base = map(fd.0, len, path)?;
+        let size = region.len();
         let seg = Segment {
-            base,
-            len,
-            slots,
+            region,
+            slots: 0,
             path: path.to_owned(),
         };
-        seg.config()
+        let cfg = seg
+            .config()
             .validate()
+            .map(|()| seg.config())
             .map_err(|e| HwError::Fabric(format!("fabric {name:?} has a corrupt header: {e}")))?;
-        Ok(seg)
+        match extent {
+            Extent::ControlOnly if size != segment_len(slots) => {
+                return Err(HwError::Fabric(format!(
+                    "fabric {name:?} is corrupt: its control segment is {size} bytes, \
+                     {slots} slots need {}: destroy it (ntb-tool destroy {name})",
+                    segment_len(slots)
+                )));
+            }
+            Extent::WithWindows => {
+                let need = region_len(slots, cfg.window_size).unwrap_or(usize::MAX);
+                if need > size {
+                    return Err(HwError::Fabric(format!(
+                        "{} holds a fabric of {slots} slots of {}-byte windows ({need} bytes) \
+                         but is only {size} bytes: was the shared memory resized? Zero it \
+                         (recreate its backing file) and start again",
+                        path.display(),
+                        cfg.window_size
+                    )));
+                }
+            }
+            Extent::ControlOnly => {}
+        }
+        Ok(Segment { slots, ..seg })
     }
 
     /// The header.
     pub fn header(&self) -> &Header {
-        // SAFETY: the mapping is at least HEADER_LEN bytes, page aligned, lives
-        // as long as `self`, and Header is all atomics (valid for any bytes,
-        // shared mutation through &).
-        unsafe { &*self.base.cast::<Header>() }
+        // SAFETY: the region holds at least HEADER_LEN bytes (checked when
+        // it was created or attached), page aligned; Header is all atomics.
+        unsafe { self.region.atomic_at(0) }
     }
 
     /// Slot `i`'s registers. Panics if `i` is out of range (callers check).
     pub fn slot(&self, i: usize) -> &SlotRegs {
         assert!(i < self.slots, "slot {i} out of range");
-        // SAFETY: in range (asserted), so inside the mapping; the offset is a
-        // multiple of 64 from a page-aligned base, SlotRegs' alignment; the
-        // type is all atomics.
-        unsafe { &*self.base.add(HEADER_LEN + i * SLOT_LEN).cast::<SlotRegs>() }
+        // SAFETY: in range (asserted), so inside the region (its size was
+        // checked against the slot count); the offset is a multiple of 64
+        // from a page-aligned base, SlotRegs' alignment; the type is all
+        // atomics.
+        unsafe { self.region.atomic_at(HEADER_LEN + i * SLOT_LEN) }
     }
 
-    /// Path of the file.
+    /// The region the segment is in.
+    pub fn region(&self) -> &SharedRegion {
+        &self.region
+    }
+
+    /// Path of the file (or the region's label).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -317,17 +330,47 @@ impl Segment {
     }
 }
 
-fn file_size(fd: i32, path: &Path) -> Result<usize> {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open and `st` is writable.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(last_err(format!(
-            "stat of control segment {}",
-            path.display()
-        )));
+fn never_initialised(name: &str, path: &Path) -> HwError {
+    HwError::Fabric(format!(
+        "fabric {name:?} ({}) was never initialised (its creator died while creating \
+         it?): destroy it (ntb-tool destroy {name}) and create it again",
+        path.display()
+    ))
+}
+
+/// Claims a blank header (magic 0) and writes `cfg` into it, the magic last.
+/// False if the header was not blank (someone else initialises or did).
+/// The caller has checked that the region holds the fabric.
+fn init_header(region: &SharedRegion, cfg: &FabricConfig) -> bool {
+    // SAFETY: every region holds at least HEADER_LEN bytes (callers size it
+    // for the whole fabric), page aligned; Header is all atomics.
+    let h: &Header = unsafe { region.atomic_at(0) };
+    if h.magic
+        .compare_exchange(0, MAGIC_INIT, Acquire, Relaxed)
+        .is_err()
+    {
+        return false;
     }
-    Ok(st.st_size as usize)
+    h.version.store(VERSION, Relaxed);
+    h.header_len.store(HEADER_LEN as u32, Relaxed);
+    h.slot_len.store(SLOT_LEN as u32, Relaxed);
+    h.slots.store(cfg.slots as u32, Relaxed);
+    h.window_size.store(cfg.window_size as u64, Relaxed);
+    h.spads.store(cfg.spads as u32, Relaxed);
+    h.db_bits.store(cfg.db_bits, Relaxed);
+    h.rlut_entries.store(cfg.rlut_entries as u32, Relaxed);
+    h.creator_pid.store(std::process::id(), Relaxed);
+    h.heartbeat_timeout_ns
+        .store(cfg.heartbeat_timeout.as_nanos() as u64, Relaxed);
+    h.read_latency_ns
+        .store(cfg.read_latency.as_nanos() as u64, Relaxed);
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    h.created_unix.store(unix, Relaxed);
+    h.magic.store(MAGIC, Release);
+    true
 }
 
 #[cfg(test)]

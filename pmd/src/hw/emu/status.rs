@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::config::FabricConfig;
 use super::layout::SlotState;
+use super::liveness::Liveness;
 use crate::hw::{CounterSnapshot, Port};
 
 /// One fabric found by [`EmuFabric::list`](super::EmuFabric::list).
@@ -33,6 +34,10 @@ pub struct FabricStatus {
     pub config: FabricConfig,
     /// Creation time, seconds since the Unix epoch.
     pub created_unix: u64,
+    /// How live owners are told from dead ones.
+    pub liveness: Liveness,
+    /// Where the windows live, which says whether peers are isolated.
+    pub window_backing: WindowBacking,
     /// Every slot.
     pub slots: Vec<SlotStatus>,
 }
@@ -48,11 +53,14 @@ pub struct SlotStatus {
     pub generation: u64,
     /// The owner's pid, unless free.
     pub owner_pid: Option<u32>,
-    /// Whether the owner process exists (and is not a zombie or a reused pid).
+    /// Whether the owner is alive: its process exists (and is not a zombie
+    /// or a reused pid); across hosts ([`Liveness::HeartbeatOnly`]), its
+    /// heartbeat still advances.
     pub owner_alive: bool,
     /// Whether peers see its link up (state up and heartbeat fresh).
     pub link_up: bool,
-    /// Time since the owner's last heartbeat, unless free.
+    /// Time since the owner's last heartbeat, unless free (across hosts:
+    /// since this observer last saw it advance).
     pub heartbeat_age: Option<Duration>,
     /// Heartbeats since the claim.
     pub heartbeats: u64,
@@ -72,4 +80,23 @@ pub struct SlotStatus {
     pub window_page_size: Option<usize>,
     /// The inbound translation it recorded (bus address, size), if any.
     pub inbound_translation: Option<(u64, usize)>,
+}
+
+/// Where a fabric's windows live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowBacking {
+    /// Each window is memory of its owner (a memfd); a host maps only the
+    /// peer windows it writes to.
+    PerOwnerMemory,
+    /// Every window is in one memory that every host maps whole (an ivshmem
+    /// BAR): the backend cannot isolate peers, any host can write any
+    /// window.
+    OneSharedRegion,
+}
+
+impl WindowBacking {
+    /// Whether a host can reach only the windows of peers it was given.
+    pub fn isolates_peers(self) -> bool {
+        self == WindowBacking::PerOwnerMemory
+    }
 }

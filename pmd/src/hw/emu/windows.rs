@@ -1,0 +1,145 @@
+//! Where a slot's inbound window memory comes from, as this process maps it.
+//!
+//! - Per-owner memory (the emulated fabric on one host): the owner creates a
+//!   memfd zone (hugepages when reserved) and publishes its pid and
+//!   descriptor number in its slot; a peer maps it as `/proc/<pid>/fd/<fd>`.
+//! - One shared region (an ivshmem BAR): slot `i`'s window is bytes
+//!   `windows_offset + i * window_size ..` of the region every host maps;
+//!   nothing is published.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use ntbdk_mempool::{Zone, ZoneOptions};
+
+use super::fabric::EmuFabric;
+use super::layout::{SlotRegs, WINDOW_ALIGN};
+use super::liveness::own_pid;
+use crate::hw::{DeviceCounters, HwError, Keepalive, LocalWindow, PeerWindow, Port, Result};
+
+/// One window's memory, mapped here, and what keeps it mapped.
+#[derive(Clone)]
+pub(crate) struct WindowMem {
+    base: *mut u8,
+    len: usize,
+    page_size: usize,
+    huge: bool,
+    keep: Keepalive,
+    /// The memfd zone, for per-owner memory (its descriptor is published).
+    zone: Option<Arc<Zone>>,
+}
+
+// SAFETY: `base` points into a shared mapping that `keep` keeps alive; it is
+// only turned into window handles, which never make references over it.
+unsafe impl Send for WindowMem {}
+// SAFETY: as for Send: no method reads or writes through `base`.
+unsafe impl Sync for WindowMem {}
+
+impl WindowMem {
+    /// Creates (per-owner memory) or locates (shared region) the inbound
+    /// window of our slot `port`.
+    pub fn own(fabric: &EmuFabric, port: Port) -> Result<WindowMem> {
+        if fabric.inner.windows.is_some() {
+            return Self::in_region(fabric, port);
+        }
+        let zone = Zone::create(
+            &format!("emu-{}-{port}", fabric.name()),
+            fabric.config().window_size,
+            &ZoneOptions::huge_or_fallback(),
+        )?;
+        Ok(Self::from_zone(Arc::new(zone)))
+    }
+
+    /// Maps `peer`'s window as its slot registers `r` publish it. The
+    /// caller checks the slot's word before and after (the owner may leave
+    /// meanwhile).
+    pub fn peer(fabric: &EmuFabric, peer: Port, r: &SlotRegs) -> Result<WindowMem> {
+        if fabric.inner.windows.is_some() {
+            return Self::in_region(fabric, peer);
+        }
+        let pid = r.win_pid.load(Relaxed);
+        let fd = r.win_fd.load(Relaxed);
+        let zone = Zone::open_from_pid(pid as i32, fd as i32)?;
+        Ok(Self::from_zone(Arc::new(zone)))
+    }
+
+    fn from_zone(zone: Arc<Zone>) -> WindowMem {
+        WindowMem {
+            base: zone.as_ptr(),
+            len: zone.len(),
+            page_size: zone.page_size().bytes(),
+            huge: zone.is_huge(),
+            keep: zone.clone(),
+            zone: Some(zone),
+        }
+    }
+
+    fn in_region(fabric: &EmuFabric, port: Port) -> Result<WindowMem> {
+        let start = fabric.inner.windows.unwrap_or(0);
+        let size = fabric.config().window_size;
+        let region = fabric.region();
+        let offset = (port as usize)
+            .checked_mul(size)
+            .and_then(|o| o.checked_add(start))
+            .ok_or_else(|| HwError::Invalid(format!("window of port {port} out of range")))?;
+        Ok(WindowMem {
+            base: region.ptr_at(offset, size)?,
+            len: size,
+            page_size: WINDOW_ALIGN,
+            huge: false,
+            keep: region.keepalive(),
+            zone: None,
+        })
+    }
+
+    /// Bytes mapped (at least the fabric's window size).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Page size backing the window.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Whether hugepages back it.
+    pub fn is_huge(&self) -> bool {
+        self.huge
+    }
+
+    /// The start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// The descriptor to publish in our slot (per-owner memory), else 0.
+    pub fn published_fd(&self) -> u32 {
+        self.zone
+            .as_ref()
+            .map_or(0, |z| z.as_fd().as_raw_fd() as u32)
+    }
+
+    /// The pid to publish in our slot.
+    pub fn published_pid(&self) -> u32 {
+        own_pid()
+    }
+
+    /// The read-write handle onto the first `len` bytes (our own window).
+    /// Its bus address is its virtual address (the emulated bus has an
+    /// IOMMU in VA mode).
+    pub fn local_window(&self, len: usize) -> LocalWindow {
+        let len = len.min(self.len);
+        // SAFETY: `base..base+len` is inside the mapping, page aligned,
+        // read-write, kept alive by the handle's keepalive.
+        unsafe { LocalWindow::from_raw(self.base, len, self.base as u64, self.keep.clone()) }
+    }
+
+    /// The write-only handle onto the first `len` bytes (a peer's window).
+    pub fn peer_window(&self, len: usize, peer: Port, counters: Arc<DeviceCounters>) -> PeerWindow {
+        let len = len.min(self.len);
+        // SAFETY: `base..base+len` is inside the mapping, page aligned,
+        // writable, kept alive by the handle's keepalive.
+        unsafe { PeerWindow::from_raw(self.base, len, peer, counters, self.keep.clone()) }
+    }
+}

@@ -1,0 +1,268 @@
+//! Naming a device, as DPDK's `-a` does, and opening it.
+//!
+//! | spec | device |
+//! | --- | --- |
+//! | `emu:NAME` (or a bare `NAME`) | a member of the emulated fabric NAME (created if absent) |
+//! | `vfio:0000:00:03.0` (or a bare address) | a PCI function bound to vfio-pci; the backend is chosen by its vendor:device ([`SUPPORTED`]) |
+//!
+//! [`open`] returns the device as `Arc<dyn NtbDevice>`. Both backends so far
+//! are fabric members ([`EmuDevice`]: the emulated fabric, and the ivshmem
+//! fabric laid out by the same code); [`open_member`] returns that type for
+//! tools that also show the fabric, and [`attach_fabric`] the fabric alone,
+//! without taking a slot.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use super::emu::{DeviceConfig, EmuDevice, EmuFabric, shm_dir, validate_name};
+use super::vfio::ivshmem::{self, IVSHMEM_DEVICE, IVSHMEM_VENDOR, IvshmemConfig};
+use super::vfio::{Bdf, SysRoots, VfioError};
+use super::{HwError, NtbDevice};
+
+/// The PCI devices a `vfio:` spec can open: vendor, device, what it is.
+pub const SUPPORTED: &[(u16, u16, &str)] = &[(
+    IVSHMEM_VENDOR,
+    IVSHMEM_DEVICE,
+    "QEMU ivshmem (ivshmem-plain, ivshmem-doorbell)",
+)];
+
+/// A device, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// A member of the emulated fabric of this name.
+    Emu(String),
+    /// A PCI function bound to vfio-pci.
+    Vfio(Bdf),
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Emu(name) => write!(f, "emu:{name}"),
+            DeviceSpec::Vfio(bdf) => write!(f, "vfio:{bdf}"),
+        }
+    }
+}
+
+/// A device spec that does not parse.
+#[derive(Debug, Error)]
+#[error(
+    "bad device {input:?}: {why}; name a device as emu:NAME (an emulated fabric) or \
+     vfio:DDDD:BB:DD.F (a PCI function bound to vfio-pci, e.g. vfio:0000:00:03.0)"
+)]
+pub struct SpecError {
+    /// What was given.
+    pub input: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+impl FromStr for DeviceSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<DeviceSpec, SpecError> {
+        let err = |why: String| SpecError {
+            input: s.to_owned(),
+            why,
+        };
+        if let Some(name) = s.strip_prefix("emu:") {
+            validate_name(name).map_err(|e| err(e.to_string()))?;
+            return Ok(DeviceSpec::Emu(name.to_owned()));
+        }
+        if let Some(addr) = s.strip_prefix("vfio:") {
+            return addr
+                .parse()
+                .map(DeviceSpec::Vfio)
+                .map_err(|e: VfioError| err(e.to_string()));
+        }
+        if let Ok(bdf) = s.parse::<Bdf>() {
+            return Ok(DeviceSpec::Vfio(bdf));
+        }
+        match s.split_once(':') {
+            Some((kind, _)) => Err(err(format!("unknown kind {kind:?}"))),
+            None => validate_name(s)
+                .map(|()| DeviceSpec::Emu(s.to_owned()))
+                .map_err(|e| err(e.to_string())),
+        }
+    }
+}
+
+/// How to open devices of each kind.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// For `emu:` devices (its `dir` says where fabrics live).
+    pub emu: DeviceConfig,
+    /// For ivshmem functions.
+    pub ivshmem: IvshmemConfig,
+    /// Where sysfs and `/dev` are (tests point them at a fake tree).
+    pub roots: SysRoots,
+}
+
+/// Why a device could not be opened.
+#[derive(Debug, Error)]
+pub enum OpenError {
+    /// The device layer refused (fabric full, geometry mismatch...).
+    #[error(transparent)]
+    Hw(#[from] HwError),
+    /// The PCI function could not be opened or is not supported.
+    #[error(transparent)]
+    Vfio(#[from] VfioError),
+}
+
+/// Opens `spec` as a device.
+pub fn open(spec: &DeviceSpec, opts: &OpenOptions) -> Result<Arc<dyn NtbDevice>, OpenError> {
+    Ok(Arc::new(open_member(spec, opts)?))
+}
+
+/// Opens `spec` as a fabric member (both backends so far are).
+pub fn open_member(spec: &DeviceSpec, opts: &OpenOptions) -> Result<EmuDevice, OpenError> {
+    match spec {
+        DeviceSpec::Emu(name) => Ok(EmuDevice::open(name, &opts.emu)?),
+        DeviceSpec::Vfio(bdf) => {
+            supported(*bdf, &opts.roots)?;
+            Ok(ivshmem::open(*bdf, &opts.roots, &opts.ivshmem)?)
+        }
+    }
+}
+
+/// Attaches to the fabric of `spec` without taking a slot (for status);
+/// an `emu:` fabric must exist.
+pub fn attach_fabric(spec: &DeviceSpec, opts: &OpenOptions) -> Result<EmuFabric, OpenError> {
+    match spec {
+        DeviceSpec::Emu(name) => {
+            let dir = opts.emu.dir.clone().unwrap_or_else(shm_dir);
+            Ok(EmuFabric::attach_in(&dir, name)?)
+        }
+        DeviceSpec::Vfio(bdf) => {
+            supported(*bdf, &opts.roots)?;
+            Ok(ivshmem::attach(*bdf, &opts.roots)?)
+        }
+    }
+}
+
+/// Checks `bdf` (pre-checks included) is a device of [`SUPPORTED`].
+fn supported(bdf: Bdf, roots: &SysRoots) -> Result<(), VfioError> {
+    let found = roots.precheck(bdf)?;
+    if SUPPORTED
+        .iter()
+        .any(|&(v, d, _)| (v, d) == (found.vendor, found.device))
+    {
+        return Ok(());
+    }
+    Err(VfioError::Unsupported {
+        bdf,
+        vendor: found.vendor,
+        device: found.device,
+        supported: SUPPORTED
+            .iter()
+            .map(|(v, d, what)| format!("{v:04x}:{d:04x} {what}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::vfio::sysfs_fake::FakeSys;
+
+    #[test]
+    fn specs_parse_and_print() {
+        let cases = [
+            ("emu:demo", "emu:demo"),
+            ("demo", "emu:demo"),
+            ("vfio:0000:00:03.0", "vfio:0000:00:03.0"),
+            ("vfio:00:03.0", "vfio:0000:00:03.0"),
+            ("0000:af:00.1", "vfio:0000:af:00.1"),
+        ];
+        for (input, shown) in cases {
+            let spec: DeviceSpec = input.parse().unwrap();
+            assert_eq!(spec.to_string(), shown);
+            assert_eq!(spec.to_string().parse::<DeviceSpec>().unwrap(), spec);
+        }
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong_and_how_to_name_a_device() {
+        for (input, why) in [
+            ("pci:0000:00:03.0", "unknown kind \"pci\""),
+            ("vfio:0000:00:3g.0", "bad PCI address"),
+            ("vfio:", "bad PCI address"),
+            ("emu:", "bad fabric name"),
+            ("emu:a/b", "bad fabric name"),
+            ("", "bad fabric name"),
+        ] {
+            let e = input.parse::<DeviceSpec>().unwrap_err().to_string();
+            assert!(e.contains(why), "{input:?}: {e}");
+            assert!(e.contains("emu:NAME") && e.contains("vfio:"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_unsupported_pci_device_lists_what_is_supported() {
+        let fs = FakeSys::new("open-unsupported");
+        let bdf: Bdf = "0000:00:04.0".parse().unwrap();
+        fs.add_device(bdf, 0x8086, 0x201c, &[1 << 16]);
+        fs.bind(bdf, "vfio-pci");
+        fs.group(bdf, 5, true);
+        let opts = OpenOptions {
+            roots: fs.roots.clone(),
+            ..OpenOptions::default()
+        };
+        let e = open(&DeviceSpec::Vfio(bdf), &opts).err().unwrap();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, OpenError::Vfio(VfioError::Unsupported { .. })),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("8086:201c") && msg.contains("1af4:1110"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn vfio_errors_come_through_the_opener() {
+        let fs = FakeSys::new("open-unbound");
+        let bdf: Bdf = "0000:00:03.0".parse().unwrap();
+        fs.add_device(bdf, 0x1af4, 0x1110, &[256, 0, 1 << 20]);
+        let opts = OpenOptions {
+            roots: fs.roots.clone(),
+            ..OpenOptions::default()
+        };
+        let e = attach_fabric(&DeviceSpec::Vfio(bdf), &opts).err().unwrap();
+        assert!(
+            e.to_string().contains("--bind=vfio-pci 0000:00:03.0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn emu_specs_open_an_emulated_fabric_member() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-open-emu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = OpenOptions {
+            emu: DeviceConfig {
+                dir: Some(dir.clone()),
+                fabric: crate::hw::emu::FabricConfig {
+                    slots: 2,
+                    window_size: 64 << 10,
+                    ..Default::default()
+                },
+                ..DeviceConfig::default()
+            },
+            ..OpenOptions::default()
+        };
+        let spec: DeviceSpec = "emu:open-test".parse().unwrap();
+        let a = open(&spec, &opts).unwrap();
+        let b = open(&spec, &opts).unwrap();
+        assert!(a.link(b.port()).unwrap().up);
+        assert_eq!(attach_fabric(&spec, &opts).unwrap().config().slots, 2);
+        drop((a, b));
+        EmuFabric::destroy_in(&dir, "open-test").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
