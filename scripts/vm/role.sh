@@ -8,19 +8,20 @@
 # /dev/vfio/<group> appears. Then the workload, chosen by ntbdk.workload=
 # (scripts/vm-test.sh sets it from NTBDK_VM_WORKLOAD):
 #
-#   smoke (default)  prove the static binaries run in the guest: --help of
+#   perf (default)   the end-to-end test over vfio: the server role runs
+#                    `ntb-perf --device vfio:$BDF --server`, the client role
+#                    `ntb-perf --device vfio:$BDF -s 4K -n 200` (bandwidth and
+#                    latency; zero non-posted reads required); then the client
+#                    sends a file with `ntb-fwd --mode file-trans` and the
+#                    server compares every byte with the expected file.
+#   smoke            prove the static binaries run in the guest: --help of
 #                    every app, and ntb-tool creating and showing an emulated
 #                    fabric in the guest's tmpfs. Does not touch the device.
-#   perf             the end-to-end test over vfio (WORKLOAD below): the
-#                    server role runs `ntb-perf --device vfio:$BDF --server`,
-#                    the client role `ntb-perf --device vfio:$BDF ...` with
-#                    every byte verified. Needs the vfio/ivshmem device in the
-#                    Rust apps; until then `--device` does not exist
-#                    and this fails, which is why it is not the default.
 #
 # With ntbdk.peer_death=1 (NTBDK_VM_PEER_DEATH=1 on the host) the host kills
-# the client's QEMU once both guests print NTBDK-VM-READY; the server must
-# then see the link go down within its --timeout and exit 0. With smoke this
+# the client's QEMU once both guests print NTBDK-VM-READY (after the first
+# ntb-perf session, during a second one); the server must then see the peer
+# go and exit cleanly (status 0 or 1, never a hang or a crash). With smoke this
 # is a self-test of the harness: the "link" is a heartbeat word the client
 # writes into BAR2 with devmem, and the server watches it stop.
 #
@@ -28,7 +29,7 @@
 # peer may now be killed). /init prints NTBDK-VM-RESULT after this returns.
 
 ROLE=${1:?usage: role.sh server|client}
-WORKLOAD=${NTBDK_WORKLOAD:-smoke}
+WORKLOAD=${NTBDK_WORKLOAD:-perf}
 PEER_DEATH=${NTBDK_PEER_DEATH:-0}
 BDF=${NTBDK_BDF:-}
 
@@ -81,12 +82,17 @@ wait_word() { # OFFSET VALUE SECONDS
         ww_n=$((ww_n + 1))
     done
 }
+# The server then clears both words and the client waits for that, so BAR2
+# is all zeros again before ntbdk lays its fabric out there.
 if [ "$ROLE" = server ]; then
     devmem $((bar2)) 32 "$SERVER_MAGIC"
     wait_word 4 "$CLIENT_MAGIC" 60 || fail "no answer from the client in BAR2 within 60 s (is the memory shared?)"
+    devmem $((bar2 + 4)) 32 0
+    devmem $((bar2)) 32 0
 else
     wait_word 0 "$SERVER_MAGIC" 60 || fail "the server's word never appeared in BAR2 within 60 s (is the memory shared?)"
     devmem $((bar2 + 4)) 32 "$CLIENT_MAGIC"
+    wait_word 0 0 60 || fail "the server never cleared its word in BAR2 within 60 s"
 fi
 say "BAR2 at $bar2 is shared with the peer (devmem handshake)"
 
@@ -156,22 +162,50 @@ case "$WORKLOAD" in
         # memory-backend-file on the host), so they form a 2-host fabric.
         # READY comes first: the host kills the client (peer death) a few
         # seconds later (NTBDK_VM_KILL_AFTER), while traffic flows.
-        echo "NTBDK-VM-READY"
+        # READY comes after the first session: with NTBDK_VM_PEER_DEATH=1
+        # the host kills the client NTBDK_VM_KILL_AFTER seconds later, while
+        # the second session's traffic flows.
         if [ "$ROLE" = server ]; then
-            # peer death: the client's QEMU is killed mid-run; the server must
-            # see link down within --timeout and exit cleanly (status 0)
-            ntb-perf --device "vfio:$BDF" --server --timeout 20 ||
+            # 1. ntb-perf: serve one client session (bandwidth, then latency)
+            ntb-perf --device "vfio:$BDF" --server --timeout 60 ||
                 fail "ntb-perf server failed"
-        elif [ "$PEER_DEATH" = 1 ]; then
-            # runs until the host kills this guest
-            ntb-perf --device "vfio:$BDF" --test bw --op write -s 4K -D 600 --timeout 20 ||
-                fail "ntb-perf client failed"
+            echo "NTBDK-VM-READY"
+            if [ "$PEER_DEATH" = 1 ]; then
+                # 2'. a second session, whose client the host kills mid-run:
+                # the server must see link down within its timeout and exit
+                # with status 0 or 1 (a clean error), never hang
+                rc=0
+                ntb-perf --device "vfio:$BDF" --server --timeout 60 || rc=$?
+                [ "$rc" -le 1 ] || fail "ntb-perf server died with status $rc after the peer died"
+                say "peer died: ntb-perf server exited cleanly (status $rc)"
+            else
+                # 2. a file over the transport, every byte compared
+                seq 1 120000 >/tmp/expected.bin
+                ntb-fwd --device "vfio:$BDF" --mode file-trans --recv /tmp/out.bin --timeout 60 ||
+                    fail "ntb-fwd file-trans receiver failed"
+                cmp /tmp/expected.bin /tmp/out.bin || fail "the received file differs from the one sent"
+                say "file-trans: $(wc -c </tmp/out.bin) bytes received, every byte equal"
+            fi
         else
-            # small: a spinning guest under TCG is slow; every byte verified
-            ntb-perf --device "vfio:$BDF" --test bw --op write -s 4K -n 200 --timeout 20 ||
-                fail "ntb-perf client (bw) failed"
-            ntb-perf --device "vfio:$BDF" --test lat --op write -s 64 -n 200 --timeout 20 ||
-                fail "ntb-perf client (lat) failed"
+            # 1. small: a spinning guest under TCG is slow
+            rc=0
+            ntb-perf --device "vfio:$BDF" -s 4K -n 200 --timeout 60 >/tmp/perf.out 2>&1 || rc=$?
+            cat /tmp/perf.out
+            [ "$rc" -eq 0 ] || fail "ntb-perf client failed (status $rc)"
+            echo "NTBDK-VM-READY"
+            grep -q 'non-posted reads 0 ' /tmp/perf.out ||
+                fail "ntb-perf reported non-posted reads (or no device counters)"
+            say "ntb-perf over vfio: done, zero non-posted reads"
+            if [ "$PEER_DEATH" = 1 ]; then
+                # 2'. runs until the host kills this guest
+                ntb-perf --device "vfio:$BDF" --test bw -s 4K -D 600 --timeout 60 ||
+                    fail "ntb-perf client failed"
+            else
+                # 2. a file over the transport, every byte compared by the receiver
+                seq 1 120000 >/tmp/in.bin
+                ntb-fwd --device "vfio:$BDF" --mode file-trans --send /tmp/in.bin --timeout 60 ||
+                    fail "ntb-fwd file-trans sender failed"
+            fi
         fi
         # ============================================================================
         ntbdk-devbind --unbind "$BDF" || fail "unbind failed"

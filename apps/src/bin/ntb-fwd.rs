@@ -22,9 +22,11 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use ntbdk_apps::fwd::{Limit, Mode, Stats, forward, recv_file, send_file};
 use ntbdk_apps::perf::session::{
-    attach_or_create, install_signal_handlers, join, pick_core, pin, usable_cores, wait_peers,
+    attach_or_create, install_signal_handlers, join, open_vfio, pick_core, pin, usable_cores,
+    wait_peers,
 };
 use ntbdk_apps::perf::{EAGER_SIZE, Endpoint, fabric_config, parse_size};
+use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::transport::Qp;
 
@@ -39,8 +41,12 @@ const TOOL: &str = "ntb-fwd";
 ///   ntb-fwd --fabric demo --mode iofwd --rx-slot 0 --peer-slot 2
 ///   ntb-fwd --fabric f --mode file-trans --recv out.bin
 ///   ntb-fwd --fabric f --mode file-trans --send in.bin
+/// Between two VMs sharing an ivshmem device bound to vfio-pci:
+///   ntb-fwd --device vfio:0000:00:03.0 --mode file-trans --recv out.bin
+///   ntb-fwd --device vfio:0000:00:03.0 --mode file-trans --send in.bin
 #[derive(Debug, Parser)]
 #[command(name = "ntb-fwd", version, verbatim_doc_comment)]
+#[command(group(clap::ArgGroup::new("where").args(["fabric", "device"]).required(true)))]
 struct Args {
     /// Forwarding mode.
     #[arg(long, value_enum)]
@@ -48,7 +54,11 @@ struct Args {
     /// The fabric to join (created with --slots slots if it does not
     /// exist).
     #[arg(long, value_name = "NAME")]
-    fabric: String,
+    fabric: Option<String>,
+    /// The device to use instead of --fabric: emu:NAME (as --fabric NAME)
+    /// or vfio:BDF (a PCI function bound to vfio-pci; ivshmem).
+    #[arg(long, value_name = "SPEC", conflicts_with = "fabric")]
+    device: Option<DeviceSpec>,
     /// Our slot (default: the first free one).
     #[arg(long, value_name = "N")]
     slot: Option<Port>,
@@ -140,14 +150,24 @@ fn run(args: &Args) -> Result<()> {
         bail!("--send {}: no such file", p.display());
     }
     let core = pick_core(&usable_cores(), args.lcore, "--lcore")?;
-    let (fabric, _owned) = attach_or_create(&args.fabric, &fabric_config(args.slots as usize))?;
-    let dev = Arc::new(join(&fabric, args.slot)?);
+    // `_owned` removes a fabric we created on exit.
+    let (dev, name, _owned) = match (&args.fabric, &args.device) {
+        (_, Some(spec @ DeviceSpec::Vfio(_))) => (
+            Arc::new(open_vfio(spec, args.slot)?),
+            spec.to_string(),
+            None,
+        ),
+        (Some(name), _) | (None, Some(DeviceSpec::Emu(name))) => {
+            let (fabric, owned) = attach_or_create(name, &fabric_config(args.slots as usize))?;
+            (Arc::new(join(&fabric, args.slot)?), name.clone(), owned)
+        }
+        (None, None) => bail!("give --fabric NAME or --device SPEC"),
+    };
     let mut ep = Endpoint::new(dev.clone(), timeout)?;
     println!(
-        "{TOOL}: {:?} on port {} of fabric {:?}",
+        "{TOOL}: {:?} on port {} of fabric {name:?}",
         args.mode,
         dev.port(),
-        args.fabric
     );
 
     // The peers: the ones named, else the first that come up.

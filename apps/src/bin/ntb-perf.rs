@@ -86,7 +86,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
     qp: u64,
     /// Core to pin this side to (an index into the usable cores; default 1
-    /// for --server, else 0).
+    /// for --server when there are two or more, else 0).
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
     /// Core to pin the spawned server(s) to (without --fabric).
@@ -176,7 +176,12 @@ fn run(args: &Args) -> Result<()> {
     }
     let timeout = Duration::from_secs_f64(args.timeout);
     let cores = usable_cores();
-    let lcore = args.lcore.unwrap_or(usize::from(args.server));
+    // A server defaults to the second usable core, so that a client on the
+    // same host keeps the first; with only one core (a one-vCPU VM, a
+    // cpuset of one), both sides take it.
+    let lcore = args
+        .lcore
+        .unwrap_or(usize::from(args.server && cores.len() > 1));
     let core = pick_core(&cores, lcore, "--lcore")?;
     let vfio = args.device.clone();
     let vfio_name = vfio.as_ref().map(|spec| spec.to_string());
@@ -202,9 +207,14 @@ fn run(args: &Args) -> Result<()> {
             let mut ctl = ServerControl::new(dev.clone())?;
             let mut ep = Endpoint::new(dev.clone(), timeout)?;
             if !args.peer {
+                let how = if vfio.is_some() {
+                    "--device"
+                } else {
+                    "--fabric"
+                };
                 println!(
                     "{TOOL}: server on port {} of fabric {name:?}: waiting for a client \
-                     (ntb-perf --fabric {name}) for {timeout:?}",
+                     (ntb-perf {how} {name}) for {timeout:?}",
                     dev.port()
                 );
             }
