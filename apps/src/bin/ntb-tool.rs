@@ -102,7 +102,7 @@ enum SpadOp {
     /// Read slot N's scratchpads, or (with --peer) read a peer's through the
     /// bridge as a host (a non-posted read).
     Read {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
         name: String,
         /// The slot whose registers to read; with --peer, the slot to act as
         /// (claimed briefly; default: the first free one).
@@ -118,7 +118,7 @@ enum SpadOp {
     /// Write slot N's scratchpad, or (with --peer) a peer's as a host (a
     /// posted write).
     Write {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
         name: String,
         /// The slot whose register to write; with --peer, the slot to act as
         /// (claimed briefly; default: the first free one).
@@ -140,7 +140,7 @@ enum SpadOp {
 enum DbOp {
     /// Ring a peer's doorbell bits as a host (claims a slot briefly).
     Ring {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
         name: String,
         /// The peer to ring.
         #[arg(long)]
@@ -154,7 +154,7 @@ enum DbOp {
     },
     /// Read slot N's pending doorbell bits.
     Read {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
         name: String,
         /// The slot.
         #[arg(long)]
@@ -162,7 +162,7 @@ enum DbOp {
     },
     /// Clear slot N's doorbell bits.
     Clear {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
         name: String,
         /// The slot.
         #[arg(long)]
@@ -173,7 +173,7 @@ enum DbOp {
     },
     /// Show, set or clear slot N's doorbell mask.
     Mask {
-        /// Fabric name.
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
         name: String,
         /// The slot.
         #[arg(long)]
@@ -195,18 +195,29 @@ fn attach(dir: &Path, name: &str) -> Result<EmuFabric> {
     EmuFabric::attach_in(dir, name).with_context(|| format!("attaching to fabric {name:?}"))
 }
 
+/// Attaches to a fabric named by name or by device (`emu:NAME`,
+/// `vfio:BDF`: the fabric in that function's shared memory).
+fn attach_device(dir: &Path, name: &str) -> Result<EmuFabric> {
+    match name.parse::<DeviceSpec>()? {
+        DeviceSpec::Emu(name) => attach(dir, &name),
+        spec @ DeviceSpec::Vfio(_) => {
+            let opts = OpenOptions {
+                emu: DeviceConfig {
+                    dir: Some(dir.to_owned()),
+                    ..DeviceConfig::default()
+                },
+                ..OpenOptions::default()
+            };
+            attach_fabric(&spec, &opts).with_context(|| format!("attaching to {spec}"))
+        }
+    }
+}
+
 /// Attaches to the fabric in a PCI function's shared memory, then watches
 /// it for one heartbeat timeout: across hosts an owner is judged alive only
 /// by seeing its heartbeat advance.
 fn attach_shared(spec: &DeviceSpec, dir: &Path) -> Result<EmuFabric> {
-    let opts = OpenOptions {
-        emu: DeviceConfig {
-            dir: Some(dir.to_owned()),
-            ..DeviceConfig::default()
-        },
-        ..OpenOptions::default()
-    };
-    let f = attach_fabric(spec, &opts).with_context(|| format!("attaching to {spec}"))?;
+    let f = attach_device(dir, &spec.to_string())?;
     let _ = f.status();
     std::thread::sleep(f.config().heartbeat_timeout + f.config().heartbeat_timeout / 4);
     Ok(f)
@@ -329,7 +340,7 @@ fn run(cli: Cli) -> Result<()> {
                 peer,
                 index,
             } => {
-                let f = attach(&dir, &name)?;
+                let f = attach_device(&dir, &name)?;
                 if let Some(peer) = peer {
                     let dev = host(&f, slot)?;
                     for i in spads_to_show(dev.spad_count(), index)? {
@@ -356,7 +367,7 @@ fn run(cli: Cli) -> Result<()> {
                 index,
                 value,
             } => {
-                let f = attach(&dir, &name)?;
+                let f = attach_device(&dir, &name)?;
                 if let Some(peer) = peer {
                     let dev = host(&f, slot)?;
                     dev.peer_spad_write(peer, index, value)
@@ -381,7 +392,7 @@ fn run(cli: Cli) -> Result<()> {
                 slot,
                 bits,
             } => {
-                let f = attach(&dir, &name)?;
+                let f = attach_device(&dir, &name)?;
                 let dev = host(&f, slot)?;
                 dev.peer_db_set(peer, bits)
                     .with_context(|| format!("ringing doorbell {bits:#x} of peer {peer}"))?;
@@ -391,12 +402,12 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             DbOp::Read { name, slot } => {
-                let f = attach(&dir, &name)?;
+                let f = attach_device(&dir, &name)?;
                 let r = f.registers(slot)?;
                 println!("slot {slot} db {:#x} mask {:#x}", r.db(), r.db_mask());
             }
             DbOp::Clear { name, slot, bits } => {
-                let f = attach(&dir, &name)?;
+                let f = attach_device(&dir, &name)?;
                 let r = f.registers(slot)?;
                 r.db_clear(bits.unwrap_or(u64::MAX));
                 println!("slot {slot} db {:#x}", r.db());
@@ -407,7 +418,7 @@ fn run(cli: Cli) -> Result<()> {
                 set,
                 clear,
             } => {
-                let f = attach(&dir, &name)?;
+                let f = attach_device(&dir, &name)?;
                 let r = f.registers(slot)?;
                 if let Some(b) = set {
                     r.db_set_mask(b)?;
