@@ -78,34 +78,22 @@ impl std::fmt::Debug for EmuFabric {
 }
 
 fn geometry_mismatch(name: &str, want: &FabricConfig, have: &FabricConfig) -> Option<String> {
-    let mut diffs = Vec::new();
-    if want.slots != have.slots {
-        diffs.push(format!("slots {} (wanted {})", have.slots, want.slots));
-    }
-    if want.window_size != have.window_size {
-        diffs.push(format!(
-            "window size {} (wanted {})",
-            have.window_size, want.window_size
-        ));
-    }
-    if want.spads != have.spads {
-        diffs.push(format!(
-            "scratchpads {} (wanted {})",
-            have.spads, want.spads
-        ));
-    }
-    if want.db_bits != have.db_bits {
-        diffs.push(format!(
-            "doorbell bits {} (wanted {})",
-            have.db_bits, want.db_bits
-        ));
-    }
-    if want.rlut_entries != have.rlut_entries {
-        diffs.push(format!(
-            "R-LUT entries {} (wanted {})",
-            have.rlut_entries, want.rlut_entries
-        ));
-    }
+    let fields = [
+        ("slots", want.slots, have.slots),
+        ("window size", want.window_size, have.window_size),
+        ("scratchpads", want.spads, have.spads),
+        (
+            "doorbell bits",
+            want.db_bits as usize,
+            have.db_bits as usize,
+        ),
+        ("R-LUT entries", want.rlut_entries, have.rlut_entries),
+    ];
+    let diffs: Vec<String> = fields
+        .iter()
+        .filter(|(_, w, h)| w != h)
+        .map(|(what, w, h)| format!("{what} {h} (wanted {w})"))
+        .collect();
     (!diffs.is_empty()).then(|| {
         format!(
             "fabric {name:?} exists with another geometry: {}; use the same geometry, \
