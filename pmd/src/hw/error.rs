@@ -26,6 +26,17 @@ pub enum HwError {
         /// Access size in bytes.
         size: usize,
     },
+    /// Our place on the fabric was given to another host: we stalled past
+    /// the heartbeat timeout (a stopped process, a debugger, swap) and were
+    /// declared dead. Nothing more is written through this device.
+    #[error(
+        "our slot {port} was reclaimed by a peer (this host stalled past the heartbeat \
+         timeout): drop the device and everything built on it, and join again"
+    )]
+    SlotLost {
+        /// The slot (port) we held.
+        port: u16,
+    },
     /// The peer (slot/port) number does not exist on this fabric or is our own.
     #[error("no such peer: port {peer} (this fabric has {ports} ports; own port {own})")]
     NoSuchPeer {

@@ -17,11 +17,13 @@ mod error;
 pub mod loopback;
 pub mod mmio;
 pub mod open;
+mod tenure;
 pub mod vfio;
 mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{HwError, Result};
+pub use tenure::Tenure;
 pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
 
 /// A port (the emulated fabric calls it a slot): a host's number on the

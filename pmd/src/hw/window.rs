@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
+use super::tenure::Tenure;
 
 /// Keeps a mapping alive for as long as any handle onto it exists.
 pub type Keepalive = Arc<dyn Any + Send + Sync>;
@@ -84,6 +85,8 @@ pub struct PeerWindow {
     base: *mut u8,
     len: usize,
     peer: u16,
+    /// Where the writer's place on the fabric is checked before each write.
+    tenure: Option<Tenure>,
     counters: Arc<DeviceCounters>,
     /// This handle's own counts (single writer: the handle is not `Sync`).
     mine: Arc<HandleCounters>,
@@ -103,6 +106,7 @@ impl Clone for PeerWindow {
             base: self.base,
             len: self.len,
             peer: self.peer,
+            tenure: self.tenure.clone(),
             counters: self.counters.clone(),
             mine: self.counters.register(),
             _keep: self._keep.clone(),
@@ -145,10 +149,29 @@ impl PeerWindow {
             base,
             len,
             peer,
+            tenure: None,
             mine: counters.register(),
             counters,
             _keep: keep,
             _not_sync: PhantomData,
+        }
+    }
+
+    /// The same handle, writing only while `tenure` holds: every write
+    /// first checks that the writer still holds its place on the fabric,
+    /// and fails with [`HwError::SlotLost`] (nothing written) once it does
+    /// not.
+    pub fn with_tenure(mut self, tenure: Tenure) -> Self {
+        self.tenure = Some(tenure);
+        self
+    }
+
+    /// Whether this handle may still write (see [`with_tenure`](Self::with_tenure)).
+    #[inline]
+    fn admitted(&self) -> Result<()> {
+        match &self.tenure {
+            Some(t) => t.check(),
+            None => Ok(()),
         }
     }
 
@@ -174,6 +197,7 @@ impl PeerWindow {
     #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         check(offset, src.len(), self.len)?;
+        self.admitted()?;
         // SAFETY: bounds checked above; the mapping is valid while `_keep`
         // lives; `src` is ordinary memory that cannot overlap a mapping we only
         // hold raw pointers to unless the caller built one from it, in which
@@ -194,6 +218,7 @@ impl PeerWindow {
     pub fn write_words(&self, offset: usize, words: &[u64]) -> Result<()> {
         check_aligned(offset, 8, self.len)?;
         check(offset, words.len() * 8, self.len)?;
+        self.admitted()?;
         let dst = self.base.wrapping_add(offset);
         let mut pairs = words.chunks_exact(2);
         let mut i = 0;
@@ -232,6 +257,7 @@ impl PeerWindow {
     #[inline]
     pub fn write_nt(&self, offset: usize, src: &[u8]) -> Result<()> {
         check(offset, src.len(), self.len)?;
+        self.admitted()?;
         // SAFETY: bounds checked above; the mapping is valid while `_keep`
         // lives; `src` is ordinary memory of `src.len()` bytes.
         unsafe { nt_copy(self.base.add(offset), src.as_ptr(), src.len()) };
@@ -255,6 +281,7 @@ impl PeerWindow {
         non_temporal: bool,
     ) -> Result<()> {
         check(offset, len, self.len)?;
+        self.admitted()?;
         let from = src.ptr_at(src_off, len)?;
         // SAFETY: both ranges were checked to lie in their mappings, which
         // `self._keep` and `src` keep alive for this call; `copy` allows
@@ -298,6 +325,7 @@ impl PeerWindow {
     #[inline]
     fn store_release(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) -> Result<()> {
         check_aligned(offset, size, self.len)?;
+        self.admitted()?;
         store(self.base.wrapping_add(offset));
         self.mine.posted(size);
         Ok(())

@@ -113,6 +113,9 @@ pub struct Transport {
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
+    /// Whether the device told us we lost our place on the fabric: from
+    /// then on nothing is written (see [`PeerState::Lost`]).
+    pub(crate) lost: bool,
 }
 
 /// The parts of a transport that moving data touches, borrowed apart: the
@@ -204,6 +207,7 @@ impl Transport {
             scratch: Vec::new(),
             send_plan: Vec::new(),
             chain_early: Vec::new(),
+            lost: false,
         };
         t.write_header()?;
         for p in 0..t.peers.len() as Port {
@@ -274,6 +278,7 @@ impl Transport {
                 PeerState::Failed(reason) => {
                     return Err(TransportError::HandshakeFailed { peer, reason });
                 }
+                PeerState::Lost => return Err(TransportError::Lost),
                 _ => {}
             }
             if Instant::now() >= end {
@@ -350,6 +355,9 @@ impl Transport {
             .peers
             .get(qp.peer as usize)
             .ok_or(TransportError::NoSuchPeer { peer: qp.peer })?;
+        if self.lost {
+            return Err(TransportError::Lost);
+        }
         if p.conn.is_none() {
             return Err(match &p.state {
                 PeerState::Failed(reason) => TransportError::HandshakeFailed {

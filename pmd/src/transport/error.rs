@@ -88,6 +88,13 @@ pub enum TransportError {
         /// Bytes free.
         free: u64,
     },
+    /// This host was dropped from the fabric (it stalled past the device's
+    /// heartbeat timeout and its place was given to another).
+    #[error(
+        "this host was dropped from the fabric (it stalled past the heartbeat timeout and \
+         its place was given to another host): drop the transport and its device, then join again"
+    )]
+    Lost,
     /// The geometry cannot be laid out.
     #[error("invalid geometry: {0}")]
     Geometry(#[from] GeometryError),

@@ -113,6 +113,10 @@ impl Transport {
     /// that has seen nobody, so each peer tears its connection down at once
     /// (failing what involves us) instead of waiting for timeouts.
     pub(crate) fn say_goodbye(&mut self) {
+        if self.lost {
+            // Our place belongs to another host now: not a word to anyone.
+            return;
+        }
         self.incarnation = random_u64(self.incarnation);
         for p in 0..self.peers.len() as Port {
             if p != self.me && self.peers[p as usize].state != PeerState::Down {

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use crate::hw::Port;
+use crate::hw::{HwError, Port};
 
 use super::counters::DropKind;
 use super::endpoint::Transport;
@@ -32,6 +32,9 @@ impl Transport {
     /// every connected peer's queues, backlogs, credits and timeouts.
     /// Returns how many messages were handled.
     pub fn progress(&mut self) -> usize {
+        if self.lost {
+            return 0;
+        }
         self.polls = self.polls.wrapping_add(1);
         if self.polls.is_multiple_of(64) || self.connected.len() + 1 < self.peers.len() {
             let now = Instant::now();
@@ -56,7 +59,9 @@ impl Transport {
     /// Every 500 µs at most: the device's housekeeping, link events,
     /// hellos, and expiry.
     fn slow_path(&mut self, now: Instant) {
-        let _ = self.dev.service();
+        if let Err(HwError::SlotLost { .. }) = self.dev.service() {
+            return self.lose();
+        }
         self.handle_link_events();
         for p in 0..self.peers.len() as Port {
             if p == self.me {
@@ -79,6 +84,28 @@ impl Transport {
             }
         }
         self.expire(now);
+    }
+
+    /// We lost our place on the fabric: every connection ends (operations
+    /// fail with [`Status::PeerDown`], receives are flushed), every peer
+    /// reads [`PeerState::Lost`], and nothing is written from now on — not
+    /// even a goodbye, which would reach the host that holds our place now.
+    fn lose(&mut self) {
+        if self.lost {
+            return;
+        }
+        tracing::warn!(
+            port = self.me,
+            "this host was dropped from the fabric (stalled past the heartbeat timeout): \
+             the transport stops; drop it and its device, then join again"
+        );
+        for p in 0..self.peers.len() as Port {
+            if p != self.me {
+                self.teardown(p, Status::PeerDown);
+                self.peers[p as usize].state = PeerState::Lost;
+            }
+        }
+        self.lost = true;
     }
 
     /// Fails our operations past their deadline, drops served ones (freeing

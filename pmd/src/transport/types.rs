@@ -110,6 +110,10 @@ pub enum PeerState {
     Connected,
     /// The handshake failed (version or geometry mismatch); the reason.
     Failed(String),
+    /// We were dropped from the fabric: this host stalled past the
+    /// device's heartbeat timeout and its place was given to another. The
+    /// transport writes nothing more; drop it and its device and join again.
+    Lost,
 }
 
 /// Resources of one queue pair, for monitoring and for tests that check

@@ -15,8 +15,8 @@ use super::rlut;
 use super::segment::shm_dir;
 use super::windows::WindowMem;
 use crate::hw::{
-    CounterSnapshot, DeviceCounters, HwError, LinkEvent, LinkState, LocalWindow, MwGeometry,
-    NtbDevice, PeerWindow, Port, Result,
+    CounterSnapshot, DeviceCounters, HwError, Keepalive, LinkEvent, LinkState, LocalWindow,
+    MwGeometry, NtbDevice, PeerWindow, Port, Result, Tenure,
 };
 
 /// Inbound translations must be aligned to this.
@@ -558,13 +558,9 @@ impl NtbDevice for EmuDevice {
             self.inner.fabric.maybe_scan(now_ns());
         }
         if self.inner.lost.load(Relaxed) {
-            return Err(HwError::Fabric(format!(
-                "slot {} of fabric {:?} was reclaimed by a peer: this process stalled past \
-                 the {:?} heartbeat timeout; drop the device and join again",
-                self.inner.port,
-                self.inner.fabric.name(),
-                self.inner.fabric.config().heartbeat_timeout
-            )));
+            return Err(HwError::SlotLost {
+                port: self.inner.port,
+            });
         }
         Ok(())
     }
@@ -593,12 +589,24 @@ impl NtbDevice for EmuDevice {
     fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow> {
         self.check_mw(mw)?;
         let z = self.peer_mem(peer)?;
+        let word = self
+            .inner
+            .fabric
+            .regs_of(self.inner.port as usize)
+            .word
+            .as_ptr();
+        let keep: Keepalive = Arc::new(self.inner.fabric.clone());
+        // SAFETY: our slot word lies in the control segment, which the
+        // fabric handle in `keep` keeps mapped; every party accesses it
+        // atomically (it is an AtomicU64 there).
+        let tenure = unsafe { Tenure::from_raw(word, self.inner.word, self.inner.port, keep) };
         // `peer_mem` checked the mapping holds at least `window_size` bytes.
         Ok(z.peer_window(
             self.inner.fabric.config().window_size,
             peer,
             self.inner.counters.clone(),
-        ))
+        )
+        .with_tenure(tenure))
     }
 
     fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()> {
