@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig, SlotState};
 use ntbdk_pmd::hw::{HwError, Port};
-use ntbdk_pmd::transport::{Config, Geometry, PeerState, Transport, TransportError};
+use ntbdk_pmd::transport::{
+    Access, Config, DropKind, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
+    TransportError,
+};
 use transport_common::{Host, TestDir};
 
 const LONG: Duration = Duration::from_secs(20);
@@ -141,4 +144,141 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     assert!(b.t.device().counters().posted_writes > b_writes_before);
     drop((b, c));
     EmuFabric::destroy_in(dir.path(), "zombie").unwrap();
+}
+
+/// Three hosts on one emulated fabric, connected all to all.
+fn three(dir: &TestDir, name: &str) -> (EmuFabric, Vec<Host>) {
+    let fc = FabricConfig {
+        slots: 3,
+        window_size: 1 << 20,
+        ..Default::default()
+    };
+    let fabric = EmuFabric::create_in(dir.path(), name, &fc).unwrap();
+    let cfg = Config::new(Geometry { ports: 3, ..geo() });
+    let mut hs: Vec<Host> = (0..3)
+        .map(|slot| {
+            let d = fabric
+                .join(&DeviceConfig {
+                    slot: Some(slot),
+                    dir: Some(dir.path().to_owned()),
+                    ..Default::default()
+                })
+                .expect("join");
+            Host::new(Transport::new(Arc::new(d), cfg.clone()).unwrap(), 3, 4)
+        })
+        .collect();
+    let end = Instant::now() + LONG;
+    while (0..3).any(|i| (0..3).any(|j| i != j && !hs[i].t.is_connected(j as Port))) {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        assert!(Instant::now() < end, "no full mesh within {LONG:?}");
+    }
+    (fabric, hs)
+}
+
+/// Posts a write of `data` from host `from` into `key` of host `to`, and
+/// waits for its completion (polling every host).
+fn write(hs: &mut [Host], from: usize, to: usize, key: RegionKey, data: &[u8]) -> Status {
+    let src = hs[from]
+        .t
+        .register_region(data.len(), Access::LOCAL)
+        .unwrap();
+    hs[from].t.region_write(src, 0, data).unwrap();
+    let qp = hs[from].qp(to as Port);
+    let cookie = 0x5000 + to as u64;
+    let sge = Sge {
+        key: src,
+        offset: 0,
+        len: data.len() as u64,
+    };
+    hs[from]
+        .t
+        .post_write(qp, &[sge], RemoteAddr { key, offset: 0 }, cookie)
+        .unwrap();
+    let end = Instant::now() + LONG;
+    loop {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        if let Some(c) = hs[from].done.remove(&cookie) {
+            hs[from].t.deregister_region(src).unwrap();
+            return c.status;
+        }
+        assert!(Instant::now() < end, "write {from} -> {to} never completed");
+    }
+}
+
+/// Posts a read of `len` bytes of `key` at host `to` from host `from`.
+fn read(hs: &mut [Host], from: usize, to: usize, key: RegionKey, len: usize) -> Status {
+    let dst = hs[from].t.register_region(len, Access::LOCAL).unwrap();
+    let qp = hs[from].qp(to as Port);
+    let cookie = 0x6000 + to as u64;
+    let sge = Sge {
+        key: dst,
+        offset: 0,
+        len: len as u64,
+    };
+    hs[from]
+        .t
+        .post_read(qp, &[sge], RemoteAddr { key, offset: 0 }, cookie)
+        .unwrap();
+    let end = Instant::now() + LONG;
+    loop {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        if let Some(c) = hs[from].done.remove(&cookie) {
+            hs[from].t.deregister_region(dst).unwrap();
+            return c.status;
+        }
+        assert!(Instant::now() < end, "read {from} <- {to} never completed");
+    }
+}
+
+#[test]
+fn a_region_registered_for_one_peer_is_refused_to_the_others_and_keys_are_unguessable() {
+    let dir = TestDir::new("keys");
+    let (_fabric, mut hs) = three(&dir, "keys");
+    // Host 0 registers a region for host 1 only.
+    let r = hs[0]
+        .t
+        .register_region_for(4096, Access::ALL, &[1])
+        .unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    // Host 1 writes it and reads it back: every byte.
+    assert_eq!(write(&mut hs, 1, 0, r, &data), Status::Success);
+    let mut got = vec![0u8; 4096];
+    hs[0].t.region_read(r, 0, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert_eq!(read(&mut hs, 1, 0, r, 4096), Status::Success);
+    // Host 2 holds the same key: refused both ways, nothing changed.
+    assert_eq!(write(&mut hs, 2, 0, r, &[0xee; 4096]), Status::RemoteAccess);
+    assert_eq!(read(&mut hs, 2, 0, r, 4096), Status::RemoteAccess);
+    hs[0].t.region_read(r, 0, &mut got).unwrap();
+    assert_eq!(got, data, "a refused write changed the region");
+    // Keys are not a counter: a guess next to a live key names nothing.
+    let open = hs[0].t.register_region(64, Access::ALL).unwrap();
+    for guess in [open.0.wrapping_add(1), open.0.wrapping_sub(1), open.0 ^ 1] {
+        if guess != r.0 {
+            assert_eq!(
+                write(&mut hs, 2, 0, RegionKey(guess), &[1; 64]),
+                Status::RemoteAccess
+            );
+        }
+    }
+    // A stale key (deregistered) is refused, even to the peer it was for.
+    hs[0].t.deregister_region(r).unwrap();
+    let r2 = hs[0]
+        .t
+        .register_region_for(4096, Access::ALL, &[1])
+        .unwrap();
+    assert_ne!(r2, r);
+    assert_eq!(write(&mut hs, 1, 0, r, &data), Status::RemoteAccess);
+    assert_eq!(write(&mut hs, 1, 0, r2, &data), Status::Success);
+    // Every refusal was counted at host 0 as an access drop from host 2 or 1.
+    let q2 = hs[0].qp(2);
+    assert!(hs[0].t.counters(q2).dropped(DropKind::Access) >= 3);
+    drop(hs);
+    EmuFabric::destroy_in(dir.path(), "keys").unwrap();
 }

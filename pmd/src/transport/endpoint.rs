@@ -179,11 +179,7 @@ impl Transport {
         }
         let me = dev.port();
         let incarnation = random_u64(dev.generation());
-        let regions = RegionTable::new(
-            layout.region_area_start() as u64,
-            local.len() as u64,
-            incarnation as u32,
-        );
+        let regions = RegionTable::new(layout.region_area_start() as u64, local.len() as u64);
         let mut t = Self {
             peers: (0..dev.port_count()).map(|_| Peer::new()).collect(),
             dev,

@@ -58,6 +58,14 @@ pub enum TransportError {
     /// A region key that is not registered.
     #[error("no registered region with key {0:?}")]
     NoSuchRegion(RegionKey),
+    /// A peer named a region outside its protection domain.
+    #[error("region {key:?} is not registered for port {peer}")]
+    NotInDomain {
+        /// The region.
+        key: RegionKey,
+        /// The peer that asked.
+        peer: Port,
+    },
     /// A local region lacks the permission an operation needs.
     #[error("region {key:?} does not allow {needed}")]
     Permission {

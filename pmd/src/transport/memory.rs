@@ -2,6 +2,8 @@
 //! copying bytes in and out of them (local access).
 
 use super::endpoint::Transport;
+use crate::hw::Port;
+
 use super::error::{Result, TransportError};
 use super::key::{Access, RegionKey};
 use super::sgl::Sge;
@@ -9,9 +11,24 @@ use super::sgl::Sge;
 impl Transport {
     /// Registers a region of `len` bytes in our window's region area: peers
     /// may place data into it (remote write) or read it (remote read) as
-    /// `access` allows. Returns its key.
+    /// `access` allows. Returns its key, drawn at random (an OS-seeded hash),
+    /// so that a peer cannot guess the keys of regions it was not told of.
     pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
         self.regions.register(len as u64, access, None)
+    }
+
+    /// Like [`register_region`](Self::register_region), remotely accessible
+    /// only by `peers` (the region's protection domain, as a verbs PD): a
+    /// write, read or size request naming its key from any other peer is
+    /// refused (an access error to that peer, counted).
+    pub fn register_region_for(
+        &mut self,
+        len: usize,
+        access: Access,
+        peers: &[Port],
+    ) -> Result<RegionKey> {
+        self.regions
+            .register_for(len as u64, access, None, Some(peers))
     }
 
     /// Like [`register_region`](Self::register_region), built from extents

@@ -7,6 +7,9 @@
 //! permissions and the region's length, before a byte moves.
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
+
+use crate::hw::Port;
 
 use super::idhash::IdMap;
 
@@ -55,9 +58,18 @@ pub struct Region {
     pub access: Access,
     /// Window extents `(offset, len)`, in region order.
     pub extents: Vec<(u64, u64)>,
+    /// Its protection domain: the peers that may access it remotely (none
+    /// listed: every peer).
+    pub peers: Option<Box<[Port]>>,
 }
 
 impl Region {
+    /// Whether `peer` is in the region's protection domain.
+    #[inline]
+    pub fn admits(&self, peer: Port) -> bool {
+        self.peers.as_ref().is_none_or(|ps| ps.contains(&peer))
+    }
+
     /// The window extents covering bytes `off..off+len` of the region.
     pub fn slice(&self, off: u64, len: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
@@ -81,12 +93,18 @@ impl Region {
 pub struct RegionTable {
     free: BTreeMap<u64, u64>,
     regions: IdMap<u32, Region>,
-    next_key: u32,
+    /// Keys are drawn from a hash keyed with OS randomness (std's
+    /// `RandomState`) over a counter: unpredictable to a peer, and a key
+    /// once deregistered is not handed out again in practice (a collision
+    /// with a live key is redrawn).
+    keys: RandomState,
+    /// Keys drawn so far.
+    minted: u64,
 }
 
 impl RegionTable {
     /// A table over the window bytes `start..end`.
-    pub fn new(start: u64, end: u64, first_key: u32) -> Self {
+    pub fn new(start: u64, end: u64) -> Self {
         let start = start.next_multiple_of(GRAIN);
         let end = end / GRAIN * GRAIN;
         let mut free = BTreeMap::new();
@@ -96,7 +114,8 @@ impl RegionTable {
         Self {
             free,
             regions: IdMap::default(),
-            next_key: first_key.max(1),
+            keys: RandomState::new(),
+            minted: 0,
         }
     }
 
@@ -105,22 +124,35 @@ impl RegionTable {
         self.free.values().sum()
     }
 
-    /// Registers a region of `len` bytes. With `max_extent`, it is built from
-    /// extents of at most that many bytes (scattered where the area is).
+    /// Registers a region of `len` bytes that every peer may access as
+    /// `access` allows. With `max_extent`, it is built from extents of at
+    /// most that many bytes (scattered where the area is).
     pub fn register(
         &mut self,
         len: u64,
         access: Access,
         max_extent: Option<u64>,
     ) -> Result<RegionKey> {
+        self.register_for(len, access, max_extent, None)
+    }
+
+    /// Like [`register`](Self::register), remotely accessible only by
+    /// `peers` (its protection domain) when given.
+    pub fn register_for(
+        &mut self,
+        len: u64,
+        access: Access,
+        max_extent: Option<u64>,
+        peers: Option<&[Port]>,
+    ) -> Result<RegionKey> {
         if len == 0 {
             return Err(TransportError::EmptyRegion);
         }
-        let need = len.next_multiple_of(GRAIN);
         let free = self.free_bytes();
-        if need > free {
-            return Err(TransportError::RegionAreaFull { len, free });
-        }
+        let need = match len.checked_next_multiple_of(GRAIN) {
+            Some(n) if n <= free => n,
+            _ => return Err(TransportError::RegionAreaFull { len, free }),
+        };
         let max_ext = max_extent.map_or(need, |m| m.max(GRAIN) / GRAIN * GRAIN);
         let mut extents = Vec::new();
         // Contiguous if we can.
@@ -143,17 +175,28 @@ impl RegionTable {
         }
         // Trim the last extent's logical length to `len` (the grain padding
         // stays allocated and is returned with it).
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(1).max(1);
+        let key = self.mint_key();
         self.regions.insert(
             key,
             Region {
                 len,
                 access,
                 extents,
+                peers: peers.map(Box::from),
             },
         );
         Ok(RegionKey(key))
+    }
+
+    /// A fresh key: nonzero, not naming a live region, unpredictable.
+    fn mint_key(&mut self) -> u32 {
+        loop {
+            self.minted += 1;
+            let k = self.keys.hash_one(self.minted) as u32;
+            if k != 0 && !self.regions.contains_key(&k) {
+                return k;
+            }
+        }
     }
 
     fn take(&mut self, start: u64, hole: u64, n: u64) {
@@ -202,6 +245,24 @@ impl RegionTable {
         self.get(key)
             .map(|r| r.slice(0, u64::from(len)))
             .unwrap_or_default()
+    }
+
+    /// Resolves `off..off+len` of region `key` for `peer`'s remote access
+    /// needing `need`: as [`resolve`](Self::resolve), and `peer` must be in
+    /// the region's protection domain.
+    pub fn resolve_remote(
+        &self,
+        peer: Port,
+        key: RegionKey,
+        off: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Vec<(u64, u64)>> {
+        let r = self.check(key, off, len, need)?;
+        if !r.admits(peer) {
+            return Err(TransportError::NotInDomain { key, peer });
+        }
+        Ok(r.slice(off, len))
     }
 
     /// Resolves `off..off+len` of region `key` for an access needing
@@ -284,7 +345,7 @@ mod tests {
 
     #[test]
     fn resolve_checks_permission_and_bounds() {
-        let mut t = RegionTable::new(4096, 4096 + 64 * 1024, 1);
+        let mut t = RegionTable::new(4096, 4096 + 64 * 1024);
         let k = t
             .register(1000, Access::LOCAL | Access::REMOTE_WRITE, Some(256))
             .unwrap();
@@ -302,8 +363,57 @@ mod tests {
     }
 
     #[test]
+    fn huge_lengths_are_refused_not_wrapped() {
+        let mut t = RegionTable::new(4096, 4096 + 64 * 100);
+        for len in [u64::MAX, u64::MAX - 1, u64::MAX - 63] {
+            assert!(matches!(
+                t.register(len, Access::ALL, None),
+                Err(TransportError::RegionAreaFull { .. })
+            ));
+        }
+        assert_eq!(t.free_bytes(), 6400);
+    }
+
+    #[test]
+    fn keys_are_distinct_nonzero_and_not_a_counter() {
+        let mut t = RegionTable::new(0, 64 * 1024);
+        let keys: Vec<u32> = (0..512)
+            .map(|_| t.register(64, Access::ALL, None).unwrap().0)
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), keys.len());
+        assert!(!keys.contains(&0));
+        let steps_of_one = keys
+            .windows(2)
+            .filter(|w| w[1] == w[0].wrapping_add(1))
+            .count();
+        assert!(steps_of_one < 4, "{steps_of_one} consecutive keys");
+    }
+
+    #[test]
+    fn a_region_for_some_peers_refuses_the_others() {
+        let mut t = RegionTable::new(0, 64 * 64);
+        let k = t
+            .register_for(64, Access::ALL, None, Some(&[2, 5]))
+            .unwrap();
+        assert!(t.resolve_remote(2, k, 0, 64, Access::REMOTE_WRITE).is_ok());
+        assert!(t.resolve_remote(5, k, 0, 1, Access::REMOTE_READ).is_ok());
+        assert!(matches!(
+            t.resolve_remote(3, k, 0, 64, Access::REMOTE_WRITE),
+            Err(TransportError::NotInDomain { peer: 3, .. })
+        ));
+        let open = t.register(64, Access::ALL, None).unwrap();
+        assert!(
+            t.resolve_remote(3, open, 0, 64, Access::REMOTE_WRITE)
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn register_resolve_deregister() {
-        let mut t = RegionTable::new(4096, 4096 + 64 * 100, 1);
+        let mut t = RegionTable::new(4096, 4096 + 64 * 100);
         let a = t.register(100, Access::ALL, None).unwrap();
         let ext = t.resolve(a, 10, 50, Access::REMOTE_WRITE).unwrap();
         assert_eq!(ext, vec![(4096 + 10, 50)]);
@@ -319,7 +429,7 @@ mod tests {
 
     #[test]
     fn scattered_regions_slice_in_order() {
-        let mut t = RegionTable::new(0, 64 * 64, 1);
+        let mut t = RegionTable::new(0, 64 * 64);
         let keys: Vec<_> = (0..8)
             .map(|_| t.register(64, Access::ALL, None).unwrap())
             .collect();
@@ -338,7 +448,7 @@ mod tests {
 
     #[test]
     fn full_area_is_an_error() {
-        let mut t = RegionTable::new(0, 128, 1);
+        let mut t = RegionTable::new(0, 128);
         assert!(matches!(
             t.register(200, Access::ALL, None),
             Err(TransportError::RegionAreaFull { .. })

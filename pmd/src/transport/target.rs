@@ -72,10 +72,13 @@ impl Transport {
         if !self.fresh(p, Ring::Rx, op) {
             return;
         }
-        match self
-            .regions
-            .resolve(RegionKey(rkey), roff, u64::from(len), Access::REMOTE_WRITE)
-        {
+        match self.regions.resolve_remote(
+            p,
+            RegionKey(rkey),
+            roff,
+            u64::from(len),
+            Access::REMOTE_WRITE,
+        ) {
             Err(_) => {
                 self.count(p, DropKind::Access);
                 self.nak(p, op, WireStatus::Access);
@@ -94,10 +97,13 @@ impl Transport {
         if !self.fresh(p, Ring::Tx, op) {
             return;
         }
-        match self
-            .regions
-            .resolve(RegionKey(rkey), roff, u64::from(len), Access::REMOTE_READ)
-        {
+        match self.regions.resolve_remote(
+            p,
+            RegionKey(rkey),
+            roff,
+            u64::from(len),
+            Access::REMOTE_READ,
+        ) {
             Err(_) => {
                 self.count(p, DropKind::Access);
                 self.nak(p, op, WireStatus::Access);
@@ -170,6 +176,7 @@ impl Transport {
         let reply = match self.regions.get(RegionKey(rkey)) {
             Some(r)
                 if r.access.contains(Access::REMOTE_READ)
+                    && r.admits(p)
                     && roff < r.len
                     && r.len - roff <= u64::from(u32::MAX) =>
             {
