@@ -282,3 +282,49 @@ fn a_region_registered_for_one_peer_is_refused_to_the_others_and_keys_are_ungues
     drop(hs);
     EmuFabric::destroy_in(dir.path(), "keys").unwrap();
 }
+
+#[test]
+fn huge_timeouts_saturate_instead_of_panicking() {
+    let fabric = ntbdk_pmd::hw::loopback::LoopbackFabric::new(2, 1 << 20);
+    let mut cfg = Config::new(geo());
+    cfg.op_timeout = Duration::MAX;
+    let mut a = Transport::new(Arc::new(fabric.join(0).unwrap()), cfg.clone()).unwrap();
+    let mut b = Transport::new(Arc::new(fabric.join(1).unwrap()), cfg).unwrap();
+    let end = Instant::now() + LONG;
+    while !a.is_connected(1) || !b.is_connected(0) {
+        a.progress();
+        b.progress();
+        assert!(Instant::now() < end, "no connection within {LONG:?}");
+    }
+    // Connected: an unbounded wait returns at once, without overflowing.
+    a.wait_connected(1, Duration::MAX).unwrap();
+    // An operation with an unbounded timeout still completes.
+    let dst = b.register_region(64, Access::ALL).unwrap();
+    let src = a.register_region(64, Access::LOCAL).unwrap();
+    let qa = a.create_qp(1).unwrap();
+    let sge = Sge {
+        key: src,
+        offset: 0,
+        len: 64,
+    };
+    a.post_write(
+        qa,
+        &[sge],
+        RemoteAddr {
+            key: dst,
+            offset: 0,
+        },
+        9,
+    )
+    .unwrap();
+    let mut done = [ntbdk_pmd::transport::Completion::default(); 4];
+    let end = Instant::now() + LONG;
+    loop {
+        b.progress();
+        if a.poll_completions(&mut done) > 0 {
+            assert_eq!((done[0].cookie, done[0].status), (9, Status::Success));
+            break;
+        }
+        assert!(Instant::now() < end);
+    }
+}

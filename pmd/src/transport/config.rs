@@ -1,7 +1,7 @@
 //! How a transport is set up: the agreed geometry, the window, timeouts,
 //! limits and copy settings.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::dma::default_nt_threshold;
 use super::geometry::Geometry;
@@ -42,4 +42,21 @@ impl Config {
             doorbell: false,
         }
     }
+}
+
+impl Config {
+    /// When an operation started or moved along now times out.
+    #[inline]
+    pub(crate) fn op_deadline(&self) -> Instant {
+        saturating_after(self.op_timeout)
+    }
+}
+
+/// `now + d`, or a time so far ahead it never comes when that overflows
+/// (`Duration::MAX` means "no timeout", not a panic).
+pub(crate) fn saturating_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
 }

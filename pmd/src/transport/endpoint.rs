@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, Port};
 
-use super::config::Config;
+use super::config::{Config, saturating_after};
 use super::conn::SendPlan;
 use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
@@ -266,7 +266,7 @@ impl Transport {
     /// Polls until `peer` is connected, or fails after `timeout` (or at once
     /// when the handshake failed).
     pub fn wait_connected(&mut self, peer: Port, timeout: Duration) -> Result<()> {
-        let end = Instant::now() + timeout;
+        let end = saturating_after(timeout);
         loop {
             self.progress();
             match self.peer_state(peer) {
@@ -379,7 +379,7 @@ impl Transport {
             id,
             OutOp {
                 cookie,
-                deadline: Instant::now() + self.cfg.op_timeout,
+                deadline: self.cfg.op_deadline(),
                 kind,
             },
         );

@@ -7,8 +7,6 @@
 //! (SGL segments) arrive in order within the transfer. Anything else is
 //! dropped and counted, or fails the operation with [`Status::Protocol`].
 
-use std::time::Instant;
-
 use crate::hw::Port;
 
 use super::counters::DropKind;
@@ -83,7 +81,7 @@ impl Transport {
         ) {
             return self.on_multicast_sgl(p, op, start, sges);
         }
-        let timeout = self.cfg.op_timeout;
+        let deadline_now = self.cfg.op_deadline();
         let Movers(ops, peers, engine, local) = self.movers();
         let Some(o) = ops.get_mut(&op) else {
             return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
@@ -114,7 +112,7 @@ impl Transport {
             return;
         }
         *delivered += total as u32;
-        o.deadline = Instant::now() + timeout;
+        o.deadline = deadline_now;
         peers[p as usize].counters.bytes_out += total;
         if *delivered == *len {
             *done = true;

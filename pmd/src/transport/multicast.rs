@@ -280,7 +280,7 @@ impl Transport {
         if origin as usize >= self.peers.len() || origin == self.me {
             return self.count(s, DropKind::UnknownOp);
         }
-        let timeout = self.cfg.op_timeout;
+        let deadline_now = self.cfg.op_deadline();
         let Some(c) = self.peers[origin as usize].conn.as_mut() else {
             return self.count(s, DropKind::UnknownOp);
         };
@@ -303,7 +303,7 @@ impl Transport {
                 ch.next_sgl
                     .extend(sges.iter().map(|x| (x.offset, u64::from(x.len))));
                 ch.next_got += total as u32;
-                *deadline = Instant::now() + timeout;
+                *deadline = deadline_now;
                 if ch.next_got == *len {
                     self.chain_cts(origin, op);
                 }
@@ -327,7 +327,7 @@ impl Transport {
     /// complete it is ready (in a chain, the first target's readiness means
     /// the whole chain's).
     pub(crate) fn on_multicast_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
-        let timeout = self.cfg.op_timeout;
+        let deadline_now = self.cfg.op_deadline();
         let Some(o) = self.ops.get_mut(&op) else {
             return self.count(p, DropKind::UnknownOp);
         };
@@ -359,7 +359,7 @@ impl Transport {
         t.sgl
             .extend(sges.iter().map(|s| (s.offset, u64::from(s.len))));
         t.got += total as u32;
-        o.deadline = Instant::now() + timeout;
+        o.deadline = deadline_now;
         if t.got == *len {
             t.ready = true;
             if chain {

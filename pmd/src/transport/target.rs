@@ -52,7 +52,7 @@ impl Transport {
 
     /// A deadline for a served operation, from now.
     pub(crate) fn served_deadline(&self) -> Instant {
-        Instant::now() + self.cfg.op_timeout
+        self.cfg.op_deadline()
     }
 
     /// Sends `ext` (our storage) to `p` as the SGL of its operation `op`.
@@ -127,7 +127,7 @@ impl Transport {
     /// `ReadSgl` (EP 3025241, read step 3): copy the next part of a read we
     /// serve straight into the reader's window; `Ack` once all of it is there.
     pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
-        let timeout = self.cfg.op_timeout;
+        let deadline_now = self.cfg.op_deadline();
         let Movers(_, peers, engine, local) = self.movers();
         let peer = &mut peers[p as usize];
         let Some(c) = peer.conn.as_mut() else { return };
@@ -152,7 +152,7 @@ impl Transport {
             return;
         }
         *delivered += total as u32;
-        *deadline = Instant::now() + timeout;
+        *deadline = deadline_now;
         peer.counters.bytes_out += total;
         if *delivered == *len {
             let len = *len;
