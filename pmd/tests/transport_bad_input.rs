@@ -460,6 +460,42 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
         .unwrap();
     let c = collect(&mut s.ts, 1, 1);
     assert_eq!((c[0].cookie, c[0].status), (10, Status::Protocol));
+    // An SGL that fails validation itself (an entry outside the window) is
+    // dropped and counted, and fails the write it names at once (not by
+    // its 10 s timeout).
+    s.ts[1]
+        .post_write(
+            q,
+            &[Sge {
+                key: src,
+                offset: 0,
+                len: 100,
+            }],
+            RemoteAddr {
+                key: RegionKey(1),
+                offset: 0,
+            },
+            11,
+        )
+        .unwrap();
+    let outside = sgl(3, 0, &[((64 << 20) as u64, 100)]);
+    s.inj
+        .push(
+            Ring::Tx,
+            &wire::encode(&Msg::Sgl {
+                op: 3,
+                start: 0,
+                n: 1,
+                sges: outside,
+            }),
+        )
+        .unwrap();
+    let t0 = Instant::now();
+    let c = collect(&mut s.ts, 1, 1);
+    assert_eq!((c[0].cookie, c[0].status), (11, Status::Protocol));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let q2 = s.ts[1].create_qp(2).unwrap();
+    assert!(s.ts[1].counters(q2).dropped(DropKind::OutOfRange) >= 1);
     honest_traffic_works(&mut s);
 }
 

@@ -166,6 +166,9 @@ impl Transport {
     fn poll_peer(&mut self, p: Port) -> usize {
         let g = self.cfg.geometry;
         let mut scratch = std::mem::take(&mut self.scratch);
+        // Answers to our operations that failed validation (rare: no
+        // allocation unless there is one).
+        let mut refused = Vec::new();
         let limits = {
             let peer = &mut self.peers[p as usize];
             let Some(c) = peer.conn.as_mut() else {
@@ -187,8 +190,14 @@ impl Transport {
                         break;
                     };
                     cons.advance();
-                    match wire::decode_validated(&b, ring, &limits) {
-                        Ok(m) => scratch.push(m),
+                    match wire::decode(&b) {
+                        Ok(m) => match wire::validate(&m, ring, &limits) {
+                            Ok(()) => scratch.push(m),
+                            Err(e) => {
+                                peer.counters.drop_one(drop_kind(e));
+                                refused.extend(m.answer_to());
+                            }
+                        },
                         Err(e) => peer.counters.drop_one(drop_kind(e)),
                     }
                 }
@@ -204,6 +213,9 @@ impl Transport {
             self.handle(p, m);
         }
         self.scratch = scratch;
+        for op in refused {
+            self.fail_answered(p, op);
+        }
         let peer = &mut self.peers[p as usize];
         if let Some(c) = peer.conn.as_mut()
             && c.settle(&self.local, &mut peer.counters).is_err()
@@ -260,6 +272,19 @@ impl Transport {
             Msg::SendInline { .. } | Msg::SendBuf { .. } => {
                 self.count(p, DropKind::WrongQueue);
             }
+        }
+    }
+
+    /// Fails our operation `op` with [`Status::Protocol`] after `p` sent a
+    /// malformed answer to it (only an operation that involves `p`: a peer
+    /// can fail nothing of anyone else's).
+    fn fail_answered(&mut self, p: Port, op: u64) {
+        match self.ops.get(&op).map(|o| (o.involves(p), &o.kind)) {
+            Some((true, OutKind::Multicast { .. })) => {
+                self.mc_target_failed(op, p, Status::Protocol)
+            }
+            Some((true, _)) => self.finish(op, Status::Protocol, 0),
+            _ => {}
         }
     }
 

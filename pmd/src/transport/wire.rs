@@ -757,6 +757,19 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
     })
 }
 
+impl Msg {
+    /// The op id of the receiver's own operation this message answers (a
+    /// target's SGL, ack or size), if it is such an answer: a malformed
+    /// answer then fails that operation at once instead of leaving it to
+    /// its timeout.
+    pub fn answer_to(&self) -> Option<u64> {
+        match self {
+            Msg::Sgl { op, .. } | Msg::Ack { op, .. } | Msg::ReadSize { op, .. } => Some(*op),
+            _ => None,
+        }
+    }
+}
+
 /// Which ring of a peer's section a message travels on: the one spelling of
 /// "which ring" in the transport (credit words, producers and consumers are
 /// indexed by it, the validator routes by it, the injector writes into it).
