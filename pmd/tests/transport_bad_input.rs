@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DropKind, Geometry, RegionKey, RemoteAddr, Sge, Status, Transport,
-    epoch,
+    Access, Completion, Config, DropKind, Geometry, OpKind, RegionKey, RemoteAddr, Sge, Status,
+    Transport, epoch,
 };
 use ntbdk_pmd::transport::{Ring, inject::Injector};
 use proptest::prelude::*;
@@ -574,4 +574,48 @@ fn a_flood_of_requests_is_refused_past_the_limit() {
     assert_eq!(c.dropped(DropKind::Overload), 10, "{c:?}");
     assert_eq!(s.ts[1].resources(q).serving, limit as usize);
     honest_traffic_works(&mut s);
+}
+
+#[test]
+fn one_peer_cannot_hold_the_whole_region_area() {
+    // The rogue asks the victim for multicast storage, again and again: it
+    // gets its share of the region area (half, with two other ports) and
+    // no more; the honest peer's multicast still finds room.
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let free = s.ts[1].region_area_free();
+    let chunk = (free / 5) as u32;
+    for op in 1..=4u64 {
+        s.inj
+            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: chunk }))
+            .unwrap();
+        s.ts[1].progress();
+    }
+    let c = s.ts[1].counters(q);
+    assert_eq!(c.dropped(DropKind::Overload), 2, "{c:?}");
+    assert_eq!(s.ts[1].resources(q).serving, 2);
+    assert!(s.ts[1].region_area_free() >= free - 2 * u64::from(chunk) - 128);
+    // The honest peer puts as much as the rogue was refused.
+    let len = 2 * chunk as usize;
+    let src = s.ts[0].register_region(len, Access::LOCAL).unwrap();
+    s.ts[0].region_write(src, 0, &vec![0x77; len]).unwrap();
+    let q0 = s.ts[0].create_qp(1).unwrap();
+    let sge = Sge {
+        key: src,
+        offset: 0,
+        len: len as u64,
+    };
+    s.ts[0].post_multicast_put(&[q0], &[sge], 77).unwrap();
+    let c = collect(&mut s.ts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (77, Status::Success));
+    let got = drain(&mut s.ts[1]);
+    let recv = got
+        .iter()
+        .find(|c| c.op == OpKind::MulticastRecv && c.peer == 0)
+        .expect("the victim's multicast receive");
+    let mut data = vec![0u8; len];
+    s.ts[1]
+        .region_read(recv.region.unwrap(), 0, &mut data)
+        .unwrap();
+    assert!(data.iter().all(|&b| b == 0x77));
 }

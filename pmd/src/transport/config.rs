@@ -20,6 +20,10 @@ pub struct Config {
     pub hello_interval: Duration,
     /// Most operations outstanding at once (as initiator).
     pub max_outstanding: usize,
+    /// Most bytes of our region area the storage one peer asks us for
+    /// (multicast targets) may hold at once; more is refused with "no
+    /// room". `None`: the area divided evenly among the other ports.
+    pub peer_storage_quota: Option<u64>,
     /// Copies of at least this many bytes use non-temporal stores
     /// (default: [`default_nt_threshold`](super::default_nt_threshold), the
     /// last-level cache size, at least 2 MiB; `usize::MAX`: never).
@@ -38,6 +42,7 @@ impl Config {
             op_timeout: Duration::from_secs(10),
             hello_interval: Duration::from_millis(20),
             max_outstanding: 4096,
+            peer_storage_quota: None,
             nt_threshold: default_nt_threshold(),
             doorbell: false,
         }

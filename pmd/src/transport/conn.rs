@@ -428,6 +428,17 @@ impl Conn {
         self.served.remove(&op)
     }
 
+    /// Bytes of our region area held as storage for the peer's operations.
+    pub fn storage_held(&self) -> u64 {
+        self.served
+            .values()
+            .map(|o| match o {
+                InOp::McRecv { len, .. } => u64::from(*len),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// How many of the peer's operations we serve.
     pub fn serving(&self) -> usize {
         self.served.len()

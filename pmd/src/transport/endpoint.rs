@@ -113,6 +113,9 @@ pub struct Transport {
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
+    /// Most bytes of the region area one peer's storage requests may hold
+    /// (from `Config::peer_storage_quota`).
+    pub(crate) storage_quota: u64,
     /// Whether the device told us we lost our place on the fabric: from
     /// then on nothing is written (see [`PeerState::Lost`]).
     pub(crate) lost: bool,
@@ -180,6 +183,10 @@ impl Transport {
         let me = dev.port();
         let incarnation = random_u64(dev.generation());
         let regions = RegionTable::new(layout.region_area_start() as u64, local.len() as u64);
+        let others = (dev.port_count() as u64).saturating_sub(1).max(1);
+        let storage_quota = cfg
+            .peer_storage_quota
+            .unwrap_or(regions.free_bytes() / others);
         let mut t = Self {
             peers: (0..dev.port_count()).map(|_| Peer::new()).collect(),
             dev,
@@ -203,6 +210,7 @@ impl Transport {
             scratch: Vec::new(),
             send_plan: Vec::new(),
             chain_early: Vec::new(),
+            storage_quota,
             lost: false,
         };
         t.write_header()?;

@@ -11,6 +11,11 @@
 
 use std::time::Instant;
 
+/// Most chain storage announcements kept while their request is awaited.
+const EARLY_MAX: usize = 1024;
+/// Of those, most from one sender.
+const EARLY_PER_PEER: usize = 64;
+
 use crate::hw::Port;
 
 use super::counters::DropKind;
@@ -108,7 +113,7 @@ impl Transport {
     /// `Rts` (target): allocate storage for a multicast put and send it to
     /// the initiator as clear-to-send.
     pub(crate) fn on_rts(&mut self, p: Port, op: u64, len: u32) {
-        if !self.fresh(p, Ring::Rx, op) {
+        if !self.fresh(p, Ring::Rx, op) || !self.within_quota(p, op, len) {
             return;
         }
         match self.regions.register(u64::from(len), Access::LOCAL, None) {
@@ -119,6 +124,22 @@ impl Transport {
                 self.emit_sgl(p, op, &ext);
             }
         }
+    }
+
+    /// Target: whether `len` more bytes of storage for `p` stay within its
+    /// quota of our region area; if not, refuses `op` ("no room") and
+    /// counts an overload.
+    fn within_quota(&mut self, p: Port, op: u64, len: u32) -> bool {
+        let held = self.peers[p as usize]
+            .conn
+            .as_ref()
+            .map_or(0, |c| c.storage_held());
+        if held + u64::from(len) <= self.storage_quota {
+            return true;
+        }
+        self.count(p, DropKind::Overload);
+        self.nak(p, op, WireStatus::NoRoom);
+        false
     }
 
     /// Target: serves `p`'s multicast `op` with storage `region` allocated
@@ -189,6 +210,9 @@ impl Transport {
         if !valid {
             self.count(p, DropKind::OutOfRange);
             return self.nak(p, op, WireStatus::Protocol);
+        }
+        if !self.within_quota(p, op, len) {
+            return;
         }
         let Ok(key) = self.regions.register(u64::from(len), Access::LOCAL, None) else {
             return self.nak(p, op, WireStatus::NoRoom);
@@ -309,7 +333,10 @@ impl Transport {
                 }
             }
             Some(_) => self.count(s, DropKind::UnknownOp),
-            None if may_start && self.chain_early.len() < 1024 => {
+            None if may_start
+                && self.chain_early.len() < EARLY_MAX
+                && self.chain_early.iter().filter(|e| e.from == s).count() < EARLY_PER_PEER =>
+            {
                 self.chain_early.push(EarlySgl {
                     origin,
                     op,
