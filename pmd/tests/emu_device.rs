@@ -419,3 +419,35 @@ fn a_128_slot_fabric_with_many_participants() {
     assert!(st.slots.iter().all(|s| s.state == SlotState::Free));
     EmuFabric::destroy_in(dir.path(), "wide").unwrap();
 }
+
+#[test]
+fn absurd_sizes_and_timeouts_are_clear_errors() {
+    let dir = TestDir::new("absurd");
+    let bad = |fc: FabricConfig| {
+        EmuFabric::create_in(dir.path(), "absurd", &fc)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let hb = bad(FabricConfig {
+        heartbeat_timeout: Duration::MAX,
+        ..small(2)
+    });
+    assert!(hb.contains("heartbeat timeout must be"), "{hb}");
+    let win = bad(FabricConfig {
+        window_size: 1 << 50,
+        ..small(2)
+    });
+    assert!(win.contains("window size must be at most"), "{win}");
+    // A window larger than the memory available is refused at join, with
+    // what it needs and what there is (not an OOM kill).
+    let fc = FabricConfig {
+        window_size: 1 << 39,
+        ..small(2)
+    };
+    let f = EmuFabric::create_in(dir.path(), "absurd", &fc).unwrap();
+    let err = EmuDevice::join(&f, &cfg(&dir, fc)).unwrap_err().to_string();
+    assert!(err.contains("need") && err.contains("available"), "{err}");
+    drop(f);
+    EmuFabric::destroy_in(dir.path(), "absurd").unwrap();
+}

@@ -8,6 +8,11 @@ use crate::hw::{HwError, Port, Result};
 
 /// Most slots a fabric may have.
 pub const MAX_SLOTS: usize = 4096;
+/// Longest heartbeat timeout (its nanoseconds are kept in 64 bits, and a
+/// dead peer should be noticed within the hour).
+pub const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Largest window.
+pub const MAX_WINDOW: usize = 1 << 40;
 
 /// The geometry and timing of an emulated fabric, fixed by its creator.
 ///
@@ -80,8 +85,19 @@ impl FabricConfig {
                 self.rlut_entries
             ));
         }
-        if self.heartbeat_timeout < Duration::from_millis(1) {
-            return bad("heartbeat timeout must be at least 1 ms".into());
+        if self.heartbeat_timeout < Duration::from_millis(1)
+            || self.heartbeat_timeout > MAX_HEARTBEAT_TIMEOUT
+        {
+            return bad(format!(
+                "heartbeat timeout must be 1 ms..={MAX_HEARTBEAT_TIMEOUT:?}, not {:?}",
+                self.heartbeat_timeout
+            ));
+        }
+        if self.window_size > MAX_WINDOW {
+            return bad(format!(
+                "window size must be at most {MAX_WINDOW} bytes (1 TiB), not {}",
+                self.window_size
+            ));
         }
         Ok(())
     }

@@ -107,6 +107,14 @@ impl Segment {
         let result = (|| {
             file.set_len(len as u64)
                 .map_err(io(format!("sizing control segment {}", path.display())))?;
+            // Reserve the blocks now: a full shared-memory directory is an
+            // error here, not a SIGBUS at the first touch of a sparse page.
+            nix::fcntl::fallocate(&file, nix::fcntl::FallocateFlags::empty(), 0, len as i64)
+                .map_err(std::io::Error::from)
+                .map_err(io(format!(
+                    "reserving {len} bytes for control segment {} (is its directory full?)",
+                    path.display()
+                )))?;
             let what = format!("control segment {}", path.display());
             let region = SharedRegion::map_fd(&file, len, &what)?;
             // Slots are zero (a fresh file): free, generation 0.

@@ -43,9 +43,11 @@ impl WindowMem {
         if fabric.inner.windows.is_some() {
             return Self::in_region(fabric, port);
         }
+        let size = fabric.config().window_size;
+        check_memory(size)?;
         let zone = Zone::create(
             &format!("emu-{}-{port}", fabric.name()),
-            fabric.config().window_size,
+            size,
             &ZoneOptions::huge_or_fallback(),
         )?;
         Ok(Self::from_zone(Arc::new(zone)))
@@ -142,4 +144,27 @@ impl WindowMem {
         // writable, kept alive by the handle's keepalive.
         unsafe { PeerWindow::from_raw(self.base, len, peer, counters, self.keep.clone()) }
     }
+}
+
+/// Refuses a window larger than the memory available now (`MemAvailable`
+/// of /proc/meminfo): reserving it would wake the OOM killer, not fail.
+fn check_memory(size: usize) -> Result<()> {
+    let Some(avail) = mem_available() else {
+        return Ok(()); // unknown (not Linux, or no /proc): let the zone try
+    };
+    if size as u64 > avail {
+        return Err(HwError::Invalid(format!(
+            "a window of {size} bytes does not fit: need {size}, {avail} available \
+             (MemAvailable); use a smaller window size"
+        )));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
