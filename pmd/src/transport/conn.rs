@@ -7,7 +7,7 @@
 //! send, take, lend and serve, and never pokes its rings.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::hw::{LocalWindow, PeerWindow, Port, Result as HwResult};
 
@@ -99,7 +99,15 @@ pub(crate) struct Conn {
     hwm: [u64; 2],
     /// Offset of our credit words in the peer's window.
     credit_base: usize,
+    /// Since when the connection has looked wedged (see [`Conn::wedged`]).
+    stalled_since: Option<Instant>,
+    /// Our producers' credits at the last stall check.
+    credits_seen: [u64; 4],
 }
+
+/// How many slots past the one a consumer waits for are probed for a
+/// valid message (evidence that the producer went on without it).
+const STALL_PROBE: u64 = 8;
 
 impl Conn {
     /// Builds the connection state for `peer` (we are `me`).
@@ -133,6 +141,8 @@ impl Conn {
             served: HashMap::new(),
             hwm: [0; 2],
             credit_base: layout.part(me, Part::Credits),
+            stalled_since: None,
+            credits_seen: [0; 4],
         }
     }
 
@@ -458,6 +468,29 @@ impl Conn {
     /// Ends the connection: the operations still served.
     pub fn into_served(self) -> impl Iterator<Item = InOp> {
         self.served.into_values()
+    }
+
+    // ---- liveness of the connection itself ----
+
+    /// Whether the connection has made no progress for `timeout` while the
+    /// peer kept producing: a ring whose next slot never becomes valid
+    /// though a later one did (a lost or corrupted slot), or messages
+    /// waiting for credits that do not move. Checked every so often by the
+    /// poll loop; a momentary gap (a batch published last-first) or a quiet
+    /// peer is not a stall.
+    pub fn wedged(&mut self, local: &LocalWindow, now: Instant, timeout: Duration) -> bool {
+        let gap = self.cons.iter().any(|c| {
+            c.peek(local).is_none() && (1..=STALL_PROBE).any(|k| c.peek_ahead(local, k).is_some())
+        });
+        let credits = std::array::from_fn(|k| self.prod[k].credit());
+        let starved = self.backlog.iter().any(|b| !b.is_empty()) && credits == self.credits_seen;
+        self.credits_seen = credits;
+        if !(gap || starved) {
+            self.stalled_since = None;
+            return false;
+        }
+        let since = *self.stalled_since.get_or_insert(now);
+        now.duration_since(since) >= timeout
     }
 
     // ---- resources ----

@@ -59,6 +59,8 @@ pub struct QpCounters {
     pub connects: u64,
     /// Connections lost.
     pub disconnects: u64,
+    /// Connections reset because their rings stopped making progress.
+    pub resyncs: u64,
 }
 
 impl QpCounters {

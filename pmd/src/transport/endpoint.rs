@@ -188,7 +188,9 @@ impl Transport {
             .peer_storage_quota
             .unwrap_or(regions.free_bytes() / others);
         let mut t = Self {
-            peers: (0..dev.port_count()).map(|_| Peer::new()).collect(),
+            peers: (0..dev.port_count())
+                .map(|_| Peer::new(incarnation))
+                .collect(),
             dev,
             me,
             layout,

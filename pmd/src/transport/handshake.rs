@@ -83,7 +83,7 @@ impl Transport {
             queue_depth: g.queue_depth,
             eager_count: g.eager_count,
             eager_size: g.eager_size,
-            incarnation: self.incarnation,
+            incarnation: self.peers[peer as usize].my_inc,
             seen: self.peers[peer as usize].peer_inc,
         }
     }
@@ -98,7 +98,7 @@ impl Transport {
         let p = &mut self.peers[peer as usize];
         p.hello_seq += 1;
         // Nonzero (hello_seq starts at 1) and different for every hello.
-        let tag = (self.incarnation << 32) | (p.hello_seq & 0xffff_ffff).max(1);
+        let tag = (p.my_inc << 32) | (p.hello_seq & 0xffff_ffff).max(1);
         let r = win
             .write_u64(off + TAG_OFFSET, 0)
             .map(|_| win.wmb())
@@ -119,6 +119,7 @@ impl Transport {
         }
         self.incarnation = random_u64(self.incarnation);
         for p in 0..self.peers.len() as Port {
+            self.peers[p as usize].my_inc = self.incarnation;
             if p != self.me && self.peers[p as usize].state != PeerState::Down {
                 self.peers[p as usize].peer_inc = 0;
                 self.send_hello(p);
@@ -239,20 +240,21 @@ impl Transport {
             let p = &mut self.peers[peer as usize];
             p.peer_inc = h.incarnation;
             p.state = PeerState::Connecting;
-            if h.seen == self.incarnation {
+            if h.seen == self.peers[peer as usize].my_inc {
                 self.connect(peer);
             }
             self.send_hello(peer);
             return;
         }
         let connected = self.peers[peer as usize].conn.is_some();
-        if connected && h.seen != self.incarnation {
+        let mine = self.peers[peer as usize].my_inc;
+        if connected && h.seen != mine {
             // The peer restarted its view of us: start over.
             self.teardown(peer, Status::PeerDown);
             let _ = self.reset_section(peer);
             self.peers[peer as usize].state = PeerState::Connecting;
             self.send_hello(peer);
-        } else if !connected && h.seen == self.incarnation {
+        } else if !connected && h.seen == mine {
             self.connect(peer);
             self.send_hello(peer);
         } else if !connected {
@@ -265,7 +267,7 @@ impl Transport {
             return;
         };
         let p = &mut self.peers[peer as usize];
-        let e = epoch(self.incarnation, p.peer_inc);
+        let e = epoch(p.my_inc, p.peer_inc);
         let mut c = Conn::new(&self.layout, self.me, peer, win, e);
         if !c.lend_all() {
             return;
@@ -277,6 +279,26 @@ impl Transport {
             self.connected.push(peer);
         }
         tracing::debug!(me = self.me, peer, epoch = e, "transport connected");
+    }
+
+    /// Resets the connection with `peer` after its rings stopped making
+    /// progress (a slot or credit lost or corrupted): what involves it
+    /// fails with [`Status::Reset`], and we start over towards it as a new
+    /// incarnation, so both sides reconnect under a fresh epoch and nothing
+    /// of the wedged connection is taken for a new message.
+    pub(crate) fn resync(&mut self, peer: Port) {
+        tracing::warn!(
+            me = self.me,
+            peer,
+            "transport connection made no progress: resetting it"
+        );
+        self.teardown(peer, Status::Reset);
+        let _ = self.reset_section(peer);
+        let p = &mut self.peers[peer as usize];
+        p.my_inc = random_u64(p.my_inc);
+        p.counters.resyncs += 1;
+        p.state = PeerState::Connecting;
+        self.send_hello(peer);
     }
 
     /// Ends the connection with `peer` (if any): fails what involves it.

@@ -136,6 +136,8 @@ pub use counters::{DROP_KINDS, DropKind, QpCounters};
 pub use dma::{CpuEngine, DmaEngine, MIN_NT_THRESHOLD, default_nt_threshold};
 pub use endpoint::Transport;
 pub use error::{GeometryError, Result, TransportError};
+#[cfg(feature = "internals")]
+pub use geometry::Part;
 pub use geometry::{Geometry, Layout};
 pub use handshake::{VERSION, epoch};
 pub use key::{Access, RegionKey};

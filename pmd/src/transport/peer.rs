@@ -13,6 +13,10 @@ use super::types::PeerState;
 pub(crate) struct Peer {
     /// Where the handshake stands.
     pub state: PeerState,
+    /// Our incarnation towards this peer: the transport's at first, drawn
+    /// anew when we reset this one connection (resync) or say goodbye, so
+    /// that the peer starts over with a fresh epoch.
+    pub my_inc: u64,
     /// The peer's incarnation from its last hello (0: none seen, or
     /// forgotten after link down).
     pub peer_inc: u64,
@@ -35,10 +39,11 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// A peer never heard of.
-    pub fn new() -> Self {
+    /// A peer never heard of; we are incarnation `my_inc` towards it.
+    pub fn new(my_inc: u64) -> Self {
         Self {
             state: PeerState::Down,
+            my_inc,
             peer_inc: 0,
             link_gen: 0,
             hello_seq: 0,

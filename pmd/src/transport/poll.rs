@@ -146,9 +146,10 @@ impl Transport {
                 }
             }
         }
+        let mut wedged = Vec::new();
         for i in 0..self.connected.len() {
-            let p = self.connected[i] as usize;
-            let Some(c) = self.peers[p].conn.as_mut() else {
+            let p = self.connected[i];
+            let Some(c) = self.peers[p as usize].conn.as_mut() else {
                 continue;
             };
             for op in c.expire_served(now) {
@@ -156,6 +157,12 @@ impl Transport {
                     let _ = self.regions.deregister(region);
                 }
             }
+            if c.wedged(&self.local, now, timeout) {
+                wedged.push(p);
+            }
+        }
+        for p in wedged {
+            self.resync(p);
         }
     }
 

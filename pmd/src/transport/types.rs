@@ -179,6 +179,9 @@ pub enum Status {
     TooLarge,
     /// A posted receive was discarded because its queue pair was reset.
     Flushed,
+    /// The connection was reset because its rings stopped making progress
+    /// (a lost or corrupted slot or credit); it reconnects by itself.
+    Reset,
 }
 
 impl Status {
