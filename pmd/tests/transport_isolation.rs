@@ -401,3 +401,58 @@ fn a_wedged_ring_is_detected_and_the_connection_resyncs() {
     exchange(&mut a, &mut b, 0, 1, 50, 0x40);
     assert_eq!(b.t.counters(qb).resyncs, 1);
 }
+
+#[test]
+fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
+    use ntbdk_pmd::transport::Layout;
+
+    let dir = TestDir::new("grants");
+    let (_fabric, mut hs) = three(&dir, "grants");
+    assert!(hs.iter().all(|h| h.t.peers_isolated()));
+    let layout = *hs[1].t.layout();
+    // Host 2 (the rogue) writes into host 1's window with its own device's
+    // handle, as a buggy or hostile peer on the fabric would.
+    let win = hs[2].t.device().peer_window(1, 0).unwrap();
+    let before = hs[2].t.device().counters().ungranted_writes;
+    let attacks = [
+        ("host 0's mailbox (a forged hello)", Layout::mailbox(0), 64),
+        (
+            "host 0's section (its rings)",
+            layout.section_offset(0),
+            4096,
+        ),
+        (
+            "host 0's eager buffers",
+            layout.section_offset(0) + layout.section_size() - 1024,
+            1024,
+        ),
+        ("the window header", 0, 64),
+    ];
+    for (what, at, len) in attacks {
+        match win.write(at, &vec![0u8; len]) {
+            Err(HwError::NotGranted { peer: 1, .. }) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(
+            win.write_u64(at.next_multiple_of(8), 0).is_err(),
+            "{what}: a word store went through"
+        );
+    }
+    assert_eq!(
+        hs[2].t.device().counters().ungranted_writes - before,
+        2 * attacks.len() as u64
+    );
+    // Its own mailbox, its own section and the region area are writable.
+    win.write(Layout::mailbox(2) + 8, &[0u8; 8]).unwrap();
+    win.write(layout.section_offset(2) + 64 * 1024, &[0u8; 8])
+        .unwrap_or_else(|e| panic!("own section: {e}"));
+    win.write(layout.region_area_start() + 4096, &[0u8; 64])
+        .unwrap();
+    // Hosts 0 and 1 never noticed.
+    let (h0, rest) = hs.split_at_mut(1);
+    exchange(&mut h0[0], &mut rest[0], 0, 1, 50, 0x50);
+    let q10 = hs[1].qp(0);
+    assert_eq!(hs[1].t.counters(q10).disconnects, 0);
+    drop(hs);
+    EmuFabric::destroy_in(dir.path(), "grants").unwrap();
+}

@@ -27,6 +27,7 @@ pub struct DeviceCounters {
     non_posted_reads: CachePadded<AtomicU64>,
     non_posted_bytes: AtomicU64,
     rlut_refusals: AtomicU64,
+    ungranted_writes: AtomicU64,
     /// The blocks of live window handles.
     handles: Mutex<Vec<Arc<HandleCounters>>>,
 }
@@ -45,6 +46,9 @@ pub struct CounterSnapshot {
     pub non_posted_bytes: u64,
     /// Non-posted reads refused because the R-LUT was full.
     pub rlut_refusals: u64,
+    /// Posted writes refused because they fell outside what the peer
+    /// granted us (see [`PeerGrant`](super::PeerGrant)); nothing was written.
+    pub ungranted_writes: u64,
 }
 
 /// The posted-write counts of one window handle: written by that handle's
@@ -82,6 +86,11 @@ impl DeviceCounters {
     pub fn non_posted(&self, bytes: usize) {
         self.non_posted_reads.fetch_add(1, Relaxed);
         self.non_posted_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// Counts a posted write refused for falling outside a peer's grant.
+    pub fn ungranted(&self) {
+        self.ungranted_writes.fetch_add(1, Relaxed);
     }
 
     /// Counts one non-posted read refused for want of an R-LUT entry.
@@ -133,6 +142,7 @@ impl DeviceCounters {
             non_posted_reads: self.non_posted_reads.load(Relaxed),
             non_posted_bytes: self.non_posted_bytes.load(Relaxed),
             rlut_refusals: self.rlut_refusals.load(Relaxed),
+            ungranted_writes: self.ungranted_writes.load(Relaxed),
         }
     }
 }

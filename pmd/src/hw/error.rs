@@ -37,6 +37,20 @@ pub enum HwError {
         /// The slot (port) we held.
         port: u16,
     },
+    /// A posted write fell outside what the peer granted us (its per-peer
+    /// translation). Nothing was written.
+    #[error(
+        "write of {len} bytes at offset {offset} is outside what port {peer} granted us \
+         (our mailbox, our section, its region area)"
+    )]
+    NotGranted {
+        /// The peer whose window it was.
+        peer: u16,
+        /// Requested offset.
+        offset: usize,
+        /// Requested length.
+        len: usize,
+    },
     /// The peer (slot/port) number does not exist on this fabric or is our own.
     #[error("no such peer: port {peer} (this fabric has {ports} ports; own port {own})")]
     NoSuchPeer {

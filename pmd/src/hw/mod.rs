@@ -14,6 +14,7 @@
 mod counters;
 pub mod emu;
 mod error;
+mod grant;
 pub mod loopback;
 pub mod mmio;
 pub mod open;
@@ -23,6 +24,7 @@ mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{HwError, Result};
+pub use grant::{PeerGrant, Strided};
 pub use tenure::Tenure;
 pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
 
@@ -106,6 +108,14 @@ pub trait NtbDevice: Send + Sync {
     fn local_window(&self, mw: usize) -> Result<LocalWindow>;
     /// The outbound, write-only handle onto `peer`'s inbound window `mw`.
     fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow>;
+    /// Publishes what each peer may write in our window `mw` (per-peer
+    /// translation). Returns whether this backend enforces it in the
+    /// handles peers build from then on; `false` (the default) where it
+    /// cannot isolate peers, and the caller should say so.
+    fn grant_peers(&self, mw: usize, grant: &PeerGrant) -> Result<bool> {
+        let _ = (mw, grant);
+        Ok(false)
+    }
     /// Points inbound window `mw` at `size` bytes of local memory at bus
     /// address `iova` (the translation and limit registers on hardware).
     fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()>;

@@ -22,11 +22,13 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
+use super::grant::covered;
 use super::tenure::Tenure;
 
 /// Keeps a mapping alive for as long as any handle onto it exists.
@@ -87,6 +89,8 @@ pub struct PeerWindow {
     peer: u16,
     /// Where the writer's place on the fabric is checked before each write.
     tenure: Option<Tenure>,
+    /// The ranges the peer granted us, when the backend enforces a grant.
+    granted: Option<Arc<[Range<usize>]>>,
     counters: Arc<DeviceCounters>,
     /// This handle's own counts (single writer: the handle is not `Sync`).
     mine: Arc<HandleCounters>,
@@ -107,6 +111,7 @@ impl Clone for PeerWindow {
             len: self.len,
             peer: self.peer,
             tenure: self.tenure.clone(),
+            granted: self.granted.clone(),
             counters: self.counters.clone(),
             mine: self.counters.register(),
             _keep: self._keep.clone(),
@@ -150,6 +155,7 @@ impl PeerWindow {
             len,
             peer,
             tenure: None,
+            granted: None,
             mine: counters.register(),
             counters,
             _keep: keep,
@@ -166,9 +172,29 @@ impl PeerWindow {
         self
     }
 
-    /// Whether this handle may still write (see [`with_tenure`](Self::with_tenure)).
+    /// The same handle, writing only inside `ranges` (what the peer
+    /// granted us: see [`PeerGrant`](super::PeerGrant)); a write outside
+    /// them fails with [`HwError::NotGranted`] (nothing written, counted).
+    pub fn with_grant(mut self, ranges: Vec<Range<usize>>) -> Self {
+        self.granted = Some(ranges.into());
+        self
+    }
+
+    /// Whether this handle may write `len` bytes at `offset`: we still
+    /// hold our place (see [`with_tenure`](Self::with_tenure)) and the peer
+    /// granted us the range (see [`with_grant`](Self::with_grant)).
     #[inline]
-    fn admitted(&self) -> Result<()> {
+    fn admitted(&self, offset: usize, len: usize) -> Result<()> {
+        if let Some(g) = &self.granted
+            && !covered(g, offset, len)
+        {
+            self.counters.ungranted();
+            return Err(HwError::NotGranted {
+                peer: self.peer,
+                offset,
+                len,
+            });
+        }
         match &self.tenure {
             Some(t) => t.check(),
             None => Ok(()),
@@ -197,7 +223,7 @@ impl PeerWindow {
     #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         check(offset, src.len(), self.len)?;
-        self.admitted()?;
+        self.admitted(offset, src.len())?;
         // SAFETY: bounds checked above; the mapping is valid while `_keep`
         // lives; `src` is ordinary memory that cannot overlap a mapping we only
         // hold raw pointers to unless the caller built one from it, in which
@@ -218,7 +244,7 @@ impl PeerWindow {
     pub fn write_words(&self, offset: usize, words: &[u64]) -> Result<()> {
         check_aligned(offset, 8, self.len)?;
         check(offset, words.len() * 8, self.len)?;
-        self.admitted()?;
+        self.admitted(offset, words.len() * 8)?;
         let dst = self.base.wrapping_add(offset);
         let mut pairs = words.chunks_exact(2);
         let mut i = 0;
@@ -257,7 +283,7 @@ impl PeerWindow {
     #[inline]
     pub fn write_nt(&self, offset: usize, src: &[u8]) -> Result<()> {
         check(offset, src.len(), self.len)?;
-        self.admitted()?;
+        self.admitted(offset, src.len())?;
         // SAFETY: bounds checked above; the mapping is valid while `_keep`
         // lives; `src` is ordinary memory of `src.len()` bytes.
         unsafe { nt_copy(self.base.add(offset), src.as_ptr(), src.len()) };
@@ -281,7 +307,7 @@ impl PeerWindow {
         non_temporal: bool,
     ) -> Result<()> {
         check(offset, len, self.len)?;
-        self.admitted()?;
+        self.admitted(offset, len)?;
         let from = src.ptr_at(src_off, len)?;
         // SAFETY: both ranges were checked to lie in their mappings, which
         // `self._keep` and `src` keep alive for this call; `copy` allows
@@ -325,7 +351,7 @@ impl PeerWindow {
     #[inline]
     fn store_release(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) -> Result<()> {
         check_aligned(offset, size, self.len)?;
-        self.admitted()?;
+        self.admitted(offset, size)?;
         store(self.base.wrapping_add(offset));
         self.mine.posted(size);
         Ok(())

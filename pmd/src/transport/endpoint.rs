@@ -11,7 +11,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::hw::{LinkEvent, LocalWindow, NtbDevice, Port};
+use crate::hw::{LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
 
 use super::config::{Config, saturating_after};
 use super::conn::SendPlan;
@@ -24,7 +24,7 @@ use super::ops::{EarlySgl, OutKind, OutOp};
 use super::peer::Peer;
 use super::region::RegionTable;
 use super::types::{Completion, PeerState, Qp, Resources};
-use super::wire::{Msg, Ring, WireStatus};
+use super::wire::{Msg, Ring, SLOT, WireStatus};
 
 /// One host's transport endpoint over an [`NtbDevice`].
 ///
@@ -116,6 +116,9 @@ pub struct Transport {
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).
     pub(crate) storage_quota: u64,
+    /// Whether the device enforces our per-peer grant (see
+    /// [`peers_isolated`](Transport::peers_isolated)).
+    pub(crate) isolated: bool,
     /// Whether the device told us we lost our place on the fabric: from
     /// then on nothing is written (see [`PeerState::Lost`]).
     pub(crate) lost: bool,
@@ -213,8 +216,28 @@ impl Transport {
             send_plan: Vec::new(),
             chain_early: Vec::new(),
             storage_quota,
+            isolated: false,
             lost: false,
         };
+        // Per-peer translation: each peer may write its own mailbox and
+        // section and the region area, nothing else (where the device can
+        // enforce it), published before our first hello.
+        let grant = PeerGrant {
+            per_port: vec![
+                Strided {
+                    base: Layout::mailbox(0),
+                    stride: SLOT,
+                    len: SLOT,
+                },
+                Strided {
+                    base: t.layout.section_offset(0),
+                    stride: t.layout.section_size(),
+                    len: t.layout.section_size(),
+                },
+            ],
+            shared: std::iter::once(t.layout.region_area_start()..t.local.len()).collect(),
+        };
+        t.isolated = t.dev.grant_peers(t.cfg.mw, &grant)?;
         t.write_header()?;
         for p in 0..t.peers.len() as Port {
             if p != me {
@@ -252,6 +275,14 @@ impl Transport {
     /// The window layout in use.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// Whether the device keeps each peer's writes to its own mailbox and
+    /// section of our window and the region area (per-peer translation);
+    /// `false` where the backend cannot isolate peers (see the README's
+    /// threat model).
+    pub fn peers_isolated(&self) -> bool {
+        self.isolated
     }
 
     /// Our incarnation (changes every time a transport is created).

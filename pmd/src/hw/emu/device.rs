@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use super::config::DeviceConfig;
 use super::fabric::EmuFabric;
-use super::layout::{SlotRegs, SlotState, SlotWord};
+use super::layout::{MAX_GRANT, SlotRegs, SlotState, SlotWord};
 use super::liveness::{now_ns, own_pid, own_start};
 use super::rlut;
 use super::segment::shm_dir;
 use super::windows::WindowMem;
 use crate::hw::{
     CounterSnapshot, DeviceCounters, HwError, Keepalive, LinkEvent, LinkState, LocalWindow,
-    MwGeometry, NtbDevice, PeerWindow, Port, Result, Tenure,
+    MwGeometry, NtbDevice, PeerGrant, PeerWindow, Port, Result, Strided, Tenure,
 };
 
 /// Inbound translations must be aligned to this.
@@ -169,6 +169,7 @@ impl EmuDevice {
         regs.xlat_iova.store(0, Relaxed);
         regs.xlat_size.store(0, Relaxed);
         regs.rlut_refusals.store(0, Relaxed);
+        regs.grant_count.store(0, Relaxed);
         for c in &regs.counters {
             c.store(0, Relaxed);
         }
@@ -304,6 +305,27 @@ impl EmuDevice {
             return Err(HwError::NoSuchWindow { mw, count: 1 });
         }
         Ok(())
+    }
+
+    /// What `peer` published as its grant (see [`NtbDevice::grant_peers`]),
+    /// if anything. Read when a handle onto its window is built: a peer
+    /// grants once, when its transport starts, before its first hello.
+    fn published_grant(&self, peer: Port) -> Option<PeerGrant> {
+        let r = self.inner.fabric.regs_of(peer as usize);
+        let n = (r.grant_count.load(Acquire) as usize).min(MAX_GRANT);
+        if n == 0 {
+            return None;
+        }
+        let mut g = PeerGrant::default();
+        for e in &r.grant[..n] {
+            let [kind, base, stride, len] = e.each_ref().map(|w| w.load(Relaxed) as usize);
+            match kind {
+                1 => g.per_port.push(Strided { base, stride, len }),
+                2 => g.shared.push(base..base.saturating_add(len)),
+                _ => {}
+            }
+        }
+        Some(g)
     }
 
     /// Checks `peer` and that its link is up; returns its registers and word.
@@ -457,6 +479,7 @@ impl Inner {
             c.non_posted_reads,
             c.non_posted_bytes,
             c.rlut_refusals,
+            c.ungranted_writes,
         ]) {
             reg.store(v, Relaxed);
         }
@@ -601,12 +624,43 @@ impl NtbDevice for EmuDevice {
         // atomically (it is an AtomicU64 there).
         let tenure = unsafe { Tenure::from_raw(word, self.inner.word, self.inner.port, keep) };
         // `peer_mem` checked the mapping holds at least `window_size` bytes.
-        Ok(z.peer_window(
-            self.inner.fabric.config().window_size,
-            peer,
-            self.inner.counters.clone(),
-        )
-        .with_tenure(tenure))
+        let win = z
+            .peer_window(
+                self.inner.fabric.config().window_size,
+                peer,
+                self.inner.counters.clone(),
+            )
+            .with_tenure(tenure);
+        Ok(match self.published_grant(peer) {
+            Some(g) => win.with_grant(g.ranges_for(self.inner.port)),
+            None => win,
+        })
+    }
+
+    fn grant_peers(&self, mw: usize, grant: &PeerGrant) -> Result<bool> {
+        self.check_mw(mw)?;
+        let n = grant.per_port.len() + grant.shared.len();
+        if n > MAX_GRANT {
+            return Err(HwError::Invalid(format!(
+                "a grant of {n} ranges: this fabric keeps at most {MAX_GRANT}"
+            )));
+        }
+        let r = self.regs();
+        let entries = grant
+            .per_port
+            .iter()
+            .map(|s| [1, s.base, s.stride, s.len])
+            .chain(grant.shared.iter().map(|x| [2, x.start, 0, x.len()]));
+        for (slot, e) in r.grant.iter().zip(entries) {
+            for (w, v) in slot.iter().zip(e) {
+                w.store(v as u64, Relaxed);
+            }
+        }
+        r.grant_count.store(n as u64, Release);
+        // Enforced in the handles every ntbdk peer builds; but where every
+        // host maps one shared region whole (ivshmem), a host that ignores
+        // the grant can still write anywhere: not isolation.
+        Ok(self.inner.fabric.inner.windows.is_none())
     }
 
     fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()> {

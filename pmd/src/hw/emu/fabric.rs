@@ -406,6 +406,7 @@ impl EmuFabric {
                 non_posted_reads: c(2),
                 non_posted_bytes: c(3),
                 rlut_refusals: c(4),
+                ungranted_writes: c(5),
             },
             window_len: (w.state == SlotState::Up).then(|| r.win_len.load(Relaxed) as usize),
             window_page_size: (w.state == SlotState::Up).then(|| r.win_page.load(Relaxed) as usize),

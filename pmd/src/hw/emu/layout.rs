@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "NTBDKFAB", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NTBDKFAB");
 /// Bumped on every incompatible change of this layout.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
+/// Most ranges in a slot's published grant.
+pub(crate) const MAX_GRANT: usize = 8;
 /// Bytes reserved for the header (one page).
 pub(crate) const HEADER_LEN: usize = 4096;
 /// Scratchpads reserved per slot; a fabric uses the first `spads` of them.
@@ -136,8 +138,16 @@ pub(crate) struct SlotRegs {
     /// Non-posted reads refused at this target for want of an entry.
     pub rlut_refusals: AtomicU64,
     /// Owner's counters, mirrored by its heartbeat: posted writes, posted
-    /// bytes, non-posted reads, non-posted bytes, R-LUT refusals.
-    pub counters: [AtomicU64; 5],
+    /// bytes, non-posted reads, non-posted bytes, R-LUT refusals, writes
+    /// refused outside a grant.
+    pub counters: [AtomicU64; 6],
+    /// What each peer may write in this slot's window (see
+    /// `hw::PeerGrant`), published by the owner: 0 = nothing published
+    /// (the whole window), else the number of ranges below, set last.
+    pub grant_count: AtomicU64,
+    /// Grant ranges, `[kind, base, stride, len]` each: kind 1 = per port
+    /// (`base + port * stride .. + len`), kind 2 = shared (`base .. + len`).
+    pub grant: [[AtomicU64; 4]; MAX_GRANT],
     /// Who holds each R-LUT entry: requester tag (see `rlut`), 0 = none.
     pub rlut_owner: [AtomicU32; MAX_RLUT],
     /// Scratchpad registers.
