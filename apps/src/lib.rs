@@ -1,5 +1,6 @@
 //! Shared code of the ntbdk applications.
 
+pub mod cli;
 pub mod fwd;
 pub mod perf;
 pub mod report;

@@ -26,15 +26,22 @@ fn wait_until_serving(server: &Run) {
     }
 }
 
-/// The rows (split into cells) between the header starting with `#bytes`
-/// whose line contains `marker` and the closing rule.
-fn rows(stdout: &str, marker: &str) -> Vec<Vec<String>> {
-    let mut lines = stdout
-        .lines()
-        .skip_while(|l| !(l.contains("#bytes") && l.contains(marker)));
+/// perftest's bandwidth header (MB/sec), exactly as `ib_write_bw` prints it.
+const BW_HEADER: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+/// perftest's latency header, exactly as `ib_write_lat` prints it.
+const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    \
+                          t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+
+/// What a script written for perftest does with its output: find the line
+/// that is exactly perftest's `header`, take the lines after it up to the
+/// dashed rule, split each on whitespace and read fields by perftest's
+/// column positions.
+fn perftest_rows(stdout: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = stdout.lines().skip_while(|l| *l != header);
     assert!(
         lines.next().is_some(),
-        "no table with {marker:?}:\n{stdout}"
+        "no line equal to perftest's header {header:?}:\n{stdout}"
     );
     lines
         .take_while(|l| !l.starts_with("---"))
@@ -47,36 +54,40 @@ fn num(cell: &str) -> f64 {
         .unwrap_or_else(|_| panic!("{cell:?} is not a number"))
 }
 
-/// A bandwidth row: size, count, plausible positive rates that agree.
+/// A bandwidth row read at perftest's positions ($1 #bytes, $2
+/// #iterations, $3 BW peak, $4 BW average, $5 MsgRate): the size, the
+/// count, and rates that agree (MB/sec = 2^20 bytes/s, as perftest's).
 fn check_bw(row: &[String], bytes: u64, iters: Option<u64>) {
-    assert_eq!(row.len(), 4, "{row:?}");
+    assert_eq!(row.len(), 5, "{row:?}");
     assert_eq!(num(&row[0]) as u64, bytes, "{row:?}");
     let n = num(&row[1]) as u64;
     match iters {
         Some(i) => assert_eq!(n, i, "{row:?}"),
         None => assert!(n > 0, "{row:?}"),
     }
-    let (gbps, mpps) = (num(&row[2]), num(&row[3]));
+    let (peak, avg, mpps) = (num(&row[2]), num(&row[3]), num(&row[4]));
     assert!(mpps > 0.0 && mpps < 1000.0, "{row:?}");
-    // GB/s = bytes * Mpps / 1000 (two decimals printed).
-    let expect = bytes as f64 * mpps / 1000.0;
-    assert!((gbps - expect).abs() <= 0.01 + expect * 0.01, "{row:?}");
+    let expect = bytes as f64 * mpps * 1e6 / f64::from(1u32 << 20);
+    assert!((avg - expect).abs() <= 0.01 + expect * 0.01, "{row:?}");
+    assert!(peak >= 0.0, "{row:?}");
 }
 
-/// A latency row: size, count, ordered positive figures.
+/// A latency row read at perftest's positions ($3 t_min, $4 t_max, $5
+/// t_typical, $6 t_avg, $7 t_stdev, $8 99%, $9 99.9%): ordered, positive.
 fn check_lat(row: &[String], bytes: u64, iters: Option<u64>) {
-    assert_eq!(row.len(), 8, "{row:?}");
+    assert_eq!(row.len(), 9, "{row:?}");
     assert_eq!(num(&row[0]) as u64, bytes, "{row:?}");
     if let Some(i) = iters {
         assert_eq!(num(&row[1]) as u64, i, "{row:?}");
     }
     let v: Vec<f64> = row[2..].iter().map(|c| num(c)).collect();
-    let (min, typ, p99, p999, max) = (v[0], v[1], v[3], v[4], v[5]);
+    let (min, max, typ, avg, stdev, p99, p999) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
     assert!(min > 0.0, "{row:?}");
     assert!(
         min <= typ && typ <= p99 && p99 <= p999 && p999 <= max,
         "{row:?}"
     );
+    assert!(min <= avg && avg <= max && stdev >= 0.0, "{row:?}");
 }
 
 #[test]
@@ -98,10 +109,10 @@ fn write_bw_and_lat_with_json_and_plot() {
         ],
     );
     assert_ok(&d);
-    let bw = rows(&d.stdout, "BW average[GB/s]");
+    let bw = perftest_rows(&d.stdout, BW_HEADER);
     assert_eq!(bw.len(), 1, "{}", d.stdout);
     check_bw(&bw[0], 4096, Some(2000));
-    let lat = rows(&d.stdout, "t_typical[usec]");
+    let lat = perftest_rows(&d.stdout, LAT_HEADER);
     assert_eq!(lat.len(), 1, "{}", d.stdout);
     check_lat(&lat[0], 4096, Some(2000));
     assert!(
@@ -129,7 +140,7 @@ fn sweep_of_sizes_by_duration() {
     let dir = Dir::new("sweep");
     let d = run(&dir, &["--test", "bw", "-a", "-D", "0.01"]);
     assert_ok(&d);
-    let bw = rows(&d.stdout, "BW average[GB/s]");
+    let bw = perftest_rows(&d.stdout, BW_HEADER);
     assert_eq!(bw.len(), 23, "2 B .. 8 MiB is 23 sizes:\n{}", d.stdout);
     for (i, row) in bw.iter().enumerate() {
         check_bw(row, 2 << i, None);
@@ -144,8 +155,8 @@ fn send_and_read() {
     for op in ["send", "read"] {
         let d = run(&dir, &["--op", op, "-s", "64", "-n", "1000"]);
         assert_ok(&d);
-        check_bw(&rows(&d.stdout, "BW average")[0], 64, Some(1000));
-        check_lat(&rows(&d.stdout, "t_typical")[0], 64, Some(1000));
+        check_bw(&perftest_rows(&d.stdout, BW_HEADER)[0], 64, Some(1000));
+        check_lat(&perftest_rows(&d.stdout, LAT_HEADER)[0], 64, Some(1000));
         let what = if op == "read" {
             "round trip"
         } else {
@@ -156,7 +167,7 @@ fn send_and_read() {
     // A send sweep stops at one eager buffer.
     let d = run(&dir, &["--op", "send", "--test", "lat", "-n", "100"]);
     assert_ok(&d);
-    let lat = rows(&d.stdout, "t_typical");
+    let lat = perftest_rows(&d.stdout, LAT_HEADER);
     assert_eq!(lat.len(), 12, "2 B .. 4 KiB:\n{}", d.stdout);
     assert!(dir.fabrics().is_empty());
 }
@@ -173,7 +184,11 @@ fn two_terminals() {
         ],
     );
     assert_ok(&client);
-    check_bw(&rows(&client.stdout, "BW average")[0], 1 << 20, Some(200));
+    check_bw(
+        &perftest_rows(&client.stdout, BW_HEADER)[0],
+        1 << 20,
+        Some(200),
+    );
     let server = server.finish();
     assert_ok(&server);
     assert!(server.stdout.contains("served port"), "{}", server.stdout);
@@ -234,4 +249,231 @@ fn busy_slot_is_refused() {
     let d = run(&dir, &["--fabric", "b", "--slot", "0", "-s", "64"]);
     assert_fails_with(&d, "slot 0");
     drop(server);
+}
+
+#[test]
+fn perftest_flags_gbits_post_list_and_out_json() {
+    let dir = Dir::new("flags");
+    let json = dir.0.join("out.json");
+    let d = run(
+        &dir,
+        &[
+            "--test",
+            "bw",
+            "-s",
+            "64K",
+            "-n",
+            "1000",
+            "-l",
+            "8",
+            "-t",
+            "64",
+            "-q",
+            "1",
+            "-F",
+            "--report_gbits",
+            "--out_json",
+            "--out_json_file",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert_ok(&d);
+    assert!(d.stdout.contains(" Post List       : 8\n"), "{}", d.stdout);
+    assert!(d.stdout.contains(" TX depth        : 64\n"), "{}", d.stdout);
+    let header = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+    let rows = perftest_rows(&d.stdout, header);
+    assert_eq!(rows.len(), 1, "{}", d.stdout);
+    let r = &rows[0];
+    assert_eq!((num(&r[0]), num(&r[1])), (65536.0, 1000.0), "{r:?}");
+    // Gb/sec = bytes × Mpps × 8 / 1000.
+    let expect = 65536.0 * num(&r[4]) * 8.0 / 1000.0;
+    assert!((num(&r[3]) - expect).abs() <= 0.01 + expect * 0.01, "{r:?}");
+    assert!(num(&r[2]) > 0.0, "peak measured: {r:?}");
+    let report = Report::read_json(&json).unwrap();
+    assert_eq!(report.params["post_list"], "8");
+    assert_eq!(report.bandwidth.len(), 1);
+    assert!(report.bandwidth[0].peak_gb_per_s > 0.0);
+    // The default post list is perftest's, 1, and the header says so.
+    let d = run(&dir, &["--test", "bw", "-s", "64", "-n", "100"]);
+    assert_ok(&d);
+    assert!(d.stdout.contains(" Post List       : 1\n"), "{}", d.stdout);
+    assert!(dir.fabrics().is_empty());
+}
+
+#[test]
+fn latency_samples_with_h_and_u() {
+    let dir = Dir::new("hist");
+    for flag in ["-H", "-U"] {
+        let d = run(&dir, &["--test", "lat", "-s", "64", "-n", "50", flag]);
+        assert_ok(&d);
+        assert!(d.stdout.contains("#, usec\n"), "{}", d.stdout);
+        let samples: Vec<f64> = d
+            .stdout
+            .lines()
+            .skip_while(|l| *l != "#, usec")
+            .skip(1)
+            .take_while(|l| !l.starts_with("---"))
+            .map(|l| num(l.split(", ").nth(1).unwrap()))
+            .collect();
+        assert_eq!(samples.len(), 50, "{}", d.stdout);
+        if flag == "-H" {
+            assert!(samples.windows(2).all(|w| w[0] <= w[1]), "-H sorts");
+        }
+        check_lat(&perftest_rows(&d.stdout, LAT_HEADER)[0], 64, Some(50));
+    }
+}
+
+#[test]
+fn perftest_flags_without_meaning_name_the_nearest_option() {
+    let dir = Dir::new("foreign");
+    for (args, needle) in [
+        (&["-d", "mlx5_0"][..], "--device"),
+        (&["--ib-dev=mlx5_0"][..], "--device"),
+        (&["-x", "3"][..], "--peer-slot"),
+        (&["-p", "18515"][..], "scratchpad"),
+        (&["-Q", "4"][..], "--post_list"),
+        (&["192.168.1.2"][..], "no server address"),
+        (&["-s", "64", "10.0.0.1"][..], "no server address"),
+    ] {
+        let d = run(&dir, args);
+        assert_eq!(d.status.code(), Some(2), "{args:?}: {}", d.stderr);
+        assert!(d.stderr.contains(needle), "{args:?}: {}", d.stderr);
+    }
+    for (args, needle) in [
+        (&["-b"][..], "not supported yet"),
+        (&["--run_infinitely", "--test", "lat"][..], "bandwidth only"),
+        (&["-H", "--test", "bw"][..], "--test lat"),
+        (
+            &["--out_json_file", "/nonexistent/dir/x.json"][..],
+            "cannot write",
+        ),
+    ] {
+        assert_fails_with(&run(&dir, args), needle);
+    }
+    assert!(dir.fabrics().is_empty());
+}
+
+#[test]
+fn server_waits_for_a_client_past_the_old_ten_seconds() {
+    let dir = Dir::new("patient");
+    let mut server = Run::start(&dir, "server", &["--fabric", "pat", "--server"]);
+    wait_until_serving(&server);
+    let out = std::fs::read_to_string(&server.out).unwrap();
+    assert!(out.contains("until Ctrl-C"), "{out}");
+    assert!(
+        !out.contains("--server)"),
+        "a server must not ask for a server: {out}"
+    );
+    std::thread::sleep(Duration::from_millis(10_500));
+    assert!(server.running(), "the server gave up waiting");
+    let client = run(
+        &dir,
+        &["--fabric", "pat", "--test", "bw", "-s", "4K", "-n", "100"],
+    );
+    assert_ok(&client);
+    assert_ok(&server.finish());
+    assert!(dir.fabrics().is_empty());
+}
+
+#[test]
+fn two_servers_refuse_to_pair() {
+    let dir = Dir::new("twins");
+    let a = Run::start(
+        &dir,
+        "a",
+        &["--fabric", "tw", "--server", "--timeout", "20"],
+    );
+    wait_until_serving(&a);
+    let b = run(&dir, &["--fabric", "tw", "--server", "--timeout", "20"]);
+    assert_fails_with(&b, "another ntb-perf --server");
+    assert_fails_with(&a.finish(), "another ntb-perf --server");
+}
+
+#[test]
+fn client_only_options_are_reported_ignored_on_the_server() {
+    let dir = Dir::new("ignored");
+    let d = run(
+        &dir,
+        &[
+            "--fabric",
+            "ig",
+            "--server",
+            "-s",
+            "64",
+            "-n",
+            "5",
+            "--timeout",
+            "0.3",
+        ],
+    );
+    assert!(
+        d.stderr.contains("-s, -n ignored on the server"),
+        "{}",
+        d.stderr
+    );
+    assert_fails_with(&d, "start the client on the other side");
+}
+
+#[test]
+fn ctrl_c_exits_130_and_keeps_what_was_measured() {
+    let dir = Dir::new("sigint");
+    let json = dir.0.join("inf.json");
+    let r = Run::start(
+        &dir,
+        "inf",
+        &[
+            "--run_infinitely",
+            "-s",
+            "4K",
+            "-D",
+            "0.2",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let t = Instant::now();
+    while perftest_rows_so_far(&r) < 2 {
+        assert!(t.elapsed() < DEADLINE, "no interval reports");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r.signal(libc::SIGINT);
+    let d = r.finish();
+    assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
+    assert!(d.stderr.contains("interrupted"), "{}", d.stderr);
+    let report = Report::read_json(&json).unwrap();
+    assert!(report.bandwidth.len() >= 2, "{report:?}");
+    assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
+}
+
+/// Data rows printed so far under the bandwidth header of a running app.
+fn perftest_rows_so_far(r: &Run) -> usize {
+    let out = std::fs::read_to_string(&r.out).unwrap_or_default();
+    if !out.contains(BW_HEADER) {
+        return 0;
+    }
+    perftest_rows(&out, BW_HEADER).len()
+}
+
+#[test]
+fn closed_pipe_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = Dir::new("pipe");
+    let mut child = Command::new(BIN)
+        .args(["--test", "bw", "-a", "-D", "0.02"])
+        .env("NTBDK_SHM_DIR", &dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader goes away (as `| head -1` does).
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
 }

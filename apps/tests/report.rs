@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use ntbdk_apps::report::{
-    BwRow, LatRow, Progress, Report, Table, bw_table, lat_table, new_histogram, progress_line,
-    render_svg, write_svg,
+    BwRow, BwUnit, LatRow, Progress, RULE, Report, bw_header, bw_line, bw_table, lat_header,
+    lat_line, lat_table, new_histogram, progress_line, render_svg, write_svg,
 };
 
 /// 1..=1000 ns, once each: every figure is known exactly (values below 2048
@@ -24,98 +24,84 @@ fn sweep() -> Vec<BwRow> {
         .collect()
 }
 
-/// Byte offsets where each whitespace-separated field of `line` starts.
-fn field_starts(line: &str) -> Vec<usize> {
-    let b = line.as_bytes();
-    (0..b.len())
-        .filter(|&i| b[i] != b' ' && (i == 0 || b[i - 1] == b' '))
-        .collect()
-}
+/// perftest's own output for these figures, as its printf formats
+/// (`REPORT_FMT`, `REPORT_FMT_EXT`, `REPORT_FMT_LAT` of
+/// perftest_parameters.h) print them: the golden lines our tables must
+/// equal byte for byte.
+const PERFTEST_BW_LINE: &str =
+    " 65536      5000             0.00               12500.00\t\t     0.200000";
+const PERFTEST_BW_LINE_GBITS_EXT: &str =
+    " 2          5000           0.000000            0.080000            5.000000";
+const PERFTEST_LAT_LINE: &str = " 64      1000          0.00           1.00         0.50     \t       0.50        \t0.29   \t\t0.99    \t\t1.00   ";
+const PERFTEST_BW_HEADER: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+const PERFTEST_LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
 
 #[test]
-fn bandwidth_table_is_aligned_like_perftest() {
+fn bandwidth_table_is_perftests_byte_for_byte() {
     let rows = vec![
         BwRow::new(2, 5000, Duration::from_millis(1)),
         BwRow::new(65536, 5000, Duration::from_millis(25)),
-        BwRow::new(8 << 20, 5000, Duration::from_secs(4)),
+        BwRow::new(8 << 20, 5000, Duration::from_secs(4)).with_peak(12.0),
     ];
-    let text = bw_table(&rows);
+    let text = bw_table(&rows, BwUnit::MBps);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 6, "{text}");
-    assert!(lines[0].chars().all(|c| c == '-'));
-    assert_eq!(lines[0], lines[5]);
-    assert_eq!(
-        lines[1].split_whitespace().collect::<Vec<_>>(),
-        [
-            "#bytes",
-            "#iterations",
-            "BW",
-            "average[GB/s]",
-            "MsgRate[Mpps]"
-        ]
-    );
-    // Every value starts under its header.
-    let head = field_starts(lines[1]);
-    let head = [head[0], head[1], head[2], head[4]];
-    for line in &lines[2..5] {
-        assert_eq!(field_starts(line), head, "misaligned: {line:?}\n{text}");
-        assert_eq!(line.trim_end(), *line, "trailing spaces");
-    }
-    // 65536 B × 5000 in 25 ms: 13.11 GB/s, 0.2 Mpps.
-    assert_eq!(
-        lines[3].split_whitespace().collect::<Vec<_>>(),
-        ["65536", "5000", "13.11", "0.200000"]
-    );
-    // 8 MiB × 5000 in 4 s: 10.49 GB/s, 0.00125 Mpps.
+    assert_eq!(lines[0], RULE);
+    assert_eq!(lines[0].len(), 87);
+    assert_eq!(lines[5], RULE);
+    assert_eq!(lines[1], PERFTEST_BW_HEADER);
+    assert_eq!(lines[3], PERFTEST_BW_LINE);
+    // perftest's columns: $1 size, $2 iterations, $3 peak, $4 average, $5 Mpps.
+    // 8 MiB × 5000 in 4 s = 10000 MB/sec (2^20 B/s); peak 12 GB/s = 11444.09.
     assert_eq!(
         lines[4].split_whitespace().collect::<Vec<_>>(),
-        ["8388608", "5000", "10.49", "0.001250"]
+        ["8388608", "5000", "11444.09", "10000.00", "0.001250"]
     );
-    // The rule spans the header.
-    assert!(lines[0].len() >= lines[1].len());
+    // Gb/sec with --report_gbits; below 0.1 perftest prints six decimals.
+    let gbits = bw_table(&rows[..1], BwUnit::Gbps);
+    let g: Vec<&str> = gbits.lines().collect();
+    assert_eq!(
+        g[1],
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+    );
+    assert_eq!(g[2], PERFTEST_BW_LINE_GBITS_EXT);
 }
 
 #[test]
-fn latency_table_has_the_columns_and_figures() {
+fn latency_table_is_perftests_byte_for_byte() {
     let text = lat_table(&[known_latency(64), known_latency(8 << 20)]);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines[1], PERFTEST_LAT_HEADER);
+    assert_eq!(lines[2], PERFTEST_LAT_LINE);
+    // perftest's columns: $3 t_min, $4 t_max, $5 t_typical, $6 t_avg,
+    // $7 t_stdev, $8 99%, $9 99.9%.
     assert_eq!(
-        lines[1].split_whitespace().collect::<Vec<_>>(),
+        lines[3].split_whitespace().collect::<Vec<_>>(),
         [
-            "#bytes",
-            "#iterations",
-            "t_min[usec]",
-            "t_typical[usec]",
-            "t_avg[usec]",
-            "p99[usec]",
-            "p99.9[usec]",
-            "t_max[usec]"
+            "8388608", "1000", "0.00", "1.00", "0.50", "0.50", "0.29", "0.99", "1.00"
         ]
     );
-    let head = field_starts(lines[1]);
-    for line in &lines[2..4] {
-        assert_eq!(field_starts(line), head, "misaligned: {line:?}\n{text}");
-    }
-    assert_eq!(
-        lines[2].split_whitespace().collect::<Vec<_>>(),
-        ["64", "1000", "0.00", "0.50", "0.50", "0.99", "1.00", "1.00"]
-    );
-    assert!(lines[3].starts_with(" 8388608 "));
 }
 
 #[test]
 fn streamed_lines_match_the_whole_table() {
     let rows = sweep();
-    let t = Table::BANDWIDTH;
-    let mut streamed = format!("{}\n{}\n", t.rule(), t.header());
+    let mut streamed = format!("{RULE}\n{}\n", bw_header(BwUnit::MBps));
     for r in &rows {
-        streamed.push_str(&t.bw_line(r));
+        streamed.push_str(&bw_line(r, BwUnit::MBps));
         streamed.push('\n');
     }
-    streamed.push_str(&t.rule());
+    streamed.push_str(RULE);
     streamed.push('\n');
-    assert_eq!(streamed, bw_table(&rows));
+    assert_eq!(streamed, bw_table(&rows, BwUnit::MBps));
+    let mut streamed = format!("{RULE}\n{}\n", lat_header());
+    streamed.push_str(&lat_line(&known_latency(2)));
+    streamed.push('\n');
+    streamed.push_str(RULE);
+    streamed.push('\n');
+    assert_eq!(streamed, lat_table(&[known_latency(2)]));
 }
 
 #[test]

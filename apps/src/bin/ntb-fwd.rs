@@ -18,13 +18,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
-use ntbdk_apps::fwd::{Limit, Mode, Stats, forward, recv_file, send_file};
-use ntbdk_apps::perf::session::{
-    attach_or_create, install_signal_handlers, join, open_vfio, pick_core, pin, usable_cores,
-    wait_peers,
+use ntbdk_apps::cli::run_main;
+use ntbdk_apps::cli::session::{
+    attach_or_create, check_writable, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
 };
+use ntbdk_apps::fwd::{Limit, Mode, Stats, forward, recv_file, send_file};
 use ntbdk_apps::perf::{EAGER_SIZE, Endpoint, fabric_config, parse_size};
 use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
@@ -108,14 +108,19 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    install_signal_handlers();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{TOOL}: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    run_main(TOOL, || run(&args))
+}
+
+/// What to start on the other side for `mode`, for a wait that gave up.
+fn start_hint(mode: Mode, how: &str, name: &str, receiving: bool) -> String {
+    let other = match mode {
+        Mode::TxOnly => "--mode rxonly".to_string(),
+        Mode::RxOnly => "--mode txonly".to_string(),
+        Mode::IoFwd => "a txonly sender at --rx-slot and an rxonly receiver at --peer-slot".into(),
+        Mode::FileTrans if receiving => "--mode file-trans --send FILE".to_string(),
+        Mode::FileTrans => "--mode file-trans --recv FILE".to_string(),
+    };
+    format!("start the other side ({TOOL} {how} {name} {other})")
 }
 
 fn secs(v: f64, flag: &str) -> Result<Duration> {
@@ -149,6 +154,9 @@ fn run(args: &Args) -> Result<()> {
     {
         bail!("--send {}: no such file", p.display());
     }
+    if let Some(p) = &args.recv {
+        check_writable(p, "--recv")?;
+    }
     let core = pick_core(&usable_cores(), args.lcore, "--lcore")?;
     // `_owned` removes a fabric we created on exit.
     let (dev, name, _owned) = match (&args.fabric, &args.device) {
@@ -164,6 +172,12 @@ fn run(args: &Args) -> Result<()> {
         (None, None) => bail!("give --fabric NAME or --device SPEC"),
     };
     let mut ep = Endpoint::new(dev.clone(), timeout)?;
+    let how = if args.device.is_some() {
+        "--device"
+    } else {
+        "--fabric"
+    };
+    let hint = start_hint(args.mode, how, &name, args.recv.is_some());
     println!(
         "{TOOL}: {:?} on port {} of fabric {name:?}",
         args.mode,
@@ -175,13 +189,13 @@ fn run(args: &Args) -> Result<()> {
         Mode::IoFwd => {
             let rx = args.rx_slot.expect("checked");
             let tx = args.peer_slot.expect("checked");
-            wait_peers(&dev, &[rx, tx], 2, timeout, TOOL, || Ok(()))?;
+            wait_peers(&dev, &[rx, tx], 2, Some(timeout), &hint, || Ok(()))?;
             (vec![tx], vec![rx])
         }
         _ => {
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let n = if want.is_empty() { args.qp as usize } else { 1 };
-            let peers = wait_peers(&dev, &want, n, timeout, TOOL, || Ok(()))?;
+            let peers = wait_peers(&dev, &want, n, Some(timeout), &hint, || Ok(()))?;
             match args.mode {
                 Mode::RxOnly => (vec![], peers),
                 Mode::FileTrans if args.recv.is_some() => (vec![], peers),
@@ -193,8 +207,12 @@ fn run(args: &Args) -> Result<()> {
         let mut v = Vec::new();
         for &p in ports {
             let qp = ep.t.create_qp(p)?;
-            ep.t.wait_connected(p, timeout)
-                .with_context(|| format!("connecting to port {p}"))?;
+            ep.t.wait_connected(p, timeout).map_err(|e| {
+                anyhow::anyhow!(
+                    "connecting to port {p}: {}: is it an {TOOL} too, and still running?",
+                    ntbdk_apps::perf::connect_failure(&e)
+                )
+            })?;
             v.push(qp);
         }
         Ok(v)

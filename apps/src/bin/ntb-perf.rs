@@ -1,13 +1,14 @@
 //! `ntb-perf`: perftest-style bandwidth and latency on an NTB fabric, like
-//! `ib_write_bw` / `ib_write_lat` / `ib_read_*` / `ib_send_*`.
+//! `ib_write_bw` / `ib_write_lat` / `ib_read_*` / `ib_send_*`, with
+//! perftest's flags and its tables column for column.
 //!
 //! With no arguments it runs the whole demo by itself: it creates a private
 //! emulated fabric, starts the server as a second process (itself, with the
 //! hidden `--peer` role), pins the two to different cores, sweeps message
 //! sizes from 2 B to 8 MiB for write bandwidth and write latency, prints
-//! perftest-style tables and the counters, and cleans up. With `--fabric
-//! NAME` the two sides run in two terminals: one with `--server` serves, the
-//! other measures.
+//! perftest's tables and the counters, and cleans up. With `--fabric NAME`
+//! or `--device SPEC` the two sides run in two terminals (or on two hosts):
+//! one with `--server` serves, the other measures.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -15,16 +16,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::error::{ContextKind, ContextValue};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use ntbdk_apps::cli::session::{
+    Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
+    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
+    warn_shared_cores,
+};
+use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
-use ntbdk_apps::perf::session::{
-    Children, FabricGuard, attach, attach_or_create, check_interrupted, die_with_parent,
-    install_signal_handlers, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
-};
+use ntbdk_apps::perf::perftest::{self, Invocation};
 use ntbdk_apps::perf::{
-    Budget, Client, Endpoint, Op, Test, fabric_config, parse_size, serve, size_label, sweep_sizes,
+    Budget, Client, EAGER_SIZE, Endpoint, Op, Test, fabric_config, parse_size, serve, size_label,
+    sweep_sizes,
 };
-use ntbdk_apps::report::{Progress, Report, Table, write_svg};
+use ntbdk_apps::report::{
+    BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
+};
 use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric};
 use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
@@ -33,28 +42,44 @@ use ntbdk_pmd::hw::{NtbDevice, Port};
 const TOOL: &str = "ntb-perf";
 /// Time spent on each message size when neither -n nor -D is given.
 const DEFAULT_BUDGET: Duration = Duration::from_millis(200);
+/// Seconds between reports of --run_infinitely when -D is not given
+/// (perftest's default duration).
+const DEFAULT_INTERVAL: f64 = 5.0;
+/// Message size of --run_infinitely when -s is not given (perftest's
+/// bandwidth default).
+const DEFAULT_INFINITE_SIZE: u64 = 65536;
 /// Untimed latency round trips before each size's samples (bounded by
 /// 50 ms).
 const LAT_WARMUP: u64 = 100;
+/// How long a client waits for its server to appear when --timeout is not
+/// given (a server waits until Ctrl-C, as perftest's does).
+const DEFAULT_CLIENT_WAIT: f64 = 10.0;
+/// How long an operation or control command may take when --timeout is not
+/// given.
+const DEFAULT_OP_TIMEOUT: f64 = 10.0;
 
 /// perftest-style bandwidth and latency on an NTB fabric (ib_write_bw,
-/// ib_write_lat, ib_read_*, ib_send_*).
+/// ib_write_lat, ib_read_*, ib_send_*), with perftest's flags and tables.
 ///
-/// With no --fabric it runs both sides itself on a private emulated fabric
-/// (the server as a second process, pinned to another core); with no
-/// arguments at all it sweeps 2 B .. 8 MiB for write bandwidth and write
-/// latency. For two terminals:
+/// With no --fabric/--device it runs both sides itself on a private
+/// emulated fabric (the server as a second process, pinned to another core);
+/// with no arguments at all it sweeps 2 B .. 8 MiB for write bandwidth and
+/// write latency. For two terminals (no server address: the two sides meet
+/// on the fabric):
 ///   ntb-perf --fabric demo --server
 ///   ntb-perf --fabric demo --test bw --op write -s 1M
 /// Between two VMs sharing an ivshmem device bound to vfio-pci:
 ///   ntb-perf --device vfio:0000:00:03.0 --server
 ///   ntb-perf --device vfio:0000:00:03.0 --test bw --op write -s 64K
+/// perftest's flags mean what they mean there (ib_write_bw -s 64K -n 5000
+/// is ntb-perf --test bw -s 64K -n 5000); what has no NTB meaning is refused
+/// with the nearest option that has one.
 #[derive(Debug, Parser)]
 #[command(name = "ntb-perf", version, verbatim_doc_comment)]
 #[command(group(clap::ArgGroup::new("shared").args(["fabric", "device"])))]
 struct Args {
-    /// Test to run: bw (bandwidth and message rate) or lat (latency).
-    /// Default: both.
+    /// Test to run: bw (bandwidth and message rate, as ib_*_bw) or lat
+    /// (latency, as ib_*_lat). Default: both.
     #[arg(long, value_enum)]
     test: Option<Test>,
     /// Operation: write (rendezvous, into the server's region), read (of
@@ -68,23 +93,68 @@ struct Args {
     /// All sizes: powers of two from 2 B to 8 MiB (to 4 KiB for send).
     #[arg(short = 'a', long)]
     all: bool,
-    /// Operations per size (default: as many as fit in 0.2 s).
+    /// Iterations per size (default: as many as fit in 0.2 s).
     #[arg(short = 'n', long, value_name = "ITERS", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     iters: Option<u64>,
-    /// Seconds per size (instead of -n).
+    /// Seconds per size (instead of -n); with --run_infinitely, seconds
+    /// between reports (default 5).
     #[arg(short = 'D', long, value_name = "SECONDS", conflicts_with = "iters")]
     duration: Option<f64>,
-    /// Work requests posted per call.
-    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    burst: u64,
-    /// Most bandwidth operations outstanding at once (perftest's tx-depth).
-    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    /// Work requests posted per call (perftest's post list; --burst is the
+    /// same).
+    #[arg(short = 'l', long = "post_list", visible_alias = "burst", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    post_list: u64,
+    /// Most bandwidth operations outstanding at once.
+    #[arg(short = 't', long = "tx-depth", visible_alias = "tx_depth", value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
     tx_depth: u64,
     /// Queue pairs (one per server: the transport has one per peer). The
     /// private fabric gets one server process per queue pair; with --fabric,
     /// the client uses the first N servers whose links are up.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
+    #[arg(short = 'q', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     qp: u64,
+    /// Bidirectional bandwidth: not supported yet (refused with a
+    /// message; run a second client/server pair the other way).
+    #[arg(short = 'b', long)]
+    bidirectional: bool,
+    /// Largest send carried inline (perftest's -I). ntbdk's transport
+    /// always inlines sends of up to 216 bytes and puts larger ones in an
+    /// eager buffer: accepted for compatibility, it changes nothing.
+    #[arg(short = 'I', long = "inline_size", value_name = "BYTES")]
+    inline_size: Option<u64>,
+    /// Accepted for compatibility (perftest's --CPU-freq): ntb-perf times
+    /// with the monotonic clock, not CPU cycles, so there is no frequency
+    /// warning to silence.
+    #[arg(short = 'F', long = "CPU-freq")]
+    cpu_freq: bool,
+    /// Bandwidth in Gb/sec (10^9 bits per second) instead of MB/sec (2^20
+    /// bytes per second).
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
+    /// Bandwidth until Ctrl-C, one report line every -D seconds (default 5),
+    /// of one size (-s, default 64K). Bandwidth only.
+    #[arg(long = "run_infinitely", conflicts_with_all = ["all", "iters"])]
+    run_infinitely: bool,
+    /// Do not measure the peak bandwidth (its column shows 0.00).
+    #[arg(short = 'N', long = "noPeak")]
+    no_peak: bool,
+    /// Latency: print every sample, sorted, before the table row.
+    #[arg(short = 'H', long = "report-histogram")]
+    histogram: bool,
+    /// Latency: print every sample in the order measured (implies -H).
+    #[arg(short = 'U', long = "report-unsorted")]
+    unsorted: bool,
+    /// Write every figure as JSON to --out_json_file.
+    #[arg(long = "out_json")]
+    out_json: bool,
+    /// The JSON file of --out_json (default perftest_out.json; giving it
+    /// implies --out_json; --json is the same).
+    #[arg(long = "out_json_file", visible_alias = "json", value_name = "FILE")]
+    out_json_file: Option<PathBuf>,
+    /// Refuse to run unless this side's windows are on hugepages (without
+    /// it, a machine without free hugepages falls back to 4 KiB pages with
+    /// a warning).
+    #[arg(long = "use_hugepages")]
+    use_hugepages: bool,
     /// Core to pin this side to (an index into the usable cores; default 1
     /// for --server when there are two or more, else 0).
     #[arg(long, value_name = "CORE")]
@@ -113,20 +183,19 @@ struct Args {
     /// up).
     #[arg(long, value_name = "N", requires = "shared")]
     peer_slot: Option<Port>,
-    /// Be the server (with --fabric); the other side measures.
+    /// Be the server (with --fabric or --device): wait for a client (until
+    /// Ctrl-C unless --timeout), serve its run, exit.
     #[arg(long, requires = "shared")]
     server: bool,
     /// Slots of the fabric a --server creates (clients and servers; 2 for
     /// one queue pair, N+1 for --qp N).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=16))]
     slots: u64,
-    /// Seconds to wait for the peer to appear, and for any answer, before
-    /// giving up.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    timeout: f64,
-    /// Write every figure as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
+    /// Seconds to wait for the other side to appear (default: 10 for a
+    /// client; a server waits until Ctrl-C), and for any answer or
+    /// operation (default 10).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
     /// Plot bandwidth vs size and the latency distribution as SVG to FILE.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
@@ -135,29 +204,98 @@ struct Args {
     peer: bool,
 }
 
+/// The options that only matter on the client (the server serves whatever
+/// the client asks for), by clap id and as the user types them.
+const CLIENT_ONLY: &[(&str, &str)] = &[
+    ("test", "--test"),
+    ("op", "--op"),
+    ("size", "-s"),
+    ("all", "-a"),
+    ("iters", "-n"),
+    ("duration", "-D"),
+    ("post_list", "-l/--post_list"),
+    ("tx_depth", "-t/--tx-depth"),
+    ("qp", "-q/--qp"),
+    ("inline_size", "-I"),
+    ("report_gbits", "--report_gbits"),
+    ("run_infinitely", "--run_infinitely"),
+    ("no_peak", "-N"),
+    ("histogram", "-H"),
+    ("unsorted", "-U"),
+    ("out_json", "--out_json"),
+    ("out_json_file", "--out_json_file"),
+    ("plot", "--plot"),
+];
+
 fn main() -> ExitCode {
-    let mut args = Args::parse();
+    let (mut args, matches) = match parse() {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
     // An emu: device is a named fabric.
     if let Some(DeviceSpec::Emu(name)) = &args.device {
         args.fabric = Some(name.clone());
         args.device = None;
     }
-    install_signal_handlers();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{TOOL}: error: {e:#}");
-            ExitCode::FAILURE
+    run_main(TOOL, || {
+        if args.server && !args.peer {
+            let given: Vec<&str> = CLIENT_ONLY
+                .iter()
+                .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::CommandLine))
+                .map(|(_, flag)| *flag)
+                .collect();
+            if !given.is_empty() {
+                eprintln!(
+                    "{TOOL}: note: {} ignored on the server: the client chooses what to measure \
+                     and reports it",
+                    given.join(", ")
+                );
+            }
         }
+        run(&args)
+    })
+}
+
+/// Parses the command line; perftest flags that have no meaning here, and a
+/// server address, are refused with what to use instead (exit status 2).
+fn parse() -> Result<(Args, ArgMatches), ExitCode> {
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(msg) = perftest::refuse(&argv[1..], Invocation::Perf) {
+        eprintln!("{TOOL}: error: {msg}\n\nFor more information, try '--help'.");
+        return Err(ExitCode::from(2));
+    }
+    let matches = match Args::command().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => {
+            // A word the parser did not expect: perftest's server address?
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
+                && let Some(msg) = perftest::hint(arg, Invocation::Perf)
+            {
+                eprintln!("{TOOL}: error: {msg}\n\nFor more information, try '--help'.");
+                return Err(ExitCode::from(2));
+            }
+            e.exit()
+        }
+    };
+    match Args::from_arg_matches(&matches) {
+        Ok(a) => Ok((a, matches)),
+        Err(e) => e.exit(),
     }
 }
 
-fn run(args: &Args) -> Result<()> {
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        bail!(
-            "--timeout must be a positive number of seconds, not {}",
-            args.timeout
-        );
+/// Seconds from a flag, checked.
+fn secs(v: f64, flag: &str) -> Result<Duration> {
+    if !(v > 0.0 && v.is_finite() && v <= 86_400.0) {
+        bail!("{flag} must be a positive number of seconds (at most a day), not {v}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Checks what clap cannot: numbers in range, combinations, output paths.
+fn check_args(args: &Args) -> Result<()> {
+    if let Some(t) = args.timeout {
+        secs(t, "--timeout")?;
     }
     if let Some(d) = args.duration
         && !(d > 0.0 && d.is_finite() && d <= 3600.0)
@@ -166,15 +304,56 @@ fn run(args: &Args) -> Result<()> {
     }
     if args.op == Op::Send
         && let Some(s) = args.size
-        && s > u64::from(ntbdk_apps::perf::EAGER_SIZE)
+        && s > u64::from(EAGER_SIZE)
     {
         bail!(
-            "-s {s}: a send carries at most {} bytes (one eager buffer); use --op write for \
-             larger messages",
-            ntbdk_apps::perf::EAGER_SIZE
+            "-s {s}: a send carries at most {EAGER_SIZE} bytes (one eager buffer); use --op write \
+             for larger messages"
         );
     }
-    let timeout = Duration::from_secs_f64(args.timeout);
+    if args.bidirectional {
+        bail!(
+            "-b/--bidirectional is not supported yet: run a second pair the other way \
+             (swap --server) for the reverse direction"
+        );
+    }
+    if args.run_infinitely && args.test == Some(Test::Lat) {
+        bail!("--run_infinitely measures bandwidth only (as perftest's): drop --test lat");
+    }
+    if (args.histogram || args.unsorted) && args.test == Some(Test::Bw) {
+        bail!("-H/-U print latency samples: they need --test lat (or no --test)");
+    }
+    if let Some(i) = args.inline_size
+        && !args.server
+    {
+        eprintln!(
+            "{TOOL}: note: -I {i} changes nothing: sends of up to 216 bytes always go inline, \
+             larger ones through an eager buffer"
+        );
+    }
+    if !args.server && !args.peer {
+        if let Some(p) = json_path(args) {
+            check_writable(&p, "--out_json_file")?;
+        }
+        if let Some(p) = &args.plot {
+            check_writable(p, "--plot")?;
+        }
+    }
+    Ok(())
+}
+
+/// Where --out_json writes, if it does.
+fn json_path(args: &Args) -> Option<PathBuf> {
+    match (&args.out_json_file, args.out_json) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => Some(PathBuf::from("perftest_out.json")),
+        (None, false) => None,
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    check_args(args)?;
+    let op_timeout = secs(args.timeout.unwrap_or(DEFAULT_OP_TIMEOUT), "--timeout")?;
     let cores = usable_cores();
     // A server defaults to the second usable core, so that a client on the
     // same host keeps the first; with only one core (a one-vCPU VM, a
@@ -185,11 +364,17 @@ fn run(args: &Args) -> Result<()> {
     let core = pick_core(&cores, lcore, "--lcore")?;
     let vfio = args.device.clone();
     let vfio_name = vfio.as_ref().map(|spec| spec.to_string());
+    let how = if vfio.is_some() {
+        "--device"
+    } else {
+        "--fabric"
+    };
     match args.fabric.as_ref().or(vfio_name.as_ref()) {
-        None => self_contained(args, &cores, core, timeout),
+        None => self_contained(args, &cores, core, op_timeout),
         Some(name) if args.peer || args.server => {
             if args.peer {
                 die_with_parent();
+                ignore_sigint();
             }
             // `_owned` removes the fabric on exit if we created it.
             let (dev, _owned) = match &vfio {
@@ -203,25 +388,29 @@ fn run(args: &Args) -> Result<()> {
                     (join(&f, args.slot)?, owned)
                 }
             };
+            check_hugepages(args, &dev)?;
             let dev = Arc::new(dev);
             let mut ctl = ServerControl::new(dev.clone())?;
-            let mut ep = Endpoint::new(dev.clone(), timeout)?;
+            let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
+            // perftest's server waits for its client as long as it takes.
+            let wait = args.timeout.map(Duration::from_secs_f64);
             if !args.peer {
-                let how = if vfio.is_some() {
-                    "--device"
-                } else {
-                    "--fabric"
+                let until = match wait {
+                    Some(t) => format!("for {t:?}"),
+                    None => "until Ctrl-C".to_string(),
                 };
                 println!(
-                    "{TOOL}: server on port {} of fabric {name:?}: waiting for a client \
-                     (ntb-perf {how} {name}) for {timeout:?}",
+                    "{TOOL}: server on port {} of fabric {name:?}: waiting for a client {until} \
+                     (on the other side run: {TOOL} {how} {name} [-s SIZE ...])",
                     dev.port()
                 );
+                println!("{TOOL}: server windows: {}", windows_desc(&dev));
             }
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
-            let client = wait_peers(&dev, &want, 1, timeout, TOOL, || Ok(()))?[0];
+            let hint = format!("start the client on the other side ({TOOL} {how} {name})");
+            let client = wait_peers(&dev, &want, 1, wait, &hint, || Ok(()))?[0];
             pin(TOOL, core);
-            let stats = serve(&mut ep, &mut ctl, client, timeout)?;
+            let stats = serve(&mut ep, &mut ctl, client, op_timeout)?;
             if !args.peer {
                 println!(
                     "{TOOL}: served port {client}: {} commands, {} messages received, {} echoes",
@@ -236,29 +425,72 @@ fn run(args: &Args) -> Result<()> {
                 None => {
                     let fabric = attach(
                         name,
-                        &format!("start the server first: ntb-perf --fabric {name} --server"),
+                        &format!("start the server first: {TOOL} --fabric {name} --server"),
                     )?;
                     join(&fabric, args.slot)?
                 }
             };
+            check_hugepages(args, &dev)?;
             let dev = Arc::new(dev);
             if args.qp as usize > max_servers(dev.as_ref()) {
                 bail!(
-                    "--qp {}: at most {} servers per client on this fabric",
+                    "-q/--qp {}: at most {} servers per client on this fabric",
                     args.qp,
                     max_servers(dev.as_ref())
                 );
             }
-            let ep = Endpoint::new(dev.clone(), timeout)?;
+            let ep = Endpoint::new(dev.clone(), op_timeout)?;
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             if !want.is_empty() && args.qp > 1 {
                 bail!("--peer-slot names one server: use it with --qp 1");
             }
-            let servers = wait_peers(&dev, &want, args.qp as usize, timeout, TOOL, || Ok(()))?;
+            let wait = secs(args.timeout.unwrap_or(DEFAULT_CLIENT_WAIT), "--timeout")?;
+            let hint = format!("start the server on the other side ({TOOL} {how} {name} --server)");
+            let servers = wait_peers(&dev, &want, args.qp as usize, Some(wait), &hint, || Ok(()))?;
             pin(TOOL, core);
-            let client = Client::connect(ep, &servers, timeout)?;
+            let client = Client::connect(ep, &servers, op_timeout)?;
             measure(args, &dev, client, name, core, None)
         }
+    }
+}
+
+/// Refuses to run on 4 KiB pages with --use_hugepages.
+fn check_hugepages(args: &Args, dev: &EmuDevice) -> Result<()> {
+    if args.use_hugepages && !dev.window_is_huge() {
+        bail!(
+            "--use_hugepages: this side's windows are on 4 KiB pages ({}): reserve hugepages \
+             (scripts/setup-hugepages.sh, or echo N > /proc/sys/vm/nr_hugepages) or drop \
+             --use_hugepages",
+            hugepages_state()
+        );
+    }
+    Ok(())
+}
+
+/// What /proc/meminfo says of hugepages: none reserved, or how many free.
+fn hugepages_state() -> String {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    match (field("HugePages_Total:"), field("HugePages_Free:")) {
+        (Some(0), _) | (None, _) => "no hugepages reserved".into(),
+        (Some(total), Some(free)) => {
+            format!("{free} of {total} hugepages free, not enough for the windows")
+        }
+        (Some(total), None) => format!("{total} hugepages reserved, too few free"),
+    }
+}
+
+/// This side's window memory, truthfully.
+fn windows_desc(dev: &EmuDevice) -> String {
+    if dev.window_is_huge() {
+        "on hugepages".into()
+    } else {
+        format!("on 4 KiB pages ({})", hugepages_state())
     }
 }
 
@@ -270,19 +502,19 @@ fn self_contained(
     timeout: Duration,
 ) -> Result<()> {
     let peer_core = pick_core(cores, args.peer_lcore, "--peer-lcore")?;
-    if cores.len() < 2 || peer_core == core {
-        eprintln!(
-            "{TOOL}: warning: client and server share core {}: the figures measure the \
-             scheduler, not the fabric",
-            core.id
-        );
+    let mut spinners = vec![("the client".to_string(), core)];
+    for i in 1..=args.qp {
+        spinners.push((format!("server {i}"), peer_core));
     }
+    warn_shared_cores(TOOL, &spinners);
     let name = format!("perf-{}", std::process::id());
     let slots = args.qp as usize + 1;
     let fabric = EmuFabric::create(&name, &fabric_config(slots))
         .with_context(|| format!("creating the private fabric {name:?}"))?;
     let _fabric_guard = FabricGuard(name.clone());
-    let dev = Arc::new(join(&fabric, Some(0))?);
+    let dev = join(&fabric, Some(0))?;
+    check_hugepages(args, &dev)?;
+    let dev = Arc::new(dev);
     let ep = Endpoint::new(dev.clone(), timeout)?;
 
     let exe = std::env::current_exe().context("finding this program to start the server")?;
@@ -292,16 +524,22 @@ fn self_contained(
             .args(["--peer", "--fabric", &name, "--peer-slot", "0"])
             .args(["--slot", &slot.to_string()])
             .args(["--lcore", &args.peer_lcore.to_string()])
-            .args(["--timeout", &args.timeout.to_string()])
+            .args(["--timeout", &timeout.as_secs_f64().to_string()])
+            .args(args.use_hugepages.then_some("--use_hugepages"))
             .stdin(Stdio::null())
             .spawn()
             .context("starting the server process")?;
         children.push(child);
     }
     let want: Vec<Port> = (1..slots as Port).collect();
-    wait_peers(&dev, &want, want.len(), timeout, TOOL, || {
-        children.check_running("the server process")
-    })
+    wait_peers(
+        &dev,
+        &want,
+        want.len(),
+        Some(timeout),
+        "the machine may be overloaded",
+        || children.check_running("the server process"),
+    )
     .context("waiting for the server process to join the private fabric")?;
     pin(TOOL, core);
     let client = Client::connect(ep, &want, timeout)?;
@@ -331,7 +569,22 @@ fn budget(args: &Args) -> Budget {
     }
 }
 
-/// Runs the tests, prints the tables and counters, writes --json/--plot.
+/// perftest's test title: `RDMA_Write BW Test` becomes `NTB Write BW Test`.
+fn title(op: Op, test: Test, post_list: u64) -> String {
+    let op = match op {
+        Op::Write => "Write",
+        Op::Read => "Read",
+        Op::Send => "Send",
+    };
+    match test {
+        Test::Bw if post_list > 1 => format!("NTB {op} Post List BW Test"),
+        Test::Bw => format!("NTB {op} BW Test"),
+        Test::Lat => format!("NTB {op} Latency Test"),
+    }
+}
+
+/// Runs the tests, prints the tables and counters, writes the JSON and the
+/// plot (also after Ctrl-C, with what was measured).
 fn measure(
     args: &Args,
     dev: &EmuDevice,
@@ -340,9 +593,15 @@ fn measure(
     core: core_affinity::CoreId,
     spawned: Option<(core_affinity::CoreId, &mut Children)>,
 ) -> Result<()> {
-    let tests: Vec<Test> = match args.test {
-        Some(t) => vec![t],
-        None => vec![Test::Bw, Test::Lat],
+    let tests: Vec<Test> = match (args.test, args.run_infinitely) {
+        (_, true) => vec![Test::Bw],
+        (Some(t), false) => vec![t],
+        (None, false) => vec![Test::Bw, Test::Lat],
+    };
+    let unit = if args.report_gbits {
+        BwUnit::Gbps
+    } else {
+        BwUnit::MBps
     };
     let budget = budget(args);
     let servers = client.server_ports();
@@ -350,116 +609,237 @@ fn measure(
         Some((c, _)) => format!("port(s) {servers:?} (core {})", c.id),
         None => format!("port(s) {servers:?}"),
     };
-    println!(
-        "{TOOL}: {} on fabric {fabric}: port {} (core {}) -> {peer_desc}",
-        args.op.name(),
-        dev.port(),
-        core.id
-    );
-    if dev.window_is_huge() {
-        println!("{TOOL}: windows on hugepages");
-    } else {
-        println!("{TOOL}: windows on 4 KiB pages (no hugepages reserved)");
-    }
     let mut report = Report::new(TOOL);
     report
         .param("op", args.op.name())
-        .param("burst", args.burst)
+        .param("post_list", args.post_list)
         .param("tx_depth", args.tx_depth)
         .param("qp", args.qp)
         .param("budget", budget.describe())
         .param("fabric", fabric)
         .param("lcore", core.id)
+        .param("bw_unit", unit.label())
         .param(
             "latency",
             "one-way (half round trip) for write and send; round trip for read",
         );
     let started = Instant::now();
-    for test in tests {
-        let sizes = sizes(args, &client, args.op);
-        let mut progress = Progress::new(
-            &format!("{} {}", args.op.name(), test_name(test)),
-            sizes.len(),
-        );
-        match test {
-            Test::Bw => {
-                println!(
-                    "\n{} bandwidth: burst {}, tx depth {}, {} queue pair(s), {} per size",
-                    args.op.name(),
-                    args.burst,
-                    args.tx_depth,
-                    args.qp,
-                    budget.describe()
-                );
-                let t = Table::BANDWIDTH;
-                println!("{}\n{}", t.rule(), t.header());
-                for &size in &sizes {
-                    progress.step(&size_label(size));
-                    let row = client.bandwidth(
-                        args.op,
-                        size,
-                        args.burst as usize,
-                        args.tx_depth as usize,
-                        budget,
-                    )?;
-                    println!("{}", t.bw_line(&row));
-                    report.bandwidth.push(row);
-                    check_interrupted()?;
-                }
-                progress.finish();
-                println!("{}", t.rule());
-            }
-            Test::Lat => {
-                let what = if args.op == Op::Read {
-                    "round trip"
-                } else {
-                    "one-way = half round trip"
-                };
-                println!(
-                    "\n{} latency ({what}), {} per size:",
-                    args.op.name(),
-                    budget.describe()
-                );
-                let t = Table::LATENCY;
-                println!("{}\n{}", t.rule(), t.header());
-                for &size in &sizes {
-                    progress.step(&size_label(size));
-                    let row = client.latency(args.op, size, LAT_WARMUP, budget)?;
-                    println!("{}", t.lat_line(&row));
-                    report.latency.push(row);
-                    check_interrupted()?;
-                }
-                progress.finish();
-                println!("{}", t.rule());
-            }
+    let mut result = Ok(());
+    for &test in &tests {
+        let header = Header {
+            args,
+            test,
+            dev,
+            fabric,
+            peers: &peer_desc,
+            core,
+            budget,
+        };
+        header.print();
+        let r = match test {
+            Test::Bw if args.run_infinitely => run_forever(args, &mut client, unit, &mut report),
+            Test::Bw => bandwidth(args, &mut client, unit, budget, &mut report),
+            Test::Lat => latency(args, &mut client, budget, &mut report),
+        };
+        if let Err(e) = r {
+            result = Err(e);
+            break;
         }
     }
     let took = started.elapsed();
-    client.stop()?;
-    if let Some((_, children)) = spawned {
+    let interrupted = result.as_ref().is_err_and(is_interrupted);
+    if interrupted {
+        client.stop_after_interrupt(Duration::from_secs(1));
+    } else if result.is_ok() {
+        result = client.stop();
+    }
+    if result.is_ok()
+        && let Some((_, children)) = spawned
+    {
         for status in children.wait_all(Duration::from_secs(5))? {
             if !status.success() {
                 bail!("the server process failed ({status})");
             }
         }
     }
-    print_counters(&client, dev, took);
-    if let Some(path) = &args.json {
-        report.write_json(path)?;
-        println!("{TOOL}: figures written to {}", path.display());
+    if result.is_ok() || interrupted {
+        print_counters(&client, dev, took);
+        save(args, &report)?;
     }
-    if let Some(path) = &args.plot {
-        write_svg(&report, path)?;
-        println!("{TOOL}: plot written to {}", path.display());
+    result
+}
+
+/// The block perftest prints before a table: what runs, where, how.
+struct Header<'a> {
+    args: &'a Args,
+    test: Test,
+    dev: &'a EmuDevice,
+    fabric: &'a str,
+    peers: &'a str,
+    core: core_affinity::CoreId,
+    budget: Budget,
+}
+
+impl Header<'_> {
+    fn print(&self) {
+        let a = self.args;
+        println!("{RULE}");
+        println!(
+            "                    {}",
+            title(a.op, self.test, a.post_list)
+        );
+        println!(" Device          : {}", self.fabric);
+        println!(
+            " Ports           : {} (core {}) -> {}",
+            self.dev.port(),
+            self.core.id,
+            self.peers
+        );
+        println!(
+            " Number of qps   : {}\t\tTransport type : ntbdk (posted writes only)",
+            a.qp
+        );
+        if self.test == Test::Bw {
+            println!(" TX depth        : {}", a.tx_depth);
+            println!(" Post List       : {}", a.post_list);
+        }
+        let budget = if a.run_infinitely {
+            format!(
+                "until Ctrl-C, a report every {} s",
+                a.duration.unwrap_or(DEFAULT_INTERVAL)
+            )
+        } else {
+            format!("{} per size", self.budget.describe())
+        };
+        println!(" Duration        : {budget}");
+        println!(" Windows         : {}", windows_desc(self.dev));
+        if self.test == Test::Lat {
+            let what = if a.op == Op::Read {
+                "round trip"
+            } else {
+                "one-way = half round trip"
+            };
+            println!(" Latency         : {what}");
+        }
     }
+}
+
+/// The bandwidth table: one row per size.
+fn bandwidth(
+    args: &Args,
+    client: &mut Client,
+    unit: BwUnit,
+    budget: Budget,
+    report: &mut Report,
+) -> Result<()> {
+    let sizes = sizes(args, client, args.op);
+    let mut progress = Progress::new(&format!("{} bw", args.op.name()), sizes.len());
+    println!("{RULE}\n{}", bw_header(unit));
+    for &size in &sizes {
+        progress.step(&size_label(size));
+        let mut row = client.bandwidth(
+            args.op,
+            size,
+            args.post_list as usize,
+            args.tx_depth as usize,
+            budget,
+        )?;
+        if args.no_peak {
+            row.peak_gb_per_s = 0.0;
+        }
+        println!("{}", bw_line(&row, unit));
+        report.bandwidth.push(row);
+        check_interrupted()?;
+    }
+    progress.finish();
+    println!("{RULE}");
     Ok(())
 }
 
-fn test_name(t: Test) -> &'static str {
-    match t {
-        Test::Bw => "bw",
-        Test::Lat => "lat",
+/// --run_infinitely: one size, a row every interval, until Ctrl-C.
+fn run_forever(args: &Args, client: &mut Client, unit: BwUnit, report: &mut Report) -> Result<()> {
+    let size = args
+        .size
+        .unwrap_or(DEFAULT_INFINITE_SIZE.min(client.max_size(args.op)));
+    let every = Budget::duration(Duration::from_secs_f64(
+        args.duration.unwrap_or(DEFAULT_INTERVAL),
+    ));
+    println!("{RULE}\n{}", bw_header(unit));
+    let (burst, depth) = (args.post_list as usize, args.tx_depth as usize);
+    let mut first = true;
+    loop {
+        let mut row = if first {
+            client.bandwidth(args.op, size, burst, depth, every)?
+        } else {
+            client.bandwidth_continued(args.op, size, burst, depth, every)?
+        };
+        first = false;
+        if args.no_peak {
+            row.peak_gb_per_s = 0.0;
+        }
+        println!("{}", bw_line(&row, unit));
+        report.bandwidth.push(row);
+        check_interrupted()?;
     }
+}
+
+/// The latency table: one row per size (after its samples with -H/-U).
+fn latency(args: &Args, client: &mut Client, budget: Budget, report: &mut Report) -> Result<()> {
+    let sizes = sizes(args, client, args.op);
+    let mut progress = Progress::new(&format!("{} lat", args.op.name()), sizes.len());
+    let samples = args.histogram || args.unsorted;
+    if !samples {
+        println!("{RULE}\n{}", lat_header());
+    }
+    for &size in &sizes {
+        progress.step(&size_label(size));
+        let mut raw = Vec::new();
+        let row = client.latency_samples(
+            args.op,
+            size,
+            LAT_WARMUP,
+            budget,
+            samples.then_some(&mut raw),
+        )?;
+        if samples {
+            print_samples(&mut raw, args.unsorted);
+            println!("{RULE}\n{}", lat_header());
+        }
+        println!("{}", lat_line(&row));
+        report.latency.push(row);
+        check_interrupted()?;
+    }
+    progress.finish();
+    println!("{RULE}");
+    Ok(())
+}
+
+/// perftest's -U (every sample as measured) or -H (sorted): `#, usec`, then
+/// `index, value` lines.
+fn print_samples(raw: &mut [u64], unsorted: bool) {
+    if !unsorted {
+        raw.sort_unstable();
+    }
+    println!("#, usec");
+    for (i, ns) in raw.iter().enumerate() {
+        println!("{}, {}", i + 1, *ns as f64 / 1000.0);
+    }
+}
+
+/// Writes --out_json and --plot (what was measured, even after Ctrl-C).
+fn save(args: &Args, report: &Report) -> Result<()> {
+    if report.bandwidth.is_empty() && report.latency.is_empty() {
+        return Ok(());
+    }
+    if let Some(path) = json_path(args) {
+        report.write_json(&path)?;
+        println!("{TOOL}: figures written to {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        write_svg(report, path)?;
+        println!("{TOOL}: plot written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// Queue-pair and device counters of the client, and what they prove.

@@ -16,15 +16,20 @@
 //! or a read of one's own registers; nothing reads through the bridge.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
-use ntbdk_apps::perf::session::open_vfio;
+use ntbdk_apps::cli::run_main;
+use ntbdk_apps::cli::session::{
+    Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
+    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
+    warn_shared_cores,
+};
+use ntbdk_apps::perf::HEARTBEAT_TIMEOUT;
 use ntbdk_apps::report::{LatRow, Report, lat_table, new_histogram, write_svg};
-use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
@@ -41,13 +46,6 @@ const FAST_SPINS: u32 = 4096;
 /// Once a wait has lasted this long it yields the core between polls, so a
 /// peer sharing the core (or a starved heartbeat thread) can run.
 const YIELD_AFTER: Duration = Duration::from_micros(200);
-/// Heartbeat timeout of the fabrics this tool creates: generous, because two
-/// spinning processes on a small, busy machine can starve a heartbeat thread
-/// for a while, and a peer declared dead would end the run.
-const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Set by SIGINT / SIGTERM; every wait checks it.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Through which registers the two sides ping-pong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,10 +128,11 @@ struct Args {
         conflicts_with = "shared"
     )]
     peer_lcore: usize,
-    /// Seconds to wait for the peer to appear, and for any answer, before
-    /// giving up.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    timeout: f64,
+    /// Seconds to wait for the peer to appear (default: 10 for the
+    /// measuring side; the echo side waits until Ctrl-C), and for any answer
+    /// (default 10).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
     /// Write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -152,58 +151,90 @@ fn main() -> ExitCode {
         args.fabric = Some(name.clone());
         args.device = None;
     }
-    install_signal_handlers();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ntb-pingpong: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    run_main(TOOL, || run(&args))
 }
 
+/// This tool's name, in messages.
+const TOOL: &str = "ntb-pingpong";
+
 fn run(args: &Args) -> Result<()> {
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        bail!(
-            "--timeout must be a positive number of seconds, not {}",
-            args.timeout
-        );
+    if let Some(t) = args.timeout
+        && !(t > 0.0 && t.is_finite())
+    {
+        bail!("--timeout must be a positive number of seconds, not {t}");
     }
-    let timeout = Duration::from_secs_f64(args.timeout);
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(10.0));
+    for (path, flag) in [(&args.json, "--json"), (&args.plot, "--plot")] {
+        if let Some(p) = path
+            && !args.server
+        {
+            check_writable(p, flag)?;
+        }
+    }
+    let cores = usable_cores();
     let lcore = args.lcore.unwrap_or(usize::from(args.server));
     let core = pick_core(&cores, lcore, "--lcore")?;
     let vfio_name = args.device.as_ref().map(|spec| spec.to_string());
+    let how = if args.device.is_some() {
+        "--device"
+    } else {
+        "--fabric"
+    };
     match args.fabric.as_ref().or(vfio_name.as_ref()) {
         None => self_contained(args, &cores, core, timeout),
         Some(name) if args.peer || args.server => {
             if args.peer {
                 die_with_parent();
+                ignore_sigint();
             }
             // `_owned` removes the fabric on exit if we created it.
             let (dev, _owned) = match &args.device {
                 Some(spec) => (open_vfio(spec, args.slot)?, None),
-                None if args.peer => (join(&attach(name)?, args.slot)?, None),
+                None if args.peer => (
+                    join(
+                        &attach(name, "the fabric of the run that spawned us is gone")?,
+                        args.slot,
+                    )?,
+                    None,
+                ),
                 None => {
-                    let (fabric, owned) = attach_or_create(name)?;
+                    let (fabric, owned) = attach_or_create(name, &fabric_config())?;
                     (join(&fabric, args.slot)?, owned)
                 }
             };
-            let peer = find_peer(&dev, args.peer_slot, timeout)?;
-            pin(core);
+            if !args.peer {
+                println!(
+                    "{TOOL}: echo side on port {} of fabric {name:?}: waiting for the measuring \
+                     side (on the other side run: {TOOL} {how} {name})",
+                    dev.port()
+                );
+            }
+            let want: Vec<Port> = args.peer_slot.into_iter().collect();
+            let hint = format!("start the measuring side ({TOOL} {how} {name})");
+            let wait = args.timeout.map(Duration::from_secs_f64);
+            let peer = wait_peers(&dev, &want, 1, wait, &hint, || Ok(()))?[0];
+            pin(TOOL, core);
             let served = echo(&dev, peer, args.via, timeout)?;
             if !args.peer {
-                println!("ntb-pingpong: echoed {served} round trips for port {peer}");
+                println!("{TOOL}: echoed {served} round trips for port {peer}");
             }
             Ok(())
         }
         Some(name) => {
             let dev = match &args.device {
                 Some(spec) => open_vfio(spec, args.slot)?,
-                None => join(&attach(name)?, args.slot)?,
+                None => join(
+                    &attach(
+                        name,
+                        &format!("start the echo side first: {TOOL} --fabric {name} --server"),
+                    )?,
+                    args.slot,
+                )?,
             };
-            let peer = find_peer(&dev, args.peer_slot, timeout)?;
-            pin(core);
+            let want: Vec<Port> = args.peer_slot.into_iter().collect();
+            let hint = format!("start the echo side ({TOOL} {how} {name} --server)");
+            let peer = wait_peers(&dev, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
+            pin(TOOL, core);
             let rtt = measure(&dev, peer, args, timeout)?;
             finish(args, &dev, peer, name, core, None, &rtt)
         }
@@ -218,13 +249,13 @@ fn self_contained(
     timeout: Duration,
 ) -> Result<()> {
     let peer_core = pick_core(cores, args.peer_lcore, "--peer-lcore")?;
-    if cores.len() < 2 || peer_core == core {
-        eprintln!(
-            "ntb-pingpong: warning: both sides share core {}: the round trips measure the \
-             scheduler, not the fabric",
-            core.id
-        );
-    }
+    warn_shared_cores(
+        TOOL,
+        &[
+            ("the measuring side".to_string(), core),
+            ("the echo side".to_string(), peer_core),
+        ],
+    );
     let name = format!("pingpong-{}", std::process::id());
     let cfg = fabric_config();
     let fabric = EmuFabric::create(&name, &cfg)
@@ -251,36 +282,26 @@ fn self_contained(
             .get_name(),
     ])
     .args(["--lcore", &args.peer_lcore.to_string()])
-    .args(["--timeout", &args.timeout.to_string()])
+    .args(["--timeout", &timeout.as_secs_f64().to_string()])
     .stdin(Stdio::null());
-    let child = cmd.spawn().context("starting the echo side")?;
-    let mut child = ChildGuard(Some(child));
-
+    let mut children = Children::default();
+    children.push(cmd.spawn().context("starting the echo side")?);
     // The echo side is up when its link is.
-    let deadline = Instant::now() + timeout;
-    loop {
-        if dev.link(1)?.up {
-            break;
-        }
-        if let Some(status) = child.try_wait()? {
-            bail!("the echo side exited before joining the fabric ({status})");
-        }
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            bail!("interrupted");
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "the echo side did not join fabric {name:?} within {timeout:?}: \
-                 the machine may be overloaded; try a longer --timeout"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    pin(core);
+    wait_peers(
+        &dev,
+        &[1],
+        1,
+        Some(timeout),
+        "the machine may be overloaded; try a longer --timeout",
+        || children.check_running("the echo side"),
+    )
+    .with_context(|| format!("waiting for the echo side to join fabric {name:?}"))?;
+    pin(TOOL, core);
     let rtt = measure(&dev, 1, args, timeout)?;
-    let status = child.wait_timeout(timeout)?;
-    if !status.success() {
-        bail!("the echo side failed ({status})");
+    for status in children.wait_all(timeout)? {
+        if !status.success() {
+            bail!("the echo side failed ({status})");
+        }
     }
     finish(args, &dev, 1, &name, core, Some(peer_core), &rtt)
 }
@@ -297,7 +318,7 @@ fn finish(
 ) -> Result<()> {
     let peer_core = peer_core.map_or_else(String::new, |c| format!(" (core {})", c.id));
     println!(
-        "ntb-pingpong: {} ping-pong, port {} (core {}) <-> port {peer}{peer_core}, fabric {fabric}",
+        "{TOOL}: {} ping-pong, port {} (core {}) <-> port {peer}{peer_core}, fabric {fabric}",
         args.via.describe(),
         dev.port(),
         core.id,
@@ -448,9 +469,7 @@ impl<'a> Waiter<'a> {
             polls += 1;
             if polls.is_multiple_of(64) {
                 let waited = start.elapsed();
-                if INTERRUPTED.load(Ordering::Relaxed) {
-                    bail!("interrupted");
-                }
+                check_interrupted()?;
                 if waited >= self.timeout {
                     bail!(
                         "no answer from port {} within {:?} while waiting for {what}: \
@@ -482,173 +501,5 @@ fn fabric_config() -> FabricConfig {
         window_size: 64 << 10,
         heartbeat_timeout: HEARTBEAT_TIMEOUT,
         ..FabricConfig::default()
-    }
-}
-
-fn attach(name: &str) -> Result<EmuFabric> {
-    EmuFabric::attach(name).map_err(|e| {
-        anyhow!("{e}\n(start the echo side first: ntb-pingpong --fabric {name} --slot 0 --server)")
-    })
-}
-
-/// Attaches to `name`, or creates it; returns a guard that removes a fabric
-/// we created.
-fn attach_or_create(name: &str) -> Result<(EmuFabric, Option<FabricGuard>)> {
-    if let Ok(f) = EmuFabric::attach(name) {
-        return Ok((f, None));
-    }
-    match EmuFabric::create(name, &fabric_config()) {
-        Ok(f) => Ok((f, Some(FabricGuard(name.to_string())))),
-        // Created by someone else meanwhile: attach to theirs.
-        Err(_) => Ok((EmuFabric::attach(name)?, None)),
-    }
-}
-
-fn join(fabric: &EmuFabric, slot: Option<Port>) -> Result<EmuDevice> {
-    let cfg = DeviceConfig {
-        slot,
-        fabric: fabric.config().clone(),
-        ..DeviceConfig::default()
-    };
-    EmuDevice::join(fabric, &cfg).with_context(|| format!("joining fabric {:?}", fabric.name()))
-}
-
-/// `want`, once its link is up, or the first other port whose link comes
-/// up; waits up to `timeout`.
-fn find_peer(dev: &EmuDevice, want: Option<Port>, timeout: Duration) -> Result<Port> {
-    if let Some(p) = want {
-        if p == dev.port() {
-            bail!(
-                "--peer-slot {p} is our own slot on fabric {:?}: name the other side's slot",
-                dev.fabric().name()
-            );
-        }
-        dev.link(p)
-            .with_context(|| format!("--peer-slot {p} on fabric {:?}", dev.fabric().name()))?;
-    }
-    let deadline = Instant::now() + timeout;
-    loop {
-        let found = match want {
-            Some(p) => dev.link(p)?.up.then_some(p),
-            None => dev
-                .peer_ports()
-                .into_iter()
-                .find(|&p| dev.link(p).is_ok_and(|l| l.up)),
-        };
-        if let Some(p) = found {
-            return Ok(p);
-        }
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            bail!("interrupted");
-        }
-        if Instant::now() >= deadline {
-            let who = want.map_or_else(|| "no peer".to_string(), |p| format!("port {p}"));
-            bail!(
-                "{who} joined fabric {:?} within {timeout:?} (we are port {}): start the other \
-                 side (ntb-pingpong --fabric {} [--server]) or wait longer (--timeout)",
-                dev.fabric().name(),
-                dev.port(),
-                dev.fabric().name()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn pick_core(
-    cores: &[core_affinity::CoreId],
-    index: usize,
-    flag: &str,
-) -> Result<core_affinity::CoreId> {
-    match cores.len() {
-        0 => Ok(core_affinity::CoreId { id: 0 }),
-        n if index < n => Ok(cores[index]),
-        n => bail!(
-            "{flag} {index}: this process may use {n} cores (0..={}); pick one of those",
-            n - 1
-        ),
-    }
-}
-
-/// Pins the calling thread (after the device's heartbeat thread was started,
-/// so that one stays free to run anywhere).
-fn pin(core: core_affinity::CoreId) {
-    if !core_affinity::set_for_current(core) {
-        eprintln!("ntb-pingpong: warning: could not pin to core {}", core.id);
-    }
-}
-
-/// The spawned echo side dies with the process that spawned it.
-fn die_with_parent() {
-    // SAFETY: PR_SET_PDEATHSIG with a valid signal number only sets a
-    // process attribute; no memory is passed.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    }
-    // The parent may have died before the call: then we were re-parented.
-    if std::os::unix::process::parent_id() == 1 {
-        std::process::exit(1);
-    }
-}
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-/// Ctrl-C and SIGTERM end the run through the normal error path, so the
-/// fabric and the child are cleaned up.
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `on_signal` is async-signal-safe (one atomic store) and
-        // has the signature `signal` expects.
-        unsafe {
-            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
-        }
-    }
-}
-
-/// Removes a fabric this process created, on every exit path.
-struct FabricGuard(String);
-
-impl Drop for FabricGuard {
-    fn drop(&mut self) {
-        let _ = EmuFabric::destroy(&self.0);
-    }
-}
-
-/// Kills and reaps the child on every exit path that did not wait for it.
-struct ChildGuard(Option<Child>);
-
-impl ChildGuard {
-    fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>> {
-        let child = self.0.as_mut().expect("child present until waited");
-        let status = child.try_wait().context("checking on the echo side")?;
-        if status.is_some() {
-            self.0 = None;
-        }
-        Ok(status)
-    }
-
-    /// Waits up to `timeout` for the child to exit; kills it after that.
-    fn wait_timeout(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!("the echo side did not exit within {timeout:?} after the run: killed it");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

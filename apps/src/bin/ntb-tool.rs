@@ -191,7 +191,19 @@ fn parse_index(s: &str) -> Result<usize, String> {
     parse_u64(s).map(|v| v as usize)
 }
 
+/// Attaches to the fabric `name` in `dir`; when there is none, says how to
+/// create one (in this tool's terms).
 fn attach(dir: &Path, name: &str) -> Result<EmuFabric> {
+    let exists = EmuFabric::list_in(dir)
+        .map(|l| l.iter().any(|f| f.name == name))
+        .unwrap_or(true);
+    if !exists {
+        bail!(
+            "no fabric named {name:?} in {}: create it (ntb-tool create {name}), or start an app \
+             that creates it (ntb-perf --fabric {name} --server); ntb-tool list shows those there",
+            dir.display()
+        );
+    }
     EmuFabric::attach_in(dir, name).with_context(|| format!("attaching to fabric {name:?}"))
 }
 
@@ -434,18 +446,6 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ntb-tool: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let cli = Cli::parse();
+    ntbdk_apps::cli::run_main("ntb-tool", || run(cli))
 }

@@ -13,7 +13,7 @@ use ntbdk_pmd::transport::{Completion, OpKind, Qp, SendWr};
 use super::checksum::Checksum;
 use super::send_all;
 use super::stats::Stats;
-use crate::perf::session::interrupted;
+use crate::cli::session::{check_interrupted, completion_error};
 use crate::perf::{EAGER_SIZE, Endpoint};
 
 const HEADER: &[u8; 8] = b"NTBFHDR1";
@@ -62,7 +62,7 @@ fn next_message(
             match c.op {
                 OpKind::Recv if c.peer == qp.peer() => {
                     if !c.status.is_ok() {
-                        bail!("a message from port {} failed: {:?}", c.peer, c.status);
+                        return Err(completion_error(&c));
                     }
                     let len = c.bytes as usize;
                     ep.read_recv(c.cookie, &mut buf[..len])?;
@@ -71,18 +71,14 @@ fn next_message(
                     return Ok(len);
                 }
                 OpKind::Send => stats.queue(c.peer).sent(c.bytes),
-                _ if !c.status.is_ok() => {
-                    bail!("a {:?} with port {} failed: {:?}", c.op, c.peer, c.status)
-                }
+                _ if !c.status.is_ok() => return Err(completion_error(&c)),
                 _ => {}
             }
             continue;
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(1024) {
-            if interrupted() {
-                bail!("interrupted");
-            }
+            check_interrupted()?;
             if start.elapsed() >= timeout {
                 bail!(
                     "nothing from port {} for {timeout:?}: did the other side stop?",

@@ -12,7 +12,7 @@
 //!   the sender knows it arrived intact.
 //!
 //! Every loop prints per-queue [`Stats`] every period and at the end, and
-//! stops on Ctrl-C ([`session::interrupted`](crate::perf::session::interrupted)).
+//! stops on Ctrl-C ([`interrupted`](crate::cli::session::interrupted)).
 
 mod checksum;
 mod file;
@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use ntbdk_pmd::transport::{Completion, OpKind, PeerState, Qp, SendWr, TransportError};
 
+use crate::cli::session::{check_interrupted, completion_error, interrupted};
 use crate::perf::Endpoint;
-use crate::perf::session::interrupted;
 
 /// What a forwarder does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -79,9 +79,7 @@ pub fn send_all(ep: &mut Endpoint, qp: Qp, wrs: &[SendWr<'_>], timeout: Duration
                         qp.peer()
                     );
                 }
-                if interrupted() {
-                    bail!("interrupted");
-                }
+                check_interrupted()?;
             }
             Err(e) => bail!("sending to port {}: {e}", qp.peer()),
         }
@@ -141,7 +139,7 @@ pub fn forward(
                 if c.op == OpKind::Recv {
                     continue; // flushed by a peer leaving
                 }
-                bail!("a {:?} with port {} failed: {:?}", c.op, c.peer, c.status);
+                return Err(completion_error(c));
             }
             match c.op {
                 OpKind::Send => stats.queue(c.peer).sent(c.bytes),

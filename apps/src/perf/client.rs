@@ -13,12 +13,16 @@ use ntbdk_pmd::transport::{
 
 use super::control::{ClientControl, Command, Phase};
 use super::endpoint::{EAGER_SIZE, Endpoint};
-use super::session::check_interrupted;
 use super::{Op, budget::Budget};
+use crate::cli::session::{check_interrupted, completion_error};
 use crate::report::{BwRow, LatRow, new_histogram};
 
 /// Completions polled per call.
 const POLL_BURST: usize = 64;
+/// Least completions over which the peak bandwidth is measured (at least
+/// the tx depth: shorter stretches would time bursts of the queue, not the
+/// link).
+pub const PEAK_WINDOW: u64 = 256;
 
 /// One server as the client sees it.
 struct Server {
@@ -87,11 +91,18 @@ impl Client {
         for (i, &p) in ports.iter().enumerate() {
             let qp = ep.t.create_qp(p)?;
             ep.t.wait_connected(p, timeout).map_err(|e| {
-                anyhow::anyhow!("{e}: is port {p} an ntb-perf --server, and still running?")
+                anyhow::anyhow!(
+                    "connecting to port {p}: {}: is it an ntb-perf --server, and still running?",
+                    connect_failure(&e)
+                )
             })?;
             ep.post_recvs(qp)?;
             let mut ctl = ClientControl::new(dev.clone(), p, i)?;
             let t = &mut ep.t;
+            ctl.await_server(timeout, || {
+                t.progress();
+                check_interrupted()
+            })?;
             let key = ctl.call(
                 Command::Hello {
                     client_key: ep.data.0,
@@ -166,6 +177,20 @@ impl Client {
         Ok(())
     }
 
+    /// Ends the session after Ctrl-C: tells every server to stop (so it
+    /// exits cleanly, not "the client left"), giving each at most
+    /// `timeout`, ignoring the interrupt and any failure (a server that was
+    /// interrupted too is gone already).
+    pub fn stop_after_interrupt(&mut self, timeout: Duration) {
+        for s in &mut self.servers {
+            let t = &mut self.ep.t;
+            let _ = s.ctl.call(Command::Stop, timeout, || {
+                t.progress();
+                Ok(())
+            });
+        }
+    }
+
     /// Ends the session with every server.
     pub fn stop(&mut self) -> Result<()> {
         let timeout = self.timeout;
@@ -194,9 +219,26 @@ impl Client {
         self.phase(Phase::Passive, false)?;
         let warm = Budget::iterations(depth as u64);
         self.pump(op, size, burst, depth, warm)?;
+        self.bandwidth_continued(op, size, burst, depth, budget)
+    }
+
+    /// Another bandwidth measurement right after [`bandwidth`](Self::bandwidth)
+    /// with the same `op` and `size`: no phase change and no warm-up, so
+    /// back-to-back intervals (`--run_infinitely`) lose no time between
+    /// them.
+    pub fn bandwidth_continued(
+        &mut self,
+        op: Op,
+        size: u64,
+        burst: usize,
+        depth: usize,
+        budget: Budget,
+    ) -> Result<BwRow> {
+        self.check_size(op, size)?;
         let t0 = Instant::now();
-        let done = self.pump(op, size, burst, depth, budget)?;
-        Ok(BwRow::new(size, done, t0.elapsed()))
+        let (done, peak_mpps) = self.pump(op, size, burst, depth, budget)?;
+        let peak = peak_mpps * 1e6 * size as f64 / 1e9;
+        Ok(BwRow::new(size, done, t0.elapsed()).with_peak(peak))
     }
 
     fn check_size(&self, op: Op, size: u64) -> Result<()> {
@@ -215,7 +257,9 @@ impl Client {
     }
 
     /// Posts bursts until `budget` is spent (counting operations posted),
-    /// then drains; returns the operations completed.
+    /// then drains; returns the operations completed and the peak message
+    /// rate (millions per second) over any stretch of [`PEAK_WINDOW`]
+    /// completions or more (0 when the run was shorter than that).
     fn pump(
         &mut self,
         op: Op,
@@ -223,8 +267,11 @@ impl Client {
         burst: usize,
         depth: usize,
         budget: Budget,
-    ) -> Result<u64> {
+    ) -> Result<(u64, f64)> {
         let start = Instant::now();
+        let window = PEAK_WINDOW.max(depth as u64);
+        let mut mark = (start, 0u64);
+        let mut peak = 0f64;
         let local = [Sge {
             key: self.ep.data,
             offset: 0,
@@ -309,7 +356,7 @@ impl Client {
                     Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
                 }
             } else if stopping && outstanding == 0 {
-                return Ok(done);
+                return Ok((done, peak));
             }
             let n = self.ep.t.poll_completions(&mut self.comps);
             if n > 0 {
@@ -321,6 +368,13 @@ impl Client {
                 }
                 empty = 0;
                 last_progress = Instant::now();
+                if done - mark.1 >= window {
+                    let dt = last_progress.duration_since(mark.0).as_secs_f64();
+                    if dt > 0.0 {
+                        peak = peak.max((done - mark.1) as f64 / dt / 1e6);
+                    }
+                    mark = (last_progress, done);
+                }
             } else {
                 empty += 1;
                 if empty.is_multiple_of(1024) {
@@ -343,6 +397,20 @@ impl Client {
     /// Sends and writes are ping-pongs (the server answers in kind) and
     /// record half the round trip; reads record the whole round trip.
     pub fn latency(&mut self, op: Op, size: u64, warmup: u64, budget: Budget) -> Result<LatRow> {
+        self.latency_samples(op, size, warmup, budget, None)
+    }
+
+    /// [`latency`](Self::latency), also appending every sample (in
+    /// nanoseconds, in the order measured) to `samples` when given: what
+    /// perftest's `-H`/`-U` print.
+    pub fn latency_samples(
+        &mut self,
+        op: Op,
+        size: u64,
+        warmup: u64,
+        budget: Budget,
+        mut samples: Option<&mut Vec<u64>>,
+    ) -> Result<LatRow> {
         self.check_size(op, size)?;
         let phase = match op {
             Op::Send => Phase::SendEcho,
@@ -399,6 +467,9 @@ impl Client {
             if !warming {
                 let sample = if op == Op::Read { ns } else { ns / 2 };
                 hist.saturating_record(sample.max(1));
+                if let Some(v) = samples.as_deref_mut() {
+                    v.push(sample);
+                }
             }
             i += 1;
         }
@@ -478,10 +549,25 @@ impl Client {
     }
 }
 
+/// Why connecting failed, without the library's advice to its callers.
+pub fn connect_failure(e: &TransportError) -> String {
+    match e {
+        TransportError::ConnectTimeout { timeout, .. } => {
+            format!("no transport handshake within {timeout:?}")
+        }
+        TransportError::HandshakeFailed { reason, .. } => {
+            format!(
+                "the transport handshake failed ({reason}): are both sides the same ntbdk version?"
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Fails on a completion with an error status.
 fn check(c: &Completion) -> Result<()> {
     if !c.status.is_ok() {
-        bail!("a {:?} with port {} failed: {:?}", c.op, c.peer, c.status);
+        return Err(completion_error(c));
     }
     Ok(())
 }

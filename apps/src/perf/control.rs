@@ -8,6 +8,13 @@
 //! number acknowledged), where `i` is the server's index in the client's
 //! peer list. Every access is a posted write or a read of one's own
 //! registers: nothing reads through the bridge.
+//!
+//! Roles. The last scratchpad of each side is its *role register*: while a
+//! server waits for its first command it keeps writing "server, port P"
+//! into its peer's role register, and a client writes "client, port P"
+//! into each server's. A side that finds its own kind in its role register
+//! has met a twin — two servers, or two clients — and says so instead of
+//! waiting for commands (or answers) that will never come.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +33,52 @@ const SP_ARG: usize = 2;
 const SP_IDX: usize = 3;
 /// The value a server answers to a command it cannot carry out.
 pub const REFUSED: u32 = u32::MAX;
+/// Role register value of a server (its port in the low 16 bits).
+const ROLE_SERVER: u32 = 0x5345_0000; // "SE"
+/// Role register value of a client (its port in the low 16 bits).
+const ROLE_CLIENT: u32 = 0x434C_0000; // "CL"
+
+/// What a side of a run is, as its role register says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// An `ntb-perf --server` (serves).
+    Server,
+    /// An `ntb-perf` client (measures).
+    Client,
+}
+
+impl Role {
+    fn mark(self, port: Port) -> u32 {
+        match self {
+            Role::Server => ROLE_SERVER | u32::from(port),
+            Role::Client => ROLE_CLIENT | u32::from(port),
+        }
+    }
+}
+
+/// The role register: the last scratchpad.
+fn role_spad(dev: &dyn NtbDevice) -> usize {
+    dev.spad_count() - 1
+}
+
+/// Tells `peer` that we (`role`) are on the other end: a posted write into
+/// its role register.
+pub fn announce(dev: &dyn NtbDevice, peer: Port, role: Role) -> Result<()> {
+    dev.peer_spad_write(peer, role_spad(dev), role.mark(dev.port()))?;
+    Ok(())
+}
+
+/// Whether `peer` announced itself to us as `role` (our own role register).
+pub fn announced(dev: &dyn NtbDevice, peer: Port, role: Role) -> bool {
+    dev.spad_read(role_spad(dev))
+        .is_ok_and(|v| v == role.mark(peer))
+}
+
+/// Clears our role register (stale marks of an earlier run).
+pub fn clear_role(dev: &dyn NtbDevice) -> Result<()> {
+    dev.spad_write(role_spad(dev), 0)?;
+    Ok(())
+}
 
 /// What a client asks of a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +139,10 @@ impl Command {
     }
 }
 
-/// Most servers one client can talk to (two reply registers each).
+/// Most servers one client can talk to (two reply registers each; the last
+/// scratchpad is the role register).
 pub fn max_servers(dev: &dyn NtbDevice) -> usize {
-    dev.spad_count() / 2
+    dev.spad_count().saturating_sub(1) / 2
 }
 
 /// The client's end of the channel to one server.
@@ -112,6 +166,9 @@ impl ClientControl {
         // Our reply registers start from zero: a stale answer must not
         // acknowledge a new command.
         dev.spad_write(2 * index, 0)?;
+        if index == 0 {
+            clear_role(dev.as_ref())?;
+        }
         Ok(Self {
             dev,
             server,
@@ -123,6 +180,42 @@ impl ClientControl {
     /// The server's port.
     pub fn server(&self) -> Port {
         self.server
+    }
+
+    /// Before the first command: tells the server we are a client and
+    /// waits until it says it is a server. Fails when the peer is another
+    /// client, says nothing for `timeout`, or `idle` fails.
+    pub fn await_server(
+        &self,
+        timeout: Duration,
+        mut idle: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let (dev, peer) = (self.dev.as_ref(), self.server);
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            if polls.is_multiple_of(64) {
+                // A peer that left is noticed below (no answer in time).
+                let _ = announce(dev, peer, Role::Client);
+            }
+            polls = polls.wrapping_add(1);
+            if announced(dev, peer, Role::Server) {
+                return Ok(());
+            }
+            if announced(dev, peer, Role::Client) {
+                bail!(
+                    "port {peer} is another ntb-perf client, not a server: two clients cannot \
+                     pair; run one side with --server"
+                );
+            }
+            idle()?;
+            if start.elapsed() >= timeout {
+                bail!(
+                    "port {peer} did not say it is a server within {timeout:?}: is it an \
+                     ntb-perf --server (and not another tool or version)?"
+                );
+            }
+        }
     }
 
     /// Sends `cmd` and waits for the answer, calling `idle` between polls
@@ -177,10 +270,29 @@ pub struct Received {
 }
 
 impl ServerControl {
-    /// The server's end on `dev`; clears the sequence register.
+    /// The server's end on `dev`; clears the sequence and role registers.
     pub fn new(dev: Arc<dyn NtbDevice>) -> Result<Self> {
         dev.spad_write(SP_SEQ, 0)?;
+        clear_role(dev.as_ref())?;
         Ok(Self { dev, last: 0 })
+    }
+
+    /// Before the first command: tells `client` we are a server, and fails
+    /// when it told us the same (two servers never pair).
+    pub fn check_peer_role(&self, client: Port) -> Result<()> {
+        // Look first: a twin that told us and left already cannot be told.
+        let twin = announced(self.dev.as_ref(), client, Role::Server);
+        // Told again even when leaving: the twin may have cleared its
+        // register after our last word. A peer that left already is noticed
+        // by the caller (its link is down), so a failure here is ignored.
+        let _ = announce(self.dev.as_ref(), client, Role::Server);
+        if twin {
+            bail!(
+                "port {client} is another ntb-perf --server: two servers cannot pair; start \
+                 the other side without --server (the client measures)"
+            );
+        }
+        Ok(())
     }
 
     /// A new command, if the client wrote one since the last call.

@@ -12,7 +12,7 @@ use ntbdk_pmd::transport::{
     Access, Config, Geometry, Qp, RegionKey, Sge, Transport, TransportError,
 };
 
-use super::size::MAX_SIZE;
+use crate::cli::units::MAX_SIZE;
 
 /// Slots per message queue: deep enough for bursts of 32 with a window of
 /// 128 outstanding operations.

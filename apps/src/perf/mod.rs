@@ -11,30 +11,34 @@
 //! - [`Endpoint`]: a transport with a data region (8 MiB: the largest
 //!   message) and posted receives, on a fabric whose windows hold both
 //!   ([`fabric_config`]);
-//! - [`Client`]: bandwidth (bursts of `burst` work requests, at most
+//! - [`Client`]: bandwidth (bursts of `post_list` work requests, at most
 //!   `depth` outstanding, completions polled in bursts) and latency (one
 //!   operation at a time into an HDR histogram);
 //! - [`serve`]: the server loop;
-//! - [`session`]: process plumbing (Ctrl-C, pinning, spawned peers);
+//! - [`cli::session`](crate::cli::session): process plumbing (Ctrl-C,
+//!   pinning, spawned peers), shared with the other apps;
 //! - [`parse_size`], [`sweep_sizes`], [`Budget`]: what `-s`, `-a`, `-n` and
-//!   `-D` mean.
+//!   `-D` mean;
+//! - [`perftest`]: perftest's flags that have no NTB meaning, and what to
+//!   use instead.
 
 mod budget;
 mod client;
 pub mod control;
 mod endpoint;
+pub mod perftest;
 mod server;
-pub mod session;
-mod size;
 
+pub use crate::cli::units::{
+    MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes,
+};
 pub use budget::Budget;
-pub use client::Client;
+pub use client::{Client, PEAK_WINDOW, connect_failure};
 pub use endpoint::{
     EAGER_COUNT, EAGER_SIZE, Endpoint, HEARTBEAT_TIMEOUT, QUEUE_DEPTH, RECVS, fabric_config,
     geometry, window_size,
 };
 pub use server::{ServeStats, serve};
-pub use size::{MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes};
 
 /// Which operation is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]

@@ -12,7 +12,7 @@ use ntbdk_pmd::transport::{
 
 use super::control::{Command, Phase, REFUSED, ServerControl};
 use super::endpoint::{EAGER_SIZE, Endpoint};
-use super::session::check_interrupted;
+use crate::cli::session::{check_interrupted, completion_error};
 
 /// What a server did, for its closing line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -34,8 +34,12 @@ pub fn serve(
     timeout: Duration,
 ) -> Result<ServeStats> {
     let qp = ep.t.create_qp(client)?;
-    ep.t.wait_connected(client, timeout)
-        .map_err(|e| anyhow::anyhow!("{e}: is port {client} an ntb-perf client?"))?;
+    ep.t.wait_connected(client, timeout).map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to port {client}: {}: is it an ntb-perf client?",
+            super::client::connect_failure(&e)
+        )
+    })?;
     ep.post_recvs(qp)?;
     let mut stats = ServeStats::default();
     let mut comps = vec![Completion::default(); 64];
@@ -66,7 +70,7 @@ pub fn serve(
                     ep.repost(qp, c.cookie)?;
                 }
                 _ if !c.status.is_ok() => {
-                    bail!("a {:?} to port {} failed: {:?}", c.op, c.peer, c.status);
+                    return Err(completion_error(c));
                 }
                 _ => {}
             }
@@ -123,6 +127,9 @@ pub fn serve(
                 None => REFUSED,
             };
             ctl.reply(client, &rx, answer)?;
+        }
+        if stats.commands == 0 && polls.is_multiple_of(1024) {
+            ctl.check_peer_role(client)?;
         }
         if active {
             last_activity = Instant::now();

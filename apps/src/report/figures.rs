@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 /// long, and the rates that follow.
 ///
 /// Bandwidth is in decimal gigabytes (10⁹ bytes) per second, the message rate
-/// in millions of messages per second.
+/// in millions of messages per second; the tables convert to perftest's
+/// units ([`BwUnit`](super::BwUnit)). The peak is the best rate over any
+/// stretch of the run (0 when not measured, as perftest prints it).
 ///
 /// ```
 /// use std::time::Duration;
@@ -29,6 +31,10 @@ pub struct BwRow {
     pub seconds: f64,
     /// Average bandwidth, GB/s (10⁹ bytes per second).
     pub gb_per_s: f64,
+    /// Peak bandwidth, GB/s: the best rate over any stretch of the run (0
+    /// when not measured).
+    #[serde(default)]
+    pub peak_gb_per_s: f64,
     /// Message rate, millions of messages per second.
     pub mpps: f64,
 }
@@ -50,8 +56,15 @@ impl BwRow {
             iterations,
             seconds,
             gb_per_s,
+            peak_gb_per_s: 0.0,
             mpps,
         }
+    }
+
+    /// The same row with a peak bandwidth (GB/s).
+    pub fn with_peak(mut self, peak_gb_per_s: f64) -> Self {
+        self.peak_gb_per_s = peak_gb_per_s;
+        self
     }
 }
 

@@ -23,36 +23,17 @@ pub fn parse_u32(s: &str) -> Result<u32, String> {
     u32::try_from(v).map_err(|_| format!("{s:?} does not fit in 32 bits"))
 }
 
-/// Parses a byte size: a number with an optional `K`, `M` or `G` suffix
-/// (powers of 1024; `KiB`, `MB`... accepted too).
+/// Parses a byte size ([`parse_bytes`](crate::cli::units::parse_bytes):
+/// `K`, `M`, `G` suffixes, `0x` hex) that fits a `usize`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'x' && c != 'b');
-    let (num, unit) = match split {
-        Some(i) if !t.starts_with("0x") => t.split_at(i),
-        _ => (t, ""),
-    };
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return Err(format!("{s:?}: unknown size unit {unit:?} (use K, M or G)")),
-    };
-    let n = parse_u64(num)?;
-    n.checked_mul(1 << shift)
-        .and_then(|v| usize::try_from(v).ok())
-        .ok_or_else(|| format!("{s:?} is too large"))
+    let n = crate::cli::units::parse_bytes(s).map_err(|e| e.to_string())?;
+    usize::try_from(n).map_err(|_| format!("{s:?} is too large"))
 }
 
-/// Formats a byte count with a binary unit.
+/// Formats a byte count with a binary unit
+/// ([`size_label`](crate::cli::units::size_label)).
 pub fn fmt_size(n: usize) -> String {
-    match n {
-        _ if n >= 1 << 30 && n.is_multiple_of(1 << 30) => format!("{} GiB", n >> 30),
-        _ if n >= 1 << 20 && n.is_multiple_of(1 << 20) => format!("{} MiB", n >> 20),
-        _ if n >= 1 << 10 && n.is_multiple_of(1 << 10) => format!("{} KiB", n >> 10),
-        _ => format!("{n} B"),
-    }
+    crate::cli::units::size_label(n as u64)
 }
 
 /// Renders `ntb-tool status`: the geometry, then one row per slot (only

@@ -113,6 +113,21 @@ impl Run {
         }
     }
 
+    /// Whether the app is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// Sends `signal` to the app (e.g. `libc::SIGINT`, a Ctrl-C).
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.as_ref().expect("running").id();
+        // SAFETY: kill(2) on our own child's pid; no memory is passed.
+        let rc = unsafe { libc::kill(pid as i32, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    }
+
     /// Kills the app now.
     pub fn kill(&mut self) {
         if let Some(c) = self.child.as_mut() {

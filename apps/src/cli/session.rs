@@ -1,12 +1,12 @@
-//! Process plumbing shared by `ntb-perf` and `ntb-fwd`: Ctrl-C, pinning,
-//! private fabrics, spawned peers that die with their parent, and waits that
-//! always end.
+//! Process plumbing shared by the apps: Ctrl-C, core choice and pinning,
+//! fabrics and devices, spawned peers that die with their parent, and waits
+//! for peers.
 
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, open_member};
 use ntbdk_pmd::hw::vfio::ivshmem::IvshmemConfig;
@@ -21,11 +21,17 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
-/// Fails with "interrupted" once Ctrl-C arrived.
+/// The error of a run ended by Ctrl-C or SIGTERM; [`run_main`](super::run_main)
+/// exits with status 130 when it finds one in an error's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
+
+/// Fails with [`Interrupted`] once Ctrl-C arrived.
 #[inline]
 pub fn check_interrupted() -> Result<()> {
     if interrupted() {
-        bail!("interrupted");
+        return Err(Interrupted.into());
     }
     Ok(())
 }
@@ -88,9 +94,48 @@ pub fn pin(tool: &str, core: core_affinity::CoreId) {
     }
 }
 
-/// Attaches to the existing fabric `name`, with a hint on how to create it.
+/// Warns once when two or more of `spinners` (each named, e.g. `"client"`,
+/// `"server 2"`) are pinned to the same core: polling loops that share a
+/// core take turns at the scheduler's pace, and the figures measure that.
+/// Returns whether it warned.
+pub fn warn_shared_cores(tool: &str, spinners: &[(String, core_affinity::CoreId)]) -> bool {
+    let mut warned = false;
+    for (i, (_, core)) in spinners.iter().enumerate() {
+        // Report each shared core once, at its first spinner.
+        if spinners[..i].iter().any(|(_, c)| c == core) {
+            continue;
+        }
+        let sharing: Vec<&str> = spinners
+            .iter()
+            .filter(|(_, c)| c == core)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if sharing.len() > 1 {
+            eprintln!(
+                "{tool}: warning: {} poll on the same core {}: the figures measure the \
+                 scheduler, not the fabric (give each its own core, e.g. --lcore/--peer-lcore)",
+                sharing.join(" and "),
+                core.id
+            );
+            warned = true;
+        }
+    }
+    warned
+}
+
+/// Attaches to the existing fabric `name`; when there is none, says so and
+/// adds `hint` (what to run to create it).
 pub fn attach(name: &str, hint: &str) -> Result<EmuFabric> {
-    EmuFabric::attach(name).map_err(|e| anyhow!("{e}\n({hint})"))
+    let exists = EmuFabric::list()
+        .map(|l| l.iter().any(|f| f.name == name))
+        .unwrap_or(true);
+    if !exists {
+        bail!(
+            "no fabric named {name:?} in {} ({hint})",
+            ntbdk_pmd::hw::emu::shm_dir().display()
+        );
+    }
+    EmuFabric::attach(name).with_context(|| format!("attaching to fabric {name:?}"))
 }
 
 /// Attaches to `name`, or creates it with `cfg`; returns a guard that
@@ -141,15 +186,17 @@ pub fn join(fabric: &EmuFabric, slot: Option<Port>) -> Result<EmuDevice> {
     EmuDevice::join(fabric, &cfg).with_context(|| format!("joining fabric {:?}", fabric.name()))
 }
 
-/// Waits up to `timeout` until `count` peers' links are up: the ports in
-/// `want` if given, else the first other ports that come up. `child_alive`
-/// is asked now and then (a spawned peer that exited is an error).
+/// Waits until `count` peers' links are up: the ports in `want` if given,
+/// else the first other ports that come up. With a `timeout` it gives up
+/// after that long, saying `start_hint` (what to run on the other side);
+/// without one it waits until Ctrl-C. `child_alive` is asked now and then
+/// (a spawned peer that exited is an error).
 pub fn wait_peers(
     dev: &EmuDevice,
     want: &[Port],
     count: usize,
-    timeout: Duration,
-    tool: &str,
+    timeout: Option<Duration>,
+    start_hint: &str,
     mut child_alive: impl FnMut() -> Result<()>,
 ) -> Result<Vec<Port>> {
     for &p in want {
@@ -162,7 +209,7 @@ pub fn wait_peers(
         dev.link(p)
             .with_context(|| format!("--peer-slot {p} on fabric {:?}", dev.fabric().name()))?;
     }
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
     loop {
         let up: Vec<Port> = if want.is_empty() {
             dev.peer_ports()
@@ -181,14 +228,15 @@ pub fn wait_peers(
         }
         child_alive()?;
         check_interrupted()?;
-        if Instant::now() >= deadline {
+        if let Some(t) = timeout
+            && started.elapsed() >= t
+        {
             bail!(
-                "{} of {count} peer(s) joined fabric {:?} within {timeout:?} (we are port {}): \
-                 start the other side ({tool} --fabric {} --server) or wait longer (--timeout)",
+                "{} of {count} peer(s) joined fabric {:?} within {t:?} (we are port {}): \
+                 {start_hint}, or wait longer (--timeout)",
                 up.len(),
                 dev.fabric().name(),
                 dev.port(),
-                dev.fabric().name()
             );
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -255,4 +303,80 @@ impl Drop for Children {
             let _ = child.wait();
         }
     }
+}
+
+/// The error for a completion that failed, in the user's terms: a peer that
+/// went away is "the connection was lost", not a flushed receive.
+///
+/// ```
+/// use ntbdk_apps::cli::session::completion_error;
+/// use ntbdk_pmd::transport::{Completion, OpKind, Status};
+///
+/// let c = Completion { op: OpKind::Recv, peer: 0, status: Status::Flushed, ..Completion::default() };
+/// let text = completion_error(&c).to_string();
+/// assert!(text.contains("connection to port 0 was lost"), "{text}");
+/// assert!(!text.contains("Flushed"), "{text}");
+/// ```
+pub fn completion_error(c: &ntbdk_pmd::transport::Completion) -> anyhow::Error {
+    use ntbdk_pmd::transport::{OpKind, Status};
+    let op = match c.op {
+        OpKind::Send => "send",
+        OpKind::Recv => "receive",
+        OpKind::Write => "write",
+        OpKind::Read => "read",
+        _ => "operation",
+    };
+    let p = c.peer;
+    match c.status {
+        Status::PeerDown | Status::Flushed => anyhow::anyhow!(
+            "the connection to port {p} was lost (its link went down: the other side exited \
+             or died) while a {op} was outstanding"
+        ),
+        Status::Timeout => anyhow::anyhow!(
+            "a {op} with port {p} made no progress within the operation timeout: is the other \
+             side still running (and not starved of CPU)?"
+        ),
+        Status::RemoteAccess => anyhow::anyhow!(
+            "port {p} refused a {op} (unknown region key, missing permission or out of its \
+             region): are both sides the same ntbdk version?"
+        ),
+        Status::LocalLength => anyhow::anyhow!(
+            "a message from port {p} did not fit our receive buffer: are both sides the same \
+             ntbdk version?"
+        ),
+        Status::Protocol | Status::TooLarge => anyhow::anyhow!(
+            "port {p} answered a {op} with a malformed message ({:?}): are both sides the \
+             same ntbdk version?",
+            c.status
+        ),
+        Status::Success => anyhow::anyhow!("a {op} with port {p} succeeded"),
+    }
+}
+
+/// A spawned peer leaves Ctrl-C to the process that spawned it (which
+/// ends the run and tells the peer to stop): it ignores SIGINT, so one
+/// Ctrl-C in a terminal does not kill both at once.
+pub fn ignore_sigint() {
+    // SAFETY: SIG_IGN for SIGINT only changes how the signal is delivered;
+    // no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+}
+
+/// Checks, before a run, that `path` (`flag`'s value) can be written, so a
+/// typo does not cost the whole measurement. A file created by the check
+/// is removed again.
+pub fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("{flag} {}: cannot write there", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
