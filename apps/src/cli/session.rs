@@ -336,6 +336,10 @@ pub fn completion_error(c: &ntbdk_pmd::transport::Completion) -> anyhow::Error {
             "a {op} with port {p} made no progress within the operation timeout: is the other \
              side still running (and not starved of CPU)?"
         ),
+        Status::Reset => anyhow::anyhow!(
+            "the connection to port {p} was reset while a {op} was outstanding: its queues \
+             stopped making progress (a lost or corrupted message); it reconnects by itself"
+        ),
         Status::RemoteAccess => anyhow::anyhow!(
             "port {p} refused a {op} (unknown region key, missing permission or out of its \
              region): are both sides the same ntbdk version?"
