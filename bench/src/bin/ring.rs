@@ -10,8 +10,8 @@
 //! by the consumer) through a queue of the same capacity; each case runs
 //! `--reps` times, the repetitions interleaved across cases, and the median
 //! is kept (with the range over the repetitions). It prints Mops/s, then the
-//! ratios ntbdk/peer against the floors of the issues that introduced the
-//! ring and its split handles, then a sustained figure: the split handles
+//! ratios ntbdk/peer against the floors set for the ring and for its split
+//! handles, then a sustained figure: the split handles
 //! and rtrb, single and chunk 32, each moving enough items for a continuous
 //! run of at least `--sustain-secs`, interleaved.
 
