@@ -1,6 +1,7 @@
 //! Why a ring could not be created or attached.
 
 use crate::header::MAX_CAPACITY;
+use crate::mode::RingMode;
 
 /// Why a ring could not be created, constructed in a region, or attached.
 ///
@@ -114,6 +115,20 @@ pub enum RingError {
         expected_size: usize,
         /// `align_of` the type attached with.
         expected_align: usize,
+    },
+    /// A [`Producer`](crate::Producer) or [`Consumer`](crate::Consumer)
+    /// handle was asked of a ring whose side is [`Multi`](crate::SyncMode::Multi).
+    #[error(
+        "the {side} side of this {mode:?} ring is Multi, and a handle needs a Single side: \
+         create the ring with RingMode::SPSC (or SPMC/MPSC for one side), or keep using \
+         the Ring's own enqueue/dequeue (check Ring::mode before converting: the ring is \
+         dropped with this error)"
+    )]
+    SideNotSingle {
+        /// `"producer"` or `"consumer"`.
+        side: &'static str,
+        /// The ring's modes.
+        mode: RingMode,
     },
     /// The header is internally inconsistent (overwritten or torn).
     #[error("ring header corrupted: {reason}; re-create the ring with Ring::init_in")]

@@ -102,6 +102,84 @@
 //! between reserving and publishing on a `Multi` side stalls that side (later
 //! threads wait for its tail), as in DPDK.
 //!
+//! # Split handles
+//!
+//! A `Single` side can also be run through a handle that its one thread (or
+//! process) owns: [`Ring::split_spsc`] turns an SPSC ring into a
+//! [`Producer`] and a [`Consumer`]; [`Ring::into_producer`] and
+//! [`Ring::into_consumer`] take one `Single` side of any ring (the producer
+//! of an SPMC ring, the consumer of an MPSC ring), the other side being run
+//! through other handles on the same region. A [`Ring`] operation takes
+//! `&self`, so a `Single` side keeps its index and its cached copy of the
+//! other side's tail in the header and loads them on every call; a handle
+//! keeps them in itself instead, as `rtrb` does:
+//!
+//! ```text
+//!  Producer (its thread's memory)        ring region (shared)            Consumer (its thread's memory)
+//! +---------------------------+        +----------------------+        +---------------------------+
+//! | tail   next index to write| -----> | prod.tail  (Release) | -----> | limit  prod.tail as last  |
+//! | limit  cons.tail + N as   |        |                      |        |        loaded (Acquire)   |
+//! |        last loaded        | <----- | cons.tail  (Release) | <----- | head   next index to read |
+//! +---------------------------+        | slots                |        +---------------------------+
+//!                                      +----------------------+
+//! ```
+//!
+//! - An operation reads only the handle's own fields while its cached view
+//!   (`limit`) shows enough room or elements; only when it does not does it
+//!   load the other side's tail (`Acquire`) from the region and refresh the
+//!   cache. Every cached value was the real tail once and tails only grow,
+//!   so a stale cache under-counts, never over-counts.
+//! - It publishes with **one `Release` store** of its own tail per call, be
+//!   the call one element or a burst. The handle's index always equals the
+//!   tail it last published, so the region holds the whole state of the
+//!   ring between calls: another process attached to the region, or a
+//!   `Ring` handle used after this one is dropped, sees a consistent ring
+//!   (the header's cached tails, which handles leave alone, stay valid lower
+//!   bounds).
+//! - The ring itself, header and slots, stays in its region, so handles work
+//!   across processes: one process [`init_in`](Ring::init_in)s a ring and
+//!   takes its [`Producer`], another [`attach`](Ring::attach)es and takes its
+//!   [`Consumer`].
+//! - Each handle is aligned to 128 bytes (the header's block size), so its
+//!   fields, written on every call, never share a cache line with the other
+//!   handle or anything else.
+//! - Counts are clamped to the capacity and slot indices masked with the
+//!   handle's own copy of the mask, as in the ring: a corrupted tail in the
+//!   region cannot make a handle touch memory outside the slot array.
+//!
+//! A handle is `Send` but neither `Clone` nor `Sync`, and its operations take
+//! `&mut self`: within a process, the type system keeps its side to one
+//! thread at a time. Across processes, taking a side's handle is the same
+//! promise as a `Single` side of a `Ring`: nothing else uses that side while
+//! the handle lives.
+//!
+//! ```
+//! use ntbdk_ring::{Ring, RingMode};
+//!
+//! let (mut tx, mut rx) = Ring::<u64>::new(4, RingMode::SPSC)?.split_spsc()?;
+//! let t = std::thread::spawn(move || {
+//!     for i in 0..1000u64 {
+//!         let mut item = i;
+//!         while let Err(back) = tx.enqueue(item) {
+//!             item = back;
+//!             std::thread::yield_now();
+//!         }
+//!     }
+//! });
+//! let mut next = 0;
+//! while next < 1000 {
+//!     match rx.dequeue() {
+//!         Some(v) => {
+//!             assert_eq!(v, next);
+//!             next += 1;
+//!         }
+//!         None => std::thread::yield_now(),
+//!     }
+//! }
+//! t.join().unwrap();
+//! # Ok::<(), ntbdk_ring::RingError>(())
+//! ```
+//!
 //! # Region layout
 //!
 //! The region of a ring of capacity `N` holding `T` is laid out as follows
@@ -144,6 +222,7 @@ mod burst;
 mod dequeue;
 mod enqueue;
 mod error;
+mod handle;
 mod header;
 mod headtail;
 mod mode;
@@ -153,5 +232,6 @@ mod sync;
 
 pub use burst::Burst;
 pub use error::RingError;
+pub use handle::{Consumer, Producer};
 pub use mode::{RingMode, SyncMode};
 pub use ring::Ring;

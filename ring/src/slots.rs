@@ -72,6 +72,37 @@ pub(crate) unsafe fn read<T: Copy>(
     }
 }
 
+/// Writes `value` into slot `index`.
+///
+/// # Safety
+///
+/// `slots` points to more than `index` slots, and the calling thread has
+/// reserved slot `index`: no other thread reads or writes it until it is
+/// published.
+#[inline(always)]
+pub(crate) unsafe fn write_one<T: Copy>(slots: *mut Slot<T>, index: usize, value: T) {
+    // SAFETY: slot `index` is in the array and reserved for this thread (the
+    // caller's promise); a run of one element.
+    unsafe { write_run(slots.add(index), core::slice::from_ref(&value)) };
+}
+
+/// Reads slot `index`.
+///
+/// # Safety
+///
+/// `slots` points to more than `index` slots; slot `index` is reserved for
+/// this thread and was initialised by a producer whose tail store this thread
+/// has acquired.
+#[inline(always)]
+pub(crate) unsafe fn read_one<T: Copy>(slots: *const Slot<T>, index: usize) -> T {
+    let mut out = MaybeUninit::<T>::uninit();
+    // SAFETY: slot `index` is in the array, reserved and initialised (the
+    // caller's promise); `out` holds one element and is not a slot.
+    unsafe { read_run(slots.add(index), out.as_mut_ptr(), 1) };
+    // SAFETY: `read_run` wrote the one element.
+    unsafe { out.assume_init() }
+}
+
 /// Copies `src` into the `src.len()` slots at `dst`.
 ///
 /// # Safety

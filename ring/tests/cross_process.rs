@@ -2,7 +2,11 @@
 //! `memfd` mapping and re-executes itself as a child process (selected by an
 //! environment variable) that attaches to them. The parent sends numbered
 //! items through an SPSC ring; the child checks each one and sends a
-//! transformed copy back through an MPMC ring; the parent checks those.
+//! transformed copy back through an MPMC ring; the parent checks those. A
+//! second exchange does the same through split handles: a `Producer` in the
+//! parent and a `Consumer` in the child on an SPSC ring, and back a
+//! `Producer` in the child on an SPMC ring whose consumer side the parent
+//! runs through the `Ring`.
 #![cfg(not(loom))] // loom builds run only tests/loom.rs
 
 use std::ffi::c_void;
@@ -210,6 +214,77 @@ fn parent_and_child_process_exchange_every_item() {
 }
 
 #[test]
+fn parent_and_child_process_exchange_every_item_through_handles() {
+    let len = second_offset() + Ring::<u64>::bytes_for(CAPACITY).unwrap();
+    let file = new_region(len);
+    let map = Mapping::new(&file, len);
+    let (a, a_len) = map.at(0);
+    let (b, b_len) = map.at(second_offset());
+    // SAFETY: both regions are inside the mapping, page-aligned, disjoint,
+    // and outlive the handles (dropped first, in reverse declaration order);
+    // only ring handles touch them.
+    let mut to_child = unsafe { Ring::<u64>::init_in(a, a_len, CAPACITY, RingMode::SPSC) }
+        .unwrap()
+        .into_producer()
+        .unwrap();
+    // The child takes this ring's producer handle; we consume through the
+    // Ring (its consumer side is Multi, so no handle).
+    // SAFETY: as above.
+    let from_child = unsafe { Ring::<u64>::init_in(b, b_len, CAPACITY, RingMode::SPMC) }.unwrap();
+
+    let mut child = KillOnDrop(Some(spawn_child("echo-handles", &file, len)));
+    let deadline = Instant::now() + DEADLINE;
+    let (mut sent, mut received) = (0u64, 0u64);
+    let mut out = [0u64; 64];
+    let mut batch = [0u64; 64];
+    let mut round = 0u64;
+    while received < ITEMS {
+        assert!(
+            Instant::now() < deadline,
+            "exchange stalled at {sent} sent, {received} received"
+        );
+        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
+            assert!(status.success(), "child failed: {status}");
+            assert_eq!(
+                received + from_child.len() as u64,
+                ITEMS,
+                "child exited before sending everything back"
+            );
+        }
+        round += 1;
+        // Alternate single elements, bulks and bursts.
+        let n = (ITEMS - sent).min(1 + round % batch.len() as u64) as usize;
+        for (k, slot) in batch[..n].iter_mut().enumerate() {
+            *slot = forward(sent + k as u64);
+        }
+        sent += match round % 3 {
+            _ if n == 0 => 0,
+            0 => u64::from(to_child.enqueue(batch[0]).is_ok()),
+            1 => to_child.enqueue_bulk(&batch[..n]).map_or(0, |_| n as u64),
+            _ => to_child.enqueue_burst(&batch[..n]).n as u64,
+        };
+        let got = from_child.dequeue_burst(&mut out).n;
+        for &v in &out[..got] {
+            assert_eq!(
+                v,
+                backward(forward(received)),
+                "item {received} came back wrong"
+            );
+            received += 1;
+        }
+        if got == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let status = wait_child(child.0.as_mut().unwrap(), deadline);
+    child.0 = None;
+    assert!(status.success(), "child failed: {status}");
+    assert_eq!(sent, ITEMS);
+    assert_eq!(to_child.free_count(), CAPACITY);
+    assert!(from_child.is_empty());
+}
+
+#[test]
 fn child_process_sees_element_mismatch() {
     let len = Ring::<u64>::bytes_for(CAPACITY).unwrap();
     let file = new_region(len);
@@ -241,6 +316,7 @@ fn child_role() {
     let map = Mapping::new(&file, len);
     match role.as_str() {
         "echo" => child_echo(&map),
+        "echo-handles" => child_echo_handles(&map),
         "wrong-type" => {
             let (a, a_len) = map.at(0);
             // SAFETY: the region is the parent's ring, mapped for `len` bytes.
@@ -292,6 +368,65 @@ fn child_echo(map: &Mapping) {
         while sent < got {
             assert!(Instant::now() < deadline, "parent stopped consuming");
             // Alternate bulk and single enqueues to cover both paths.
+            if got - sent >= 4 && to_parent.enqueue_bulk(&buf[sent..sent + 4]).is_ok() {
+                sent += 4;
+            } else if to_parent.enqueue(buf[sent]).is_ok() {
+                sent += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if got == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Checks every item from the parent through a `Consumer` handle and sends
+/// its transform back through a `Producer` handle.
+fn child_echo_handles(map: &Mapping) {
+    let (a, a_len) = map.at(0);
+    let (b, b_len) = map.at(second_offset());
+    // SAFETY: the parent initialised both rings there before spawning us and
+    // keeps them mapped until we exit; only ring handles touch them.
+    let mut from_parent = unsafe { Ring::<u64>::attach(a, a_len) }
+        .unwrap()
+        .into_consumer()
+        .unwrap();
+    // SAFETY: as above.
+    let mut to_parent = unsafe { Ring::<u64>::attach(b, b_len) }
+        .unwrap()
+        .into_producer()
+        .unwrap();
+    assert_eq!(from_parent.mode(), RingMode::SPSC);
+    assert_eq!(to_parent.mode(), RingMode::SPMC);
+    let deadline = Instant::now() + DEADLINE;
+    let mut buf = [0u64; 48];
+    let mut next = 0u64;
+    let mut round = 0usize;
+    while next < ITEMS {
+        assert!(Instant::now() < deadline, "child stalled at item {next}");
+        round += 1;
+        // Alternate single elements, bulks of 3 and bursts.
+        let got = match round % 3 {
+            0 => match from_parent.dequeue() {
+                Some(v) => {
+                    buf[0] = v;
+                    1
+                }
+                None => 0,
+            },
+            1 => from_parent.dequeue_bulk(&mut buf[..3]).map_or(0, |_| 3),
+            _ => from_parent.dequeue_burst(&mut buf).n,
+        };
+        for v in &mut buf[..got] {
+            assert_eq!(*v, forward(next), "item {next} arrived wrong");
+            *v = backward(*v);
+            next += 1;
+        }
+        let mut sent = 0;
+        while sent < got {
+            assert!(Instant::now() < deadline, "parent stopped consuming");
             if got - sent >= 4 && to_parent.enqueue_bulk(&buf[sent..sent + 4]).is_ok() {
                 sent += 4;
             } else if to_parent.enqueue(buf[sent]).is_ok() {

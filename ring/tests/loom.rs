@@ -7,7 +7,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use ntbdk_ring::{Ring, RingMode};
+use ntbdk_ring::{Consumer, Producer, Ring, RingMode};
 
 /// A loom model builder with a preemption bound that keeps each model to a
 /// few seconds.
@@ -176,5 +176,137 @@ fn mpmc_bulk_producers_race_for_space() {
             got == [1, 2, 11, 12] || got == [11, 12, 1, 2],
             "got {got:?}"
         );
+    });
+}
+
+/// Enqueues `item` through a producer handle, yielding while the ring is full.
+fn push_h(tx: &mut Producer<u64>, item: u64) {
+    while tx.enqueue(item).is_err() {
+        thread::yield_now();
+    }
+}
+
+/// Dequeues one item through a consumer handle, yielding while it is empty.
+fn pop_h(rx: &mut Consumer<u64>) -> u64 {
+    loop {
+        if let Some(v) = rx.dequeue() {
+            return v;
+        }
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn handles_single_elements_in_order_through_full_and_empty() {
+    // Capacity 2 and three items: the producer finds the ring full (and must
+    // reload the consumer tail) and the consumer finds it empty, in every
+    // interleaving the bound allows.
+    model(3, || {
+        let (mut tx, mut rx) = Ring::<u64>::new(2, RingMode::SPSC)
+            .unwrap()
+            .split_spsc()
+            .unwrap();
+        let p = thread::spawn(move || {
+            for i in 1..=3 {
+                push_h(&mut tx, i);
+            }
+            tx
+        });
+        for i in 1..=3 {
+            assert_eq!(pop_h(&mut rx), i);
+        }
+        let mut tx = p.join().unwrap();
+        assert!(rx.is_empty());
+        assert_eq!(tx.free_count(), 2);
+    });
+}
+
+#[test]
+fn handles_bursts_wrap_in_order() {
+    model(3, || {
+        let (mut tx, mut rx) = Ring::<u64>::new(2, RingMode::SPSC)
+            .unwrap()
+            .split_spsc()
+            .unwrap();
+        let p = thread::spawn(move || {
+            let items = [1, 2, 3];
+            let mut sent = 0;
+            while sent < items.len() {
+                let b = tx.enqueue_burst(&items[sent..]);
+                assert!(b.n + b.left <= 2);
+                sent += b.n;
+                if b.n == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut got = Vec::new();
+        let mut buf = [0u64; 2];
+        while got.len() < 3 {
+            let b = rx.dequeue_burst(&mut buf);
+            got.extend_from_slice(&buf[..b.n]);
+            if b.n == 0 {
+                thread::yield_now();
+            }
+        }
+        assert_eq!(got, [1, 2, 3]);
+        p.join().unwrap();
+    });
+}
+
+#[test]
+fn handles_bulk_is_all_or_nothing_at_the_edges() {
+    // A bulk of 2 on a ring of 2 fits only when the ring is empty, and a
+    // bulk dequeue of 2 succeeds only when it is full: both edges exactly.
+    model(3, || {
+        let (mut tx, mut rx) = Ring::<u64>::new(2, RingMode::SPSC)
+            .unwrap()
+            .split_spsc()
+            .unwrap();
+        let p = thread::spawn(move || {
+            for base in [10u64, 20] {
+                while tx.enqueue_bulk(&[base + 1, base + 2]).is_err() {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut buf = [0u64; 2];
+        for base in [10u64, 20] {
+            loop {
+                match rx.dequeue_bulk(&mut buf) {
+                    Ok(left) => {
+                        assert_eq!(left, 0);
+                        break;
+                    }
+                    Err(seen) => {
+                        assert!(seen < 2);
+                        thread::yield_now();
+                    }
+                }
+            }
+            assert_eq!(buf, [base + 1, base + 2]);
+        }
+        p.join().unwrap();
+    });
+}
+
+#[test]
+fn handles_take_over_a_ring_in_use() {
+    // The ring's own operations run first; the handles pick up its state
+    // (one element in, its tails moved) and wrap past it.
+    model(3, || {
+        let ring = Ring::<u64>::new(2, RingMode::SPSC).unwrap();
+        ring.enqueue(1).unwrap();
+        ring.enqueue(2).unwrap();
+        assert_eq!(ring.dequeue(), Some(1));
+        let (mut tx, mut rx) = ring.split_spsc().unwrap();
+        let p = thread::spawn(move || {
+            push_h(&mut tx, 3);
+            push_h(&mut tx, 4);
+        });
+        for i in 2..=4 {
+            assert_eq!(pop_h(&mut rx), i);
+        }
+        p.join().unwrap();
     });
 }

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use ntbdk_ring::{Burst, Ring, RingMode};
+use ntbdk_ring::{Burst, Consumer, Producer, Ring, RingMode};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -84,8 +84,165 @@ impl Model {
     }
 }
 
+/// An SPSC ring used through its own operations until `split`, then through
+/// its split handles.
+enum Target {
+    Ring(Ring<u64>),
+    Handles(Producer<u64>, Consumer<u64>),
+}
+
+impl Target {
+    fn split(&mut self) {
+        if let Target::Ring(_) = self {
+            let Target::Ring(ring) =
+                std::mem::replace(self, Target::Ring(Ring::new(1, RingMode::SPSC).unwrap()))
+            else {
+                unreachable!()
+            };
+            let (tx, rx) = ring.split_spsc().unwrap();
+            *self = Target::Handles(tx, rx);
+        }
+    }
+    fn enqueue(&mut self, v: u64) -> Result<(), u64> {
+        match self {
+            Target::Ring(r) => r.enqueue(v),
+            Target::Handles(tx, _) => tx.enqueue(v),
+        }
+    }
+    fn dequeue(&mut self) -> Option<u64> {
+        match self {
+            Target::Ring(r) => r.dequeue(),
+            Target::Handles(_, rx) => rx.dequeue(),
+        }
+    }
+    fn enqueue_bulk(&mut self, items: &[u64]) -> Result<usize, usize> {
+        match self {
+            Target::Ring(r) => r.enqueue_bulk(items),
+            Target::Handles(tx, _) => tx.enqueue_bulk(items),
+        }
+    }
+    fn enqueue_burst(&mut self, items: &[u64]) -> Burst {
+        match self {
+            Target::Ring(r) => r.enqueue_burst(items),
+            Target::Handles(tx, _) => tx.enqueue_burst(items),
+        }
+    }
+    fn dequeue_bulk(&mut self, out: &mut [u64]) -> Result<usize, usize> {
+        match self {
+            Target::Ring(r) => r.dequeue_bulk(out),
+            Target::Handles(_, rx) => rx.dequeue_bulk(out),
+        }
+    }
+    fn dequeue_burst(&mut self, out: &mut [u64]) -> Burst {
+        match self {
+            Target::Ring(r) => r.dequeue_burst(out),
+            Target::Handles(_, rx) => rx.dequeue_burst(out),
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// The split handles report exactly what the ring would: same cached
+    /// views (each handle starts from the real tails), same results.
+    #[test]
+    fn handles_match_vecdeque(
+        cap_log2 in 0u32..=4,
+        split_at in 0usize..50,
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        let cap = 1usize << cap_log2;
+        let mut t = Target::Ring(Ring::<u64>::new(cap, RingMode::SPSC).unwrap());
+        let mut model = Model {
+            cap,
+            items: VecDeque::new(),
+            enqueued: 0,
+            dequeued: 0,
+            prod_cache: 0,
+            cons_cache: 0,
+        };
+        let mut next = 0u64;
+        for (i, op) in ops.into_iter().enumerate() {
+            if i == split_at {
+                t.split();
+                // The handles load both real tails.
+                model.prod_cache = model.dequeued;
+                model.cons_cache = model.enqueued;
+            }
+            match op {
+                Op::Enqueue => {
+                    let v = next;
+                    next += 1;
+                    if model.free_seen(1) >= 1 {
+                        prop_assert_eq!(t.enqueue(v), Ok(()));
+                        model.push(&[v]);
+                    } else {
+                        prop_assert_eq!(t.enqueue(v), Err(v));
+                    }
+                }
+                Op::Dequeue => {
+                    let expect = if model.held_seen(1) >= 1 { model.pop(1).pop() } else { None };
+                    prop_assert_eq!(t.dequeue(), expect);
+                }
+                Op::EnqueueBulk(n) | Op::EnqueueBurst(n) => {
+                    let items: Vec<u64> = (next..next + n as u64).collect();
+                    next += n as u64;
+                    let free = model.free_seen(n);
+                    if let Op::EnqueueBulk(_) = op {
+                        if n <= free {
+                            prop_assert_eq!(t.enqueue_bulk(&items), Ok(free - n));
+                            model.push(&items);
+                        } else {
+                            prop_assert_eq!(t.enqueue_bulk(&items), Err(free));
+                        }
+                    } else {
+                        let moved = n.min(free);
+                        prop_assert_eq!(t.enqueue_burst(&items), Burst { n: moved, left: free - moved });
+                        model.push(&items[..moved]);
+                    }
+                }
+                Op::DequeueBulk(n) => {
+                    let mut out = vec![u64::MAX; n];
+                    let held = model.held_seen(n);
+                    if n <= held {
+                        prop_assert_eq!(t.dequeue_bulk(&mut out), Ok(held - n));
+                        prop_assert_eq!(out, model.pop(n));
+                    } else {
+                        prop_assert_eq!(t.dequeue_bulk(&mut out), Err(held));
+                        prop_assert!(out.iter().all(|&v| v == u64::MAX), "refused bulk wrote");
+                    }
+                }
+                Op::DequeueBurst(n) => {
+                    let mut out = vec![u64::MAX; n];
+                    let held = model.held_seen(n);
+                    let moved = n.min(held);
+                    prop_assert_eq!(t.dequeue_burst(&mut out), Burst { n: moved, left: held - moved });
+                    prop_assert_eq!(&out[..moved], &model.pop(moved)[..]);
+                    prop_assert!(out[moved..].iter().all(|&v| v == u64::MAX), "burst wrote past n");
+                }
+            }
+            let len = model.items.len();
+            match &mut t {
+                Target::Ring(r) => {
+                    prop_assert_eq!(r.len(), len);
+                    prop_assert_eq!(r.free_count(), cap - len);
+                }
+                // Not after every operation: these reload the other side's
+                // tail, refreshing the cached views, which would then never
+                // be stale.
+                Target::Handles(tx, rx) if i % 4 == 3 => {
+                    prop_assert_eq!(rx.len(), len);
+                    prop_assert_eq!(tx.free_count(), cap - len);
+                    prop_assert_eq!(rx.is_empty(), len == 0);
+                    prop_assert_eq!(tx.is_full(), len == cap);
+                    model.prod_cache = model.dequeued;
+                    model.cons_cache = model.enqueued;
+                }
+                Target::Handles(..) => {}
+            }
+        }
+    }
 
     #[test]
     fn ring_matches_vecdeque(

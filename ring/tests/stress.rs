@@ -10,7 +10,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ntbdk_ring::{Ring, RingMode};
+use ntbdk_ring::{Burst, Consumer, Producer, Ring, RingMode};
 
 /// Items each producer sends.
 const PER_PRODUCER: u64 = 1_000_000;
@@ -67,7 +67,69 @@ fn idle(spins: &mut u32, start: Instant, abort: &AtomicBool) {
     }
 }
 
-fn producer(ring: &Ring<u64>, id: u64, start: Instant, abort: &AtomicBool) {
+/// The producer operations, on a shared [`Ring`] or an owned [`Producer`].
+trait Enqueue {
+    fn enqueue(&mut self, item: u64) -> Result<(), u64>;
+    fn enqueue_bulk(&mut self, items: &[u64]) -> Result<usize, usize>;
+    fn enqueue_burst(&mut self, items: &[u64]) -> Burst;
+}
+
+/// The consumer operations, on a shared [`Ring`] or an owned [`Consumer`].
+trait Dequeue {
+    fn dequeue(&mut self) -> Option<u64>;
+    fn dequeue_bulk(&mut self, out: &mut [u64]) -> Result<usize, usize>;
+    fn dequeue_burst(&mut self, out: &mut [u64]) -> Burst;
+}
+
+impl Enqueue for &Ring<u64> {
+    fn enqueue(&mut self, item: u64) -> Result<(), u64> {
+        Ring::enqueue(self, item)
+    }
+    fn enqueue_bulk(&mut self, items: &[u64]) -> Result<usize, usize> {
+        Ring::enqueue_bulk(self, items)
+    }
+    fn enqueue_burst(&mut self, items: &[u64]) -> Burst {
+        Ring::enqueue_burst(self, items)
+    }
+}
+
+impl Enqueue for Producer<u64> {
+    fn enqueue(&mut self, item: u64) -> Result<(), u64> {
+        Producer::enqueue(self, item)
+    }
+    fn enqueue_bulk(&mut self, items: &[u64]) -> Result<usize, usize> {
+        Producer::enqueue_bulk(self, items)
+    }
+    fn enqueue_burst(&mut self, items: &[u64]) -> Burst {
+        Producer::enqueue_burst(self, items)
+    }
+}
+
+impl Dequeue for &Ring<u64> {
+    fn dequeue(&mut self) -> Option<u64> {
+        Ring::dequeue(self)
+    }
+    fn dequeue_bulk(&mut self, out: &mut [u64]) -> Result<usize, usize> {
+        Ring::dequeue_bulk(self, out)
+    }
+    fn dequeue_burst(&mut self, out: &mut [u64]) -> Burst {
+        Ring::dequeue_burst(self, out)
+    }
+}
+
+impl Dequeue for Consumer<u64> {
+    fn dequeue(&mut self) -> Option<u64> {
+        Consumer::dequeue(self)
+    }
+    fn dequeue_bulk(&mut self, out: &mut [u64]) -> Result<usize, usize> {
+        Consumer::dequeue_bulk(self, out)
+    }
+    fn dequeue_burst(&mut self, out: &mut [u64]) -> Burst {
+        Consumer::dequeue_burst(self, out)
+    }
+}
+
+fn producer(mut ring: impl Enqueue, id: u64, start: Instant, abort: &AtomicBool) {
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (id + 1));
     let mut seq = 0;
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -103,7 +165,7 @@ fn producer(ring: &Ring<u64>, id: u64, start: Instant, abort: &AtomicBool) {
 }
 
 fn consumer(
-    ring: &Ring<u64>,
+    mut ring: impl Dequeue,
     id: u64,
     total: usize,
     taken: &AtomicUsize,
@@ -164,10 +226,79 @@ fn watchdog(what: String, limit: Duration) -> mpsc::Sender<()> {
     tx
 }
 
+/// Which operations the threads use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Use {
+    /// Every thread uses the `Ring`'s own operations.
+    Ring,
+    /// One producer and one consumer, through `split_spsc`'s handles.
+    Split,
+    /// The one producer through `into_producer`'s handle, the consumers
+    /// through a `Ring` attached to the same region.
+    ProducerHandle,
+    /// The one consumer through `into_consumer`'s handle, the producers
+    /// through a `Ring` attached to the same region.
+    ConsumerHandle,
+}
+
+/// A `Ring::REGION_ALIGN`-aligned heap region, freed on drop.
+struct Region {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the region is plain memory; the rings in it synchronise access.
+unsafe impl Send for Region {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn new(len: usize) -> Region {
+        let layout = std::alloc::Layout::from_size_align(len, Ring::<u64>::REGION_ALIGN).unwrap();
+        // SAFETY: a non-empty layout.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        assert!(!ptr.is_null());
+        Region { ptr, layout }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; every ring handle on
+        // it was dropped before (declared after it, or joined threads).
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
 /// Runs `producers` x `consumers` threads on one ring and checks delivery.
 fn run(mode: RingMode, producers: u64, consumers: u64) {
-    let _watchdog = watchdog(format!("{mode:?}"), DEADLINE + Duration::from_secs(10));
-    let ring = Arc::new(Ring::<u64>::new(CAPACITY, mode).unwrap());
+    run_with(mode, producers, consumers, Use::Ring);
+}
+
+/// Runs `producers` x `consumers` threads on one ring, the first producer
+/// and consumer using handles as `how` says, and checks delivery.
+fn run_with(mode: RingMode, producers: u64, consumers: u64, how: Use) {
+    let _watchdog = watchdog(
+        format!("{mode:?} {how:?}"),
+        DEADLINE + Duration::from_secs(10),
+    );
+    let len = Ring::<u64>::bytes_for(CAPACITY).unwrap();
+    let region = Region::new(len);
+    // SAFETY: the region is ours, aligned and `len` bytes long, and outlives
+    // every handle (the threads are joined and `ring` dropped before it).
+    let created = unsafe { Ring::<u64>::init_in(region.ptr, len, CAPACITY, mode) }.unwrap();
+    // SAFETY: as above; the ring was just constructed there.
+    let attach = || unsafe { Ring::<u64>::attach(region.ptr, len) }.unwrap();
+    let (mut tx, mut rx, ring) = match how {
+        Use::Ring => (None, None, created),
+        Use::Split => {
+            let (tx, rx) = created.split_spsc().unwrap();
+            (Some(tx), Some(rx), attach())
+        }
+        Use::ProducerHandle => (Some(created.into_producer().unwrap()), None, attach()),
+        Use::ConsumerHandle => (None, Some(created.into_consumer().unwrap()), attach()),
+    };
+    let ring = Arc::new(ring);
     let total = (producers * PER_PRODUCER) as usize;
     let taken = Arc::new(AtomicUsize::new(0));
     let abort = Arc::new(AtomicBool::new(false));
@@ -176,13 +307,21 @@ fn run(mode: RingMode, producers: u64, consumers: u64) {
     let prods: Vec<_> = (0..producers)
         .map(|id| {
             let (ring, abort) = (ring.clone(), abort.clone());
-            thread::spawn(move || producer(&ring, id, start, &abort))
+            let handle = tx.take();
+            thread::spawn(move || match handle {
+                Some(h) => producer(h, id, start, &abort),
+                None => producer(&*ring, id, start, &abort),
+            })
         })
         .collect();
     let cons: Vec<_> = (0..consumers)
         .map(|id| {
             let (ring, taken, abort) = (ring.clone(), taken.clone(), abort.clone());
-            thread::spawn(move || consumer(&ring, id, total, &taken, start, &abort))
+            let handle = rx.take();
+            thread::spawn(move || match handle {
+                Some(h) => consumer(h, id, total, &taken, start, &abort),
+                None => consumer(&*ring, id, total, &taken, start, &abort),
+            })
         })
         .collect();
 
@@ -253,4 +392,42 @@ fn mpmc_three_by_three() {
 #[test]
 fn mpmc_used_as_spsc() {
     run(RingMode::MPMC, 1, 1);
+}
+
+#[test]
+fn spsc_handles_one_by_one() {
+    run_with(RingMode::SPSC, 1, 1, Use::Split);
+}
+
+#[test]
+fn producer_handle_on_spmc_one_by_three() {
+    run_with(RingMode::SPMC, 1, 3, Use::ProducerHandle);
+}
+
+#[test]
+fn consumer_handle_on_mpsc_three_by_one() {
+    run_with(RingMode::MPSC, 3, 1, Use::ConsumerHandle);
+}
+
+#[test]
+fn multi_sides_refuse_handles() {
+    for mode in [RingMode::MPMC, RingMode::MPSC, RingMode::SPMC] {
+        let err = Ring::<u64>::new(8, mode).unwrap().split_spsc().unwrap_err();
+        assert!(
+            matches!(err, ntbdk_ring::RingError::SideNotSingle { .. }),
+            "{err}"
+        );
+    }
+    assert!(
+        Ring::<u64>::new(8, RingMode::MPSC)
+            .unwrap()
+            .into_producer()
+            .is_err()
+    );
+    assert!(
+        Ring::<u64>::new(8, RingMode::SPMC)
+            .unwrap()
+            .into_consumer()
+            .is_err()
+    );
 }

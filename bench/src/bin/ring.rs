@@ -9,8 +9,11 @@
 //! Each case moves the same number of `u64` items (a counter, checked in order
 //! by the consumer) through a queue of the same capacity; each case runs
 //! `--reps` times, the repetitions interleaved across cases, and the median
-//! is kept. It prints Mops/s, then the ratios ntbdk/peer against the floors
-//! of the issue that introduced the ring.
+//! is kept (with the range over the repetitions). It prints Mops/s, then the
+//! ratios ntbdk/peer against the floors set for the ring and for its split
+//! handles, then a sustained figure: the split handles
+//! and rtrb, single and chunk 32, each moving enough items for a continuous
+//! run of at least `--sustain-secs`, interleaved.
 
 use std::hint::spin_loop;
 use std::sync::Barrier;
@@ -38,6 +41,12 @@ struct Args {
     /// Capacity of every queue (a power of two).
     #[arg(long, default_value_t = 4096)]
     capacity: usize,
+    /// Length in seconds of each sustained run (0 to skip them).
+    #[arg(long, default_value_t = 1.5)]
+    sustain_secs: f64,
+    /// Sustained runs per case, interleaved.
+    #[arg(long, default_value_t = 3)]
+    sustain_reps: usize,
     /// Exit with status 1 when a floor is missed.
     #[arg(long)]
     strict: bool,
@@ -56,21 +65,28 @@ enum Case {
     NtbdkBurst(RingMode, usize),
     /// `ArrayQueue::push`/`pop`.
     ArrayQueue,
+    /// ntbdk SPSC ring through its split handles, `enqueue`/`dequeue`.
+    HandlesSingle,
+    /// ntbdk SPSC split handles, `enqueue_burst`/`dequeue_burst` of up to N.
+    HandlesBurst(usize),
     /// `rtrb` `push`/`pop`.
     RtrbSingle,
     /// `rtrb` chunk API (`push_partial_slice`/`pop_partial_slice`) of up to N.
     RtrbChunk(usize),
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 12] = [
+    Case::HandlesSingle,
+    Case::RtrbSingle,
+    Case::HandlesBurst(32),
+    Case::RtrbChunk(32),
+    Case::HandlesBurst(8),
     Case::NtbdkSingle(RingMode::SPSC),
     Case::NtbdkBurst(RingMode::SPSC, 8),
     Case::NtbdkBurst(RingMode::SPSC, 32),
     Case::NtbdkSingle(RingMode::MPMC),
     Case::NtbdkBurst(RingMode::MPMC, 32),
     Case::ArrayQueue,
-    Case::RtrbSingle,
-    Case::RtrbChunk(32),
     Case::NtbdkBurst(RingMode::MPMC, 8),
 ];
 
@@ -80,6 +96,8 @@ impl Case {
         match self {
             Case::NtbdkSingle(m) => format!("ntbdk {} single", mode(m)),
             Case::NtbdkBurst(m, n) => format!("ntbdk {} burst {n}", mode(m)),
+            Case::HandlesSingle => "ntbdk SPSC handles single".into(),
+            Case::HandlesBurst(n) => format!("ntbdk SPSC handles burst {n}"),
             Case::ArrayQueue => "crossbeam ArrayQueue push/pop".into(),
             Case::RtrbSingle => "rtrb push/pop".into(),
             Case::RtrbChunk(n) => format!("rtrb chunk {n}"),
@@ -87,9 +105,19 @@ impl Case {
     }
 }
 
+thread_local! {
+    /// Calls of [`idle`] on this thread: how often it found its queue full
+    /// (producer) or empty (consumer).
+    static IDLE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Full and empty findings (producer, consumer) of the last [`run_pair`].
+static LAST_IDLE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
+
 /// What a thread does when its queue is full or empty: spin, or yield when
 /// producer and consumer share a core (spinning would only stall the other).
 fn idle(shared_core: bool) {
+    IDLE.with(|n| n.set(n.get() + 1));
     if shared_core {
         thread::yield_now();
     } else {
@@ -110,19 +138,23 @@ where
     thread::scope(|s| {
         let p = s.spawn(|| {
             pin(pc);
+            IDLE.with(|n| n.set(0));
             start.wait();
             producer();
+            IDLE.with(|n| n.get())
         });
         let c = s.spawn(|| {
             pin(cc);
+            IDLE.with(|n| n.set(0));
             start.wait();
             let t = Instant::now();
             let bad = consumer();
-            (t.elapsed(), bad)
+            (t.elapsed(), bad, IDLE.with(|n| n.get()))
         });
-        p.join().expect("producer panicked");
-        let (elapsed, bad) = c.join().expect("consumer panicked");
+        let full = p.join().expect("producer panicked");
+        let (elapsed, bad, empty) = c.join().expect("consumer panicked");
         assert_eq!(bad, 0, "items arrived out of order");
+        *LAST_IDLE.lock().unwrap() = (full, empty);
         elapsed
     })
 }
@@ -183,6 +215,75 @@ fn ntbdk_burst<const B: usize>(
             let (mut next, mut bad) = (0, 0);
             while next < items {
                 let got = ring.dequeue_burst(&mut buf).n;
+                for &v in &buf[..got] {
+                    bad += u64::from(v != next);
+                    next += 1;
+                }
+                if got == 0 {
+                    idle(shared);
+                }
+            }
+            bad
+        },
+    )
+}
+
+/// Moves `items` items through an SPSC ring's split handles, one at a time.
+fn handles_single(capacity: usize, items: u64, shared: bool) -> Duration {
+    let (mut p, mut c) = Ring::<u64>::new(capacity, RingMode::SPSC)
+        .and_then(Ring::split_spsc)
+        .expect("ring");
+    run_pair(
+        move || {
+            for i in 0..items {
+                while p.enqueue(i).is_err() {
+                    idle(shared);
+                }
+            }
+        },
+        move || {
+            let (mut next, mut bad) = (0, 0);
+            while next < items {
+                match c.dequeue() {
+                    Some(v) => {
+                        bad += u64::from(v != next);
+                        next += 1;
+                    }
+                    None => idle(shared),
+                }
+            }
+            bad
+        },
+    )
+}
+
+/// Moves `items` items through an SPSC ring's split handles in bursts of up
+/// to `B`.
+fn handles_burst<const B: usize>(capacity: usize, items: u64, shared: bool) -> Duration {
+    let (mut p, mut c) = Ring::<u64>::new(capacity, RingMode::SPSC)
+        .and_then(Ring::split_spsc)
+        .expect("ring");
+    run_pair(
+        move || {
+            let mut buf = [0u64; B];
+            let mut i = 0;
+            while i < items {
+                let n = (items - i).min(B as u64) as usize;
+                for (k, v) in buf[..n].iter_mut().enumerate() {
+                    *v = i + k as u64;
+                }
+                let sent = p.enqueue_burst(&buf[..n]).n;
+                i += sent as u64;
+                if sent == 0 {
+                    idle(shared);
+                }
+            }
+        },
+        move || {
+            let mut buf = [0u64; B];
+            let (mut next, mut bad) = (0, 0);
+            while next < items {
+                let got = c.dequeue_burst(&mut buf).n;
                 for &v in &buf[..got] {
                     bad += u64::from(v != next);
                     next += 1;
@@ -292,8 +393,15 @@ fn rtrb_chunk<const B: usize>(capacity: usize, items: u64, shared: bool) -> Dura
 
 /// Runs one repetition of `case`.
 fn run_case(case: Case, args: &Args, shared: bool) -> Row {
-    let (cap, items) = (args.capacity, args.items);
+    run_case_items(case, args.capacity, args.items, shared)
+}
+
+/// Runs `case` once, moving `items` items.
+fn run_case_items(case: Case, cap: usize, items: u64, shared: bool) -> Row {
     let elapsed = match case {
+        Case::HandlesSingle => handles_single(cap, items, shared),
+        Case::HandlesBurst(8) => handles_burst::<8>(cap, items, shared),
+        Case::HandlesBurst(32) => handles_burst::<32>(cap, items, shared),
         Case::NtbdkSingle(m) => ntbdk_single(m, cap, items, shared),
         Case::NtbdkBurst(m, 8) => ntbdk_burst::<8>(m, cap, items, shared),
         Case::NtbdkBurst(m, 32) => ntbdk_burst::<32>(m, cap, items, shared),
@@ -350,8 +458,26 @@ fn main() -> anyhow::Result<()> {
         }
         eprintln!(" Mops/s");
     }
+    // Range (slowest .. fastest repetition) of each case, for the record.
+    let ranges: Vec<(String, f64, f64)> = runs
+        .iter()
+        .map(|r| {
+            let m = r.iter().map(Row::mops);
+            (
+                r[0].name.clone(),
+                m.clone().fold(f64::INFINITY, f64::min),
+                m.fold(0.0, f64::max),
+            )
+        })
+        .collect();
     let rows: Vec<Row> = runs.into_iter().map(median).collect();
     print_table("Throughput (one producer, one consumer)", &rows);
+    println!("\n### Range over the {} repetitions (Mops/s)\n", args.reps);
+    println!("| case | slowest | fastest |");
+    println!("| --- | ---: | ---: |");
+    for (name, lo, hi) in &ranges {
+        println!("| {name} | {lo:.2} | {hi:.2} |");
+    }
 
     let by = |name: &str| rows.iter().find(|r| r.name == name);
     let aq = "crossbeam ArrayQueue push/pop";
@@ -371,6 +497,18 @@ fn main() -> anyhow::Result<()> {
             1.0,
         ),
         (
+            "SPSC handles single vs rtrb push/pop",
+            "ntbdk SPSC handles single",
+            "rtrb push/pop",
+            1.0,
+        ),
+        (
+            "SPSC handles burst 32 vs rtrb chunk 32",
+            "ntbdk SPSC handles burst 32",
+            "rtrb chunk 32",
+            1.0,
+        ),
+        (
             "MPMC burst 32 vs ArrayQueue",
             "ntbdk MPMC burst 32",
             aq,
@@ -387,6 +525,9 @@ fn main() -> anyhow::Result<()> {
     println!("| --- | ---: |");
     for (ours, peer) in [
         ("ntbdk SPSC burst 32", "rtrb chunk 32"),
+        ("ntbdk SPSC handles single", "ntbdk SPSC single"),
+        ("ntbdk SPSC handles burst 32", "ntbdk SPSC burst 32"),
+        ("ntbdk SPSC handles burst 8", "ntbdk SPSC burst 8"),
         ("ntbdk SPSC burst 8", aq),
         ("ntbdk SPSC single", aq),
         ("ntbdk MPMC single", aq),
@@ -396,6 +537,14 @@ fn main() -> anyhow::Result<()> {
             println!("| {ours} / {peer} | {:.2}x |", o.mops() / p.mops());
         }
     }
+    one_thread(&args);
+    if args.sustain_secs > 0.0 && args.sustain_reps > 0 {
+        let slowest: Vec<(String, f64)> = ranges
+            .iter()
+            .map(|(name, lo, _)| (name.clone(), *lo))
+            .collect();
+        sustained(&args, &slowest, shared);
+    }
     if !ok {
         println!("\nA floor was missed (see bench/RESULTS.md for what limits it on this machine).");
         if args.strict {
@@ -403,4 +552,174 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sustained runs: the split handles and rtrb, single and chunk 32, each
+/// moving enough items for a continuous run of at least `--sustain-secs`
+/// at its slowest rate above (a run that ends sooner is repeated with more
+/// items),
+/// `--sustain-reps` times, interleaved. Prints each run and the ratios of the
+/// medians.
+fn sustained(args: &Args, slowest: &[(String, f64)], shared: bool) {
+    let pairs = [
+        (Case::HandlesSingle, Case::RtrbSingle),
+        (Case::HandlesBurst(32), Case::RtrbChunk(32)),
+    ];
+    let want = Duration::from_secs_f64(args.sustain_secs);
+    // Items per case: the slowest repetition's rate (from the table's
+    // runs, or a guess) times the length asked for; a run that still ends
+    // sooner is scaled up and repeated below.
+    let items_for = |case: Case| -> u64 {
+        let mops = slowest
+            .iter()
+            .find(|(name, _)| *name == case.name())
+            .map_or(50.0, |&(_, m)| m);
+        (mops * 1e6 * args.sustain_secs).max(1e6) as u64
+    };
+    // Flattened: ours, peer, ours, peer, ...
+    let cases: Vec<Case> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+    let mut items: Vec<u64> = cases.iter().map(|&c| items_for(c)).collect();
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
+    let mut idles: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); cases.len()];
+    for rep in 0..args.sustain_reps {
+        eprint!("sustained {}/{}:", rep + 1, args.sustain_reps);
+        for (k, &case) in cases.iter().enumerate() {
+            let mut row = run_case_items(case, args.capacity, items[k], shared);
+            while row.elapsed < want {
+                // Too short at this rate: scale up and run again.
+                let scale = want.as_secs_f64() / row.elapsed.as_secs_f64().max(1e-3);
+                items[k] = (items[k] as f64 * scale * 1.2) as u64;
+                row = run_case_items(case, args.capacity, items[k], shared);
+            }
+            eprint!(" {:.0}", row.mops());
+            let (full, empty) = *LAST_IDLE.lock().unwrap();
+            idles[k].push((full, empty, row.ops));
+            runs[k].push(row);
+        }
+        eprintln!(" Mops/s");
+    }
+    println!(
+        "\n### Sustained (continuous runs of at least {} s, {} interleaved each)\n",
+        args.sustain_secs, args.sustain_reps
+    );
+    println!(
+        "| case | items per run | seconds per run | Mops/s per run | full, empty per 1000 items | median Mops/s |"
+    );
+    println!("| --- | ---: | --- | --- | --- | ---: |");
+    let mut medians = Vec::new();
+    for (r, idle) in runs.into_iter().zip(idles) {
+        let join = |v: Vec<String>| v.join(", ");
+        let secs = join(
+            r.iter()
+                .map(|x| format!("{:.2}", x.elapsed.as_secs_f64()))
+                .collect(),
+        );
+        let per = join(r.iter().map(|x| format!("{:.1}", x.mops())).collect());
+        let polls = join(
+            idle.iter()
+                .map(|&(f, e, n)| {
+                    format!(
+                        "{:.0}/{:.0}",
+                        f as f64 * 1000.0 / n as f64,
+                        e as f64 * 1000.0 / n as f64
+                    )
+                })
+                .collect(),
+        );
+        let m = median(r);
+        println!(
+            "| {} | {} | {secs} | {per} | {polls} | {:.2} |",
+            m.name,
+            m.ops,
+            m.mops()
+        );
+        medians.push(m);
+    }
+    println!("\n| sustained ours / peer | ratio |");
+    println!("| --- | ---: |");
+    for pair in medians.chunks(2) {
+        println!(
+            "| {} / {} | {:.2}x |",
+            pair[0].name,
+            pair[1].name,
+            pair[0].mops() / pair[1].mops()
+        );
+    }
+}
+
+/// The cost of the operations themselves, without a second core: one
+/// thread enqueues and dequeues through the split handles and through rtrb
+/// (one element, then bursts/chunks of 32) over a ring that never fills,
+/// `--reps` interleaved repetitions of `--items` items, median ns per item.
+fn one_thread(args: &Args) {
+    use std::hint::black_box;
+    let items = args.items;
+    let handles_single = || {
+        let (mut p, mut c) = Ring::<u64>::new(args.capacity, RingMode::SPSC)
+            .and_then(Ring::split_spsc)
+            .expect("ring");
+        let t = Instant::now();
+        for i in 0..items {
+            p.enqueue(black_box(i)).expect("room");
+            black_box(c.dequeue());
+        }
+        t.elapsed()
+    };
+    let rtrb_single = || {
+        let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(args.capacity);
+        let t = Instant::now();
+        for i in 0..items {
+            p.push(black_box(i)).expect("room");
+            black_box(c.pop().ok());
+        }
+        t.elapsed()
+    };
+    let handles_burst = || {
+        let (mut p, mut c) = Ring::<u64>::new(args.capacity, RingMode::SPSC)
+            .and_then(Ring::split_spsc)
+            .expect("ring");
+        let (src, mut dst) = ([7u64; 32], [0u64; 32]);
+        let t = Instant::now();
+        for _ in 0..items / 32 {
+            black_box(p.enqueue_burst(black_box(&src)));
+            black_box(c.dequeue_burst(&mut dst));
+        }
+        t.elapsed()
+    };
+    let rtrb_chunk = || {
+        let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(args.capacity);
+        let (src, mut dst) = ([7u64; 32], [0u64; 32]);
+        let t = Instant::now();
+        for _ in 0..items / 32 {
+            black_box(p.push_partial_slice(black_box(&src)));
+            black_box(c.pop_partial_slice(&mut dst));
+        }
+        t.elapsed()
+    };
+    type Case<'a> = (&'static str, u64, &'a dyn Fn() -> Duration);
+    let cases: [Case<'_>; 4] = [
+        ("ntbdk SPSC handles single", items, &handles_single),
+        ("rtrb push/pop", items, &rtrb_single),
+        (
+            "ntbdk SPSC handles burst 32",
+            items / 32 * 32,
+            &handles_burst,
+        ),
+        ("rtrb chunk 32", items / 32 * 32, &rtrb_chunk),
+    ];
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
+    for _ in 0..args.reps {
+        for (k, &(name, ops, f)) in cases.iter().enumerate() {
+            runs[k].push(Row {
+                name: name.into(),
+                ops,
+                elapsed: f(),
+            });
+        }
+    }
+    let rows: Vec<Row> = runs.into_iter().map(median).collect();
+    print_table(
+        "One thread (enqueue then dequeue, no second core: the cost of the operations)",
+        &rows,
+    );
 }
