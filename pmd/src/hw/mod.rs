@@ -14,14 +14,17 @@
 mod counters;
 pub mod emu;
 mod error;
+pub mod intel;
 pub mod loopback;
 pub mod mmio;
 pub mod open;
 pub mod vfio;
+mod wc;
 mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{HwError, Result};
+pub use wc::{StoreProbe, WriteCombining};
 pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
 
 /// A port (the emulated fabric calls it a slot): a host's number on the
