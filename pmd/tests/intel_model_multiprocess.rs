@@ -18,7 +18,7 @@ use ntbdk_pmd::hw::intel::{B2bSide, IntelConfig, IntelPart};
 use ntbdk_pmd::transport::{
     Access, Config, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
 };
-use transport_common::{Host, Rng, RoleChild, child_role, env, fnv};
+use transport_common::{Host, Rng, RoleChild, child_role, fnv};
 
 const LONG: Duration = Duration::from_secs(30);
 const RLEN: usize = 2 << 20;
@@ -54,7 +54,7 @@ fn child_entry() {
 /// (`S` off len → `H` hash), echoes (`E…` → `e…`), and on `B` reports its
 /// non-posted reads and unfenced publications, then exits.
 fn server() {
-    let path: String = env("INTEL_MEM");
+    let path = std::env::var("INTEL_MEM").expect("INTEL_MEM names the model memory");
     let mem = ModelMemory::open(&PathBuf::from(path)).expect("child opens the model memory");
     let model = IntelNtbModel::attach(&mem, B2bSide::Dsd);
     let dev = Arc::new(model.device(intel_cfg(), true).unwrap());
@@ -162,8 +162,8 @@ fn two_processes_over_one_memfd_restart_and_reconnect() {
     let mem = ModelMemory::create(IntelPart::Gen3Skx, [8 << 20, 1 << 20], 16 << 20).unwrap();
     let model = IntelNtbModel::attach(&mem, B2bSide::Usd);
     let dev = Arc::new(model.device(intel_cfg(), true).unwrap());
-    let env = [("INTEL_MEM", mem.path().display().to_string())];
-    let child = RoleChild::spawn("child_entry", "server", &env);
+    let vars = [("INTEL_MEM", mem.path().display().to_string())];
+    let child = RoleChild::spawn("child_entry", "server", &vars);
     let t = Transport::new(dev.clone(), Config::new(geo())).unwrap();
     let mut h = Host::new(t, 2, 8);
     let key = key_of(&h.recv(1, LONG));
@@ -183,7 +183,7 @@ fn two_processes_over_one_memfd_restart_and_reconnect() {
     }
     h.repost_all(1);
     // A new process attaching the side is a rebooted host: a new generation.
-    let child = RoleChild::spawn("child_entry", "server", &env);
+    let child = RoleChild::spawn("child_entry", "server", &vars);
     let key = key_of(&h.recv(1, LONG));
     let second = dev.link(1).unwrap().generation;
     assert_ne!(first, second, "the restarted child is a new generation");

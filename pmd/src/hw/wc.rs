@@ -10,7 +10,7 @@
 //!
 //! A [`PeerWindow`](super::PeerWindow) marked write-combining
 //! ([`PeerWindow::write_combining`](super::PeerWindow::write_combining))
-//! issues [`store_fence`](super::store_fence) before every release store
+//! makes a [`store_fence`](super::store_fence) before every release store
 //! (`write_u64` / `write_u32`: how the transport publishes tags, credits and
 //! FreeQ entries). A window that is not WC pays one predictable branch.
 //!

@@ -15,6 +15,7 @@
 //! | `handshake.rs` | the scratchpad/doorbell announcement with a generation |
 //! | `memory.rs` | the seams: outbound apertures, inbound memory |
 //! | `iova.rs` | bus addresses aligned to the BAR size |
+//! | `vfio.rs` | opening a real function through vfio-pci |
 //! | `error.rs` | [`IntelError`] |
 //! | `model/` | the register model and its shared memory |
 //!
@@ -30,6 +31,7 @@ mod memory;
 pub mod model;
 mod part;
 pub mod regs;
+pub mod vfio;
 
 pub use device::{IntelConfig, IntelNtb};
 pub use error::IntelError;
