@@ -15,17 +15,20 @@ mod counters;
 pub mod emu;
 mod error;
 mod grant;
+pub mod intel;
 pub mod loopback;
 pub mod mmio;
 pub mod open;
 mod tenure;
 pub mod vfio;
+mod wc;
 mod window;
 
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{HwError, Result};
 pub use grant::{PeerGrant, Strided};
 pub use tenure::Tenure;
+pub use wc::{StoreProbe, WriteCombining};
 pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
 
 /// A port (the emulated fabric calls it a slot): a host's number on the

@@ -5,11 +5,11 @@
 //! | `emu:NAME` (or a bare `NAME`) | a member of the emulated fabric NAME (created if absent) |
 //! | `vfio:0000:00:03.0` (or a bare address) | a PCI function bound to vfio-pci; the backend is chosen by its vendor:device ([`SUPPORTED`]) |
 //!
-//! [`open`] returns the device as `Arc<dyn NtbDevice>`. Both backends so far
-//! are fabric members ([`EmuDevice`]: the emulated fabric, and the ivshmem
-//! fabric laid out by the same code); [`open_member`] returns that type for
-//! tools that also show the fabric, and [`attach_fabric`] the fabric alone,
-//! without taking a slot.
+//! [`open`] returns the device as `Arc<dyn NtbDevice>`. The emulated fabric
+//! and ivshmem are fabric members ([`EmuDevice`]); [`open_member`] returns
+//! that type for tools that also show the fabric, and [`attach_fabric`] the
+//! fabric alone, without taking a slot. An Intel NTB is a two-port bridge,
+//! not a fabric: only [`open`] opens it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,16 +18,44 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use super::emu::{DeviceConfig, EmuDevice, EmuFabric, shm_dir, validate_name};
+use super::intel::IntelConfig;
+use super::intel::regs::{DEVICE_GEN3_SKX, DEVICE_GEN4, VENDOR_INTEL};
 use super::vfio::ivshmem::{self, IVSHMEM_DEVICE, IVSHMEM_VENDOR, IvshmemConfig};
 use super::vfio::{Bdf, SysRoots, VfioError};
 use super::{HwError, NtbDevice};
 
 /// The PCI devices a `vfio:` spec can open: vendor, device, what it is.
-pub const SUPPORTED: &[(u16, u16, &str)] = &[(
-    IVSHMEM_VENDOR,
-    IVSHMEM_DEVICE,
-    "QEMU ivshmem (ivshmem-plain, ivshmem-doorbell)",
-)];
+pub const SUPPORTED: &[(u16, u16, &str)] = &[
+    (
+        IVSHMEM_VENDOR,
+        IVSHMEM_DEVICE,
+        "QEMU ivshmem (ivshmem-plain, ivshmem-doorbell)",
+    ),
+    (VENDOR_INTEL, DEVICE_GEN3_SKX, "Intel Skylake-SP NTB (gen3)"),
+    (
+        VENDOR_INTEL,
+        DEVICE_GEN4,
+        "Intel Ice Lake-SP / Sapphire Rapids NTB (gen4)",
+    ),
+];
+
+/// Which backend drives a PCI function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PciBackend {
+    /// QEMU ivshmem, as a fabric.
+    Ivshmem,
+    /// An Intel Xeon NTB.
+    IntelNtb,
+}
+
+/// The backend for `vendor:device`, if one of [`SUPPORTED`].
+pub fn backend_for(vendor: u16, device: u16) -> Option<PciBackend> {
+    match (vendor, device) {
+        (IVSHMEM_VENDOR, IVSHMEM_DEVICE) => Some(PciBackend::Ivshmem),
+        (VENDOR_INTEL, DEVICE_GEN3_SKX | DEVICE_GEN4) => Some(PciBackend::IntelNtb),
+        _ => None,
+    }
+}
 
 /// A device, by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +125,8 @@ pub struct OpenOptions {
     pub emu: DeviceConfig,
     /// For ivshmem functions.
     pub ivshmem: IvshmemConfig,
+    /// For Intel NTB functions.
+    pub intel: IntelConfig,
     /// Where sysfs and `/dev` are (tests point them at a fake tree).
     pub roots: SysRoots,
 }
@@ -110,10 +140,28 @@ pub enum OpenError {
     /// The PCI function could not be opened or is not supported.
     #[error(transparent)]
     Vfio(#[from] VfioError),
+    /// The device is a two-port bridge, not a fabric with slots.
+    #[error(
+        "{spec} is an Intel NTB, a two-port bridge and not a fabric: open it as a device \
+         (it has no fabric to attach to or slot to show)"
+    )]
+    NotAFabric {
+        /// The device.
+        spec: String,
+    },
 }
 
 /// Opens `spec` as a device.
 pub fn open(spec: &DeviceSpec, opts: &OpenOptions) -> Result<Arc<dyn NtbDevice>, OpenError> {
+    if let DeviceSpec::Vfio(bdf) = spec
+        && supported(*bdf, &opts.roots)? == PciBackend::IntelNtb
+    {
+        return Ok(Arc::new(super::intel::vfio::open(
+            *bdf,
+            &opts.roots,
+            &opts.intel,
+        )?));
+    }
     Ok(Arc::new(open_member(spec, opts)?))
 }
 
@@ -122,7 +170,7 @@ pub fn open_member(spec: &DeviceSpec, opts: &OpenOptions) -> Result<EmuDevice, O
     match spec {
         DeviceSpec::Emu(name) => Ok(EmuDevice::open(name, &opts.emu)?),
         DeviceSpec::Vfio(bdf) => {
-            supported(*bdf, &opts.roots)?;
+            fabric_backend(spec, *bdf, &opts.roots)?;
             Ok(ivshmem::open(*bdf, &opts.roots, &opts.ivshmem)?)
         }
     }
@@ -137,20 +185,28 @@ pub fn attach_fabric(spec: &DeviceSpec, opts: &OpenOptions) -> Result<EmuFabric,
             Ok(EmuFabric::attach_in(&dir, name)?)
         }
         DeviceSpec::Vfio(bdf) => {
-            supported(*bdf, &opts.roots)?;
+            fabric_backend(spec, *bdf, &opts.roots)?;
             Ok(ivshmem::attach(*bdf, &opts.roots)?)
         }
     }
 }
 
-/// Checks `bdf` (pre-checks included) is a device of [`SUPPORTED`].
-fn supported(bdf: Bdf, roots: &SysRoots) -> Result<(), VfioError> {
+/// Checks `bdf` is a fabric (ivshmem), not a bridge.
+fn fabric_backend(spec: &DeviceSpec, bdf: Bdf, roots: &SysRoots) -> Result<(), OpenError> {
+    match supported(bdf, roots)? {
+        PciBackend::Ivshmem => Ok(()),
+        PciBackend::IntelNtb => Err(OpenError::NotAFabric {
+            spec: spec.to_string(),
+        }),
+    }
+}
+
+/// Checks `bdf` (pre-checks included) is a device of [`SUPPORTED`]; its
+/// backend.
+fn supported(bdf: Bdf, roots: &SysRoots) -> Result<PciBackend, VfioError> {
     let found = roots.precheck(bdf)?;
-    if SUPPORTED
-        .iter()
-        .any(|&(v, d, _)| (v, d) == (found.vendor, found.device))
-    {
-        return Ok(());
+    if let Some(b) = backend_for(found.vendor, found.device) {
+        return Ok(b);
     }
     Err(VfioError::Unsupported {
         bdf,
@@ -205,7 +261,7 @@ mod tests {
     fn an_unsupported_pci_device_lists_what_is_supported() {
         let fs = FakeSys::new("open-unsupported");
         let bdf: Bdf = "0000:00:04.0".parse().unwrap();
-        fs.add_device(bdf, 0x8086, 0x201c, &[1 << 16]);
+        fs.add_device(bdf, 0x8086, 0x3725, &[1 << 16]);
         fs.bind(bdf, "vfio-pci");
         fs.group(bdf, 5, true);
         let opts = OpenOptions {
@@ -219,9 +275,40 @@ mod tests {
             "{msg}"
         );
         assert!(
-            msg.contains("8086:201c") && msg.contains("1af4:1110"),
+            msg.contains("8086:3725") && msg.contains("8086:201c") && msg.contains("1af4:1110"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn intel_ids_route_to_the_intel_backend() {
+        assert_eq!(backend_for(0x8086, 0x201c), Some(PciBackend::IntelNtb));
+        assert_eq!(backend_for(0x8086, 0x347e), Some(PciBackend::IntelNtb));
+        assert_eq!(backend_for(0x1af4, 0x1110), Some(PciBackend::Ivshmem));
+        assert_eq!(backend_for(0x8086, 0x3725), None);
+        // Bound to vfio-pci with an Intel ID: opened by the Intel backend
+        // (which reaches pci-driver, refusing the fake group node), and not
+        // a fabric.
+        let fs = FakeSys::new("open-intel");
+        let bdf: Bdf = "0000:00:06.0".parse().unwrap();
+        fs.add_device(bdf, 0x8086, 0x347e, &[64 << 10, 0, 1 << 20, 0, 1 << 20]);
+        fs.bind(bdf, "vfio-pci");
+        fs.group(bdf, 9, true);
+        let opts = OpenOptions {
+            roots: fs.roots.clone(),
+            ..OpenOptions::default()
+        };
+        let spec = DeviceSpec::Vfio(bdf);
+        let e = open(&spec, &opts).err().unwrap();
+        assert!(
+            matches!(e, OpenError::Vfio(VfioError::Driver { .. })),
+            "{e}"
+        );
+        let e = attach_fabric(&spec, &opts).err().unwrap();
+        assert!(matches!(e, OpenError::NotAFabric { .. }), "{e}");
+        assert!(e.to_string().contains("two-port bridge"), "{e}");
+        let e = open_member(&spec, &opts).err().unwrap();
+        assert!(matches!(e, OpenError::NotAFabric { .. }), "{e}");
     }
 
     #[test]

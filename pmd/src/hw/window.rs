@@ -30,6 +30,7 @@ use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
 use super::grant::covered;
 use super::tenure::Tenure;
+use super::wc::WriteCombining;
 
 /// Keeps a mapping alive for as long as any handle onto it exists.
 pub type Keepalive = Arc<dyn Any + Send + Sync>;
@@ -94,6 +95,8 @@ pub struct PeerWindow {
     counters: Arc<DeviceCounters>,
     /// This handle's own counts (single writer: the handle is not `Sync`).
     mine: Arc<HandleCounters>,
+    /// Set when the mapping is write-combining: fence before publications.
+    wc: Option<Arc<WriteCombining>>,
     _keep: Keepalive,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -114,6 +117,7 @@ impl Clone for PeerWindow {
             granted: self.granted.clone(),
             counters: self.counters.clone(),
             mine: self.counters.register(),
+            wc: self.wc.clone(),
             _keep: self._keep.clone(),
             _not_sync: PhantomData,
         }
@@ -158,6 +162,7 @@ impl PeerWindow {
             granted: None,
             mine: counters.register(),
             counters,
+            wc: None,
             _keep: keep,
             _not_sync: PhantomData,
         }
@@ -201,6 +206,27 @@ impl PeerWindow {
         }
     }
 
+    /// Marks the mapping write-combining (see [`WriteCombining`]): every release
+    /// store is then preceded by a store fence.
+    pub fn write_combining(mut self, wc: Arc<WriteCombining>) -> Self {
+        self.wc = Some(wc);
+        self
+    }
+
+    /// Whether the mapping is write-combining.
+    #[inline]
+    pub fn is_write_combining(&self) -> bool {
+        self.wc.is_some()
+    }
+
+    /// Tells a write-combining policy's probe of a data store.
+    #[inline]
+    fn note_data(&self, offset: usize, len: usize) {
+        if let Some(wc) = &self.wc {
+            wc.data(offset, len);
+        }
+    }
+
     /// Size of the window in bytes.
     #[inline]
     pub fn len(&self) -> usize {
@@ -231,6 +257,7 @@ impl PeerWindow {
         // SAFETY: holds for the reasons given just above.
         unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
         self.mine.posted(src.len());
+        self.note_data(offset, src.len());
         Ok(())
     }
 
@@ -273,6 +300,7 @@ impl PeerWindow {
             unsafe { dst.add(8 * i).cast::<u64>().write(*w) };
         }
         self.mine.posted(words.len() * 8);
+        self.note_data(offset, words.len() * 8);
         Ok(())
     }
 
@@ -288,6 +316,10 @@ impl PeerWindow {
         // lives; `src` is ordinary memory of `src.len()` bytes.
         unsafe { nt_copy(self.base.add(offset), src.as_ptr(), src.len()) };
         self.mine.posted(src.len());
+        self.note_data(offset, src.len());
+        if let Some(wc) = &self.wc {
+            wc.fenced();
+        }
         Ok(())
     }
 
@@ -320,6 +352,10 @@ impl PeerWindow {
             }
         }
         self.mine.posted(len);
+        self.note_data(offset, len);
+        if non_temporal && let Some(wc) = &self.wc {
+            wc.fenced();
+        }
         Ok(())
     }
 
@@ -352,8 +388,14 @@ impl PeerWindow {
     fn store_release(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) -> Result<()> {
         check_aligned(offset, size, self.len)?;
         self.admitted(offset, size)?;
+        if let Some(wc) = &self.wc {
+            wc.before_publish();
+        }
         store(self.base.wrapping_add(offset));
         self.mine.posted(size);
+        if let Some(wc) = &self.wc {
+            wc.published(offset, size);
+        }
         Ok(())
     }
 
@@ -362,6 +404,9 @@ impl PeerWindow {
     #[inline]
     pub fn wmb(&self) {
         store_fence();
+        if let Some(wc) = &self.wc {
+            wc.fenced();
+        }
     }
 }
 

@@ -80,6 +80,11 @@ impl VfioFunction {
         self.bdf
     }
 
+    /// The pci-driver device (its IOMMU, for DMA mappings).
+    pub fn pci(&self) -> &VfioPciDevice {
+        &self.device
+    }
+
     /// What the sysfs checks found (IOMMU group, BAR sizes...).
     pub fn info(&self) -> &Prechecked {
         &self.info

@@ -1,0 +1,187 @@
+//! The link-up handshake through scratchpads and one doorbell bit.
+//!
+//! The hardware link (link-status register) says a cable and a peer NTB are
+//! there, not that a peer *driver* is. As in DPDK's raw/ntb driver
+//! (`dpdk:drivers/raw/ntb/ntb.c`, `ntb.h` `enum ntb_spad_idx`), each side
+//! writes its announcement into the **peer's** scratchpads (posted writes)
+//! and rings a doorbell, and reads only its **own** scratchpads: no
+//! non-posted read crosses the link. The layout is ntbdk's own:
+//!
+//! | spad | content |
+//! | --- | --- |
+//! | 0 | reserved (DPDK reserves it too) |
+//! | 1 | magic: `HELLO` or `BYE`, written last |
+//! | 2, 3 | the sender's generation (low, high) |
+//! | 4, 5 | the generation of ours the sender has seen (low, high; 0 = none) |
+//! | 6, 7 | the sender's inbound window 0 / 1 size in 4 KiB pages |
+//! | 8 | heartbeat count (written on its own) |
+//! | 9 | checksum of spads 1..=7 (torn announcements are ignored) |
+//! | 14, 15 | left to applications |
+//!
+//! A generation is a random nonzero 64-bit number drawn when the device
+//! opens: a restarted peer announces a new one and is a new incarnation
+//! (link down, then up with the new generation). A side that sees an
+//! announcement not acknowledging its own generation answers with its own,
+//! so both sides learn each other in at most two announcements whoever
+//! starts first. Closing announces `BYE`.
+
+use super::regs::SPAD_COUNT;
+
+/// The doorbell bit that says "read your scratchpads": 28. Bits 0..=27
+/// are the user's; 29 and 30 are left unused and 31 is avoided because
+/// Skylake's link interrupt is remapped onto vector 31
+/// (`NTB_HWERR_MSIX_VECTOR32_BAD`, `linux:drivers/ntb/hw/intel/ntb_hw_gen3.c`).
+pub const DB_CTRL: u64 = 1 << 28;
+/// The doorbell bits offered to users ([`NtbDevice::db_valid_mask`](crate::hw::NtbDevice::db_valid_mask)).
+pub const DB_USER_MASK: u64 = (1 << 28) - 1;
+
+/// Scratchpad of the magic word.
+pub const SPAD_MAGIC: usize = 1;
+/// Scratchpad of the heartbeat count.
+pub const SPAD_HEARTBEAT: usize = 8;
+/// Scratchpad of the checksum.
+pub const SPAD_CHECK: usize = 9;
+/// Scratchpads applications may use freely (the last two, as DPDK).
+pub const SPAD_USER: [usize; 2] = [SPAD_COUNT - 2, SPAD_COUNT - 1];
+
+const MAGIC_HELLO: u32 = 0x4E54_4B48; // "NTKH"
+const MAGIC_BYE: u32 = 0x4E54_4B42; // "NTKB"
+
+/// What an announcement says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The sender is up.
+    Hello,
+    /// The sender is going away.
+    Bye,
+}
+
+/// One announcement, as carried in scratchpads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announcement {
+    /// Hello or bye.
+    pub kind: Kind,
+    /// The sender's generation (nonzero).
+    pub generation: u64,
+    /// Our generation as the sender last saw it (0 = not yet).
+    pub ack: u64,
+    /// The sender's inbound window sizes in 4 KiB pages (0 = not backed).
+    pub inbound_pages: [u32; 2],
+}
+
+fn checksum(words: &[u32]) -> u32 {
+    // FNV-1a over the words.
+    words
+        .iter()
+        .fold(0x811C_9DC5u32, |h, &w| (h ^ w).wrapping_mul(0x0100_0193))
+}
+
+impl Announcement {
+    /// The scratchpad writes, in the order to make them: fields, checksum,
+    /// and the magic word last.
+    pub fn writes(&self) -> [(usize, u32); 8] {
+        let magic = match self.kind {
+            Kind::Hello => MAGIC_HELLO,
+            Kind::Bye => MAGIC_BYE,
+        };
+        let w = [
+            magic,
+            self.generation as u32,
+            (self.generation >> 32) as u32,
+            self.ack as u32,
+            (self.ack >> 32) as u32,
+            self.inbound_pages[0],
+            self.inbound_pages[1],
+        ];
+        [
+            (2, w[1]),
+            (3, w[2]),
+            (4, w[3]),
+            (5, w[4]),
+            (6, w[5]),
+            (7, w[6]),
+            (SPAD_CHECK, checksum(&w)),
+            (SPAD_MAGIC, magic),
+        ]
+    }
+
+    /// Decodes our scratchpads `spads` (all 16); `None` when they hold no
+    /// complete, consistent announcement.
+    pub fn decode(spads: &[u32; SPAD_COUNT]) -> Option<Announcement> {
+        let kind = match spads[SPAD_MAGIC] {
+            MAGIC_HELLO => Kind::Hello,
+            MAGIC_BYE => Kind::Bye,
+            _ => return None,
+        };
+        if checksum(&spads[1..=7]) != spads[SPAD_CHECK] {
+            return None;
+        }
+        let generation = u64::from(spads[2]) | (u64::from(spads[3]) << 32);
+        if generation == 0 {
+            return None;
+        }
+        Some(Announcement {
+            kind,
+            generation,
+            ack: u64::from(spads[4]) | (u64::from(spads[5]) << 32),
+            inbound_pages: [spads[6], spads[7]],
+        })
+    }
+}
+
+/// A fresh random nonzero generation.
+pub fn new_generation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements_round_trip_and_torn_ones_are_ignored() {
+        let a = Announcement {
+            kind: Kind::Hello,
+            generation: 0x1234_5678_9abc_def0,
+            ack: 7,
+            inbound_pages: [256, 0],
+        };
+        let mut spads = [0u32; SPAD_COUNT];
+        assert_eq!(Announcement::decode(&spads), None);
+        let writes = a.writes();
+        assert_eq!(writes.last().unwrap().0, SPAD_MAGIC, "magic last");
+        for (i, v) in writes {
+            spads[i] = v;
+        }
+        assert_eq!(Announcement::decode(&spads), Some(a));
+        // A newer announcement half written over it: rejected.
+        let b = Announcement {
+            generation: 99,
+            ..a
+        };
+        spads[2] = b.writes()[0].1;
+        assert_eq!(Announcement::decode(&spads), None);
+        for (i, v) in b.writes() {
+            spads[i] = v;
+        }
+        assert_eq!(Announcement::decode(&spads), Some(b));
+        let bye = Announcement {
+            kind: Kind::Bye,
+            ..b
+        };
+        for (i, v) in bye.writes() {
+            spads[i] = v;
+        }
+        assert_eq!(Announcement::decode(&spads).unwrap().kind, Kind::Bye);
+        const { assert!(DB_CTRL & DB_USER_MASK == 0 && DB_CTRL < 1 << 31) };
+        assert_ne!(new_generation(), 0);
+    }
+}
