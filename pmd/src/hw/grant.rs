@@ -34,21 +34,23 @@ pub struct PeerGrant {
 }
 
 impl PeerGrant {
-    /// The ranges `port` may write, sorted by start.
+    /// The ranges `port` may write: its own ones, largest first (a
+    /// transport's section, where most of its writes go, is checked
+    /// first), then the shared ones.
     pub fn ranges_for(&self, port: u16) -> Vec<Range<usize>> {
         let p = usize::from(port);
-        let mut v: Vec<Range<usize>> = self
+        let mut own: Vec<Range<usize>> = self
             .per_port
             .iter()
             .filter_map(|s| {
                 let start = s.base.checked_add(p.checked_mul(s.stride)?)?;
                 Some(start..start.checked_add(s.len)?)
             })
-            .chain(self.shared.iter().cloned())
             .filter(|r| !r.is_empty())
             .collect();
-        v.sort_by_key(|r| r.start);
-        v
+        own.sort_by_key(|r| std::cmp::Reverse(r.len()));
+        own.extend(self.shared.iter().filter(|r| !r.is_empty()).cloned());
+        own
     }
 }
 
@@ -81,7 +83,7 @@ mod tests {
             shared: std::iter::once(1 << 20..2 << 20).collect(),
         };
         let r = g.ranges_for(2);
-        assert_eq!(r, vec![192..256, 6096..7096, 1 << 20..2 << 20]);
+        assert_eq!(r, vec![6096..7096, 192..256, 1 << 20..2 << 20]);
         assert!(covered(&r, 192, 64));
         assert!(!covered(&r, 128, 64), "port 1's mailbox");
         assert!(!covered(&r, 5096, 8), "port 1's section");

@@ -88,15 +88,12 @@ pub struct PeerWindow {
     base: *mut u8,
     len: usize,
     peer: u16,
-    /// Where the writer's place on the fabric is checked before each write.
-    tenure: Option<Tenure>,
-    /// The ranges the peer granted us, when the backend enforces a grant.
-    granted: Option<Arc<[Range<usize>]>>,
+    /// Checks and policies some backends add (tenure, grant,
+    /// write-combining); `None` keeps the plain path free of them.
+    guard: Option<Arc<Guard>>,
     counters: Arc<DeviceCounters>,
     /// This handle's own counts (single writer: the handle is not `Sync`).
     mine: Arc<HandleCounters>,
-    /// Set when the mapping is write-combining: fence before publications.
-    wc: Option<Arc<WriteCombining>>,
     _keep: Keepalive,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -113,11 +110,9 @@ impl Clone for PeerWindow {
             base: self.base,
             len: self.len,
             peer: self.peer,
-            tenure: self.tenure.clone(),
-            granted: self.granted.clone(),
+            guard: self.guard.clone(),
             counters: self.counters.clone(),
             mine: self.counters.register(),
-            wc: self.wc.clone(),
             _keep: self._keep.clone(),
             _not_sync: PhantomData,
         }
@@ -158,11 +153,9 @@ impl PeerWindow {
             base,
             len,
             peer,
-            tenure: None,
-            granted: None,
+            guard: None,
             mine: counters.register(),
             counters,
-            wc: None,
             _keep: keep,
             _not_sync: PhantomData,
         }
@@ -173,7 +166,7 @@ impl PeerWindow {
     /// and fails with [`HwError::SlotLost`] (nothing written) once it does
     /// not.
     pub fn with_tenure(mut self, tenure: Tenure) -> Self {
-        self.tenure = Some(tenure);
+        self.guard_mut().tenure = Some(tenure);
         self
     }
 
@@ -181,48 +174,48 @@ impl PeerWindow {
     /// granted us: see [`PeerGrant`](super::PeerGrant)); a write outside
     /// them fails with [`HwError::NotGranted`] (nothing written, counted).
     pub fn with_grant(mut self, ranges: Vec<Range<usize>>) -> Self {
-        self.granted = Some(ranges.into());
+        self.guard_mut().granted = Some(ranges.into());
         self
     }
 
-    /// Whether this handle may write `len` bytes at `offset`: we still
-    /// hold our place (see [`with_tenure`](Self::with_tenure)) and the peer
-    /// granted us the range (see [`with_grant`](Self::with_grant)).
+    /// The guard, to set a field of it (before the handle is shared).
+    fn guard_mut(&mut self) -> &mut Guard {
+        Arc::make_mut(self.guard.get_or_insert_with(Default::default))
+    }
+
+    /// Whether this handle may write `len` bytes at `offset` (see
+    /// [`with_tenure`](Self::with_tenure), [`with_grant`](Self::with_grant)).
     #[inline]
     fn admitted(&self, offset: usize, len: usize) -> Result<()> {
-        if let Some(g) = &self.granted
-            && !covered(g, offset, len)
-        {
-            self.counters.ungranted();
-            return Err(HwError::NotGranted {
-                peer: self.peer,
-                offset,
-                len,
-            });
-        }
-        match &self.tenure {
-            Some(t) => t.check(),
+        match &self.guard {
             None => Ok(()),
+            Some(g) => g.admit(self.peer, &self.counters, offset, len),
         }
     }
 
     /// Marks the mapping write-combining (see [`WriteCombining`]): every release
     /// store is then preceded by a store fence.
     pub fn write_combining(mut self, wc: Arc<WriteCombining>) -> Self {
-        self.wc = Some(wc);
+        self.guard_mut().wc = Some(wc);
         self
+    }
+
+    /// The write-combining policy, if the mapping is write-combining.
+    #[inline]
+    fn wc(&self) -> Option<&WriteCombining> {
+        self.guard.as_ref()?.wc.as_deref()
     }
 
     /// Whether the mapping is write-combining.
     #[inline]
     pub fn is_write_combining(&self) -> bool {
-        self.wc.is_some()
+        self.wc().is_some()
     }
 
     /// Tells a write-combining policy's probe of a data store.
     #[inline]
     fn note_data(&self, offset: usize, len: usize) {
-        if let Some(wc) = &self.wc {
+        if let Some(wc) = self.wc() {
             wc.data(offset, len);
         }
     }
@@ -317,7 +310,7 @@ impl PeerWindow {
         unsafe { nt_copy(self.base.add(offset), src.as_ptr(), src.len()) };
         self.mine.posted(src.len());
         self.note_data(offset, src.len());
-        if let Some(wc) = &self.wc {
+        if let Some(wc) = self.wc() {
             wc.fenced();
         }
         Ok(())
@@ -353,7 +346,7 @@ impl PeerWindow {
         }
         self.mine.posted(len);
         self.note_data(offset, len);
-        if non_temporal && let Some(wc) = &self.wc {
+        if non_temporal && let Some(wc) = self.wc() {
             wc.fenced();
         }
         Ok(())
@@ -388,12 +381,12 @@ impl PeerWindow {
     fn store_release(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) -> Result<()> {
         check_aligned(offset, size, self.len)?;
         self.admitted(offset, size)?;
-        if let Some(wc) = &self.wc {
+        if let Some(wc) = self.wc() {
             wc.before_publish();
         }
         store(self.base.wrapping_add(offset));
         self.mine.posted(size);
-        if let Some(wc) = &self.wc {
+        if let Some(wc) = self.wc() {
             wc.published(offset, size);
         }
         Ok(())
@@ -404,8 +397,37 @@ impl PeerWindow {
     #[inline]
     pub fn wmb(&self) {
         store_fence();
-        if let Some(wc) = &self.wc {
+        if let Some(wc) = self.wc() {
             wc.fenced();
+        }
+    }
+}
+
+/// What a backend adds to a peer window's writes: a tenure to check (no
+/// zombies), a grant to stay inside (per-peer translation), a
+/// write-combining policy. Kept behind one pointer, checked out of line, so
+/// the plain path (loopback, a window with none of them) pays one test.
+#[derive(Clone, Default)]
+struct Guard {
+    tenure: Option<Tenure>,
+    granted: Option<Arc<[Range<usize>]>>,
+    wc: Option<Arc<WriteCombining>>,
+}
+
+impl Guard {
+    /// `Ok` when `len` bytes at `offset` are inside the grant and we still
+    /// hold our place; else the error (a grant refusal is counted).
+    #[inline]
+    fn admit(&self, peer: u16, counters: &DeviceCounters, offset: usize, len: usize) -> Result<()> {
+        if let Some(g) = &self.granted
+            && !covered(g, offset, len)
+        {
+            counters.ungranted();
+            return Err(HwError::NotGranted { peer, offset, len });
+        }
+        match &self.tenure {
+            Some(t) => t.check(),
+            None => Ok(()),
         }
     }
 }

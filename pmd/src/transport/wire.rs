@@ -455,7 +455,11 @@ pub type Words = [u64; BODY / 8];
 ///     assert_eq!(wire::words_body(&wire::inline_slot_words(&payload, k)), slots[k]);
 /// }
 /// ```
-#[inline(always)]
+// Not inlined: inlined into the batch loop of `Conn::write_sends` its
+// partial-word folds got their bounds hoisted and spilled (measured: about
+// 300 more instructions per send); called, it stays small and its words
+// are read back as whole words (no store-forwarding stall).
+#[inline(never)]
 pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
     let mut w = [0u64; BODY / 8];
     let len = payload.len();
