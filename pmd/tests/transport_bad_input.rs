@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DropKind, Geometry, OpKind, RegionKey, RemoteAddr, Sge, Status,
+    Access, Completion, Config, DropKind, Geometry, OpKind, Qp, RegionKey, RemoteAddr, Sge, Status,
     Transport, epoch,
 };
 use ntbdk_pmd::transport::{Ring, inject::Injector};
@@ -395,6 +395,20 @@ fn each_kind_of_bad_message_is_counted_and_dropped() {
     let _ = &s.rogue;
 }
 
+/// The victim (host 1) posts a 100-byte write from `src` to the rogue.
+fn write_to_rogue(s: &mut Setup, q: Qp, src: RegionKey, cookie: u64) {
+    let sge = Sge {
+        key: src,
+        offset: 0,
+        len: 100,
+    };
+    let remote = RemoteAddr {
+        key: RegionKey(1),
+        offset: 0,
+    };
+    s.ts[1].post_write(q, &[sge], remote, cookie).unwrap();
+}
+
 #[test]
 fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
     // The rogue is the target: it answers our write intent with an SGL that
@@ -402,21 +416,7 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
     let mut s = setup();
     let q = s.ts[1].create_qp(2).unwrap();
     let src = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
-    s.ts[1]
-        .post_write(
-            q,
-            &[Sge {
-                key: src,
-                offset: 0,
-                len: 100,
-            }],
-            RemoteAddr {
-                key: RegionKey(1),
-                offset: 0,
-            },
-            9,
-        )
-        .unwrap();
+    write_to_rogue(&mut s, q, src, 9);
     // The victim's first op id is 1; the SGL claims 200 bytes of a 100-byte write.
     let big = sgl(1, 0, &[((1 << 20) as u64, 200)]);
     s.inj
@@ -433,21 +433,7 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
     let c = collect(&mut s.ts, 1, 1);
     assert_eq!((c[0].cookie, c[0].status), (9, Status::Protocol));
     // An Ack for a write whose data never moved is a protocol error too.
-    s.ts[1]
-        .post_write(
-            q,
-            &[Sge {
-                key: src,
-                offset: 0,
-                len: 100,
-            }],
-            RemoteAddr {
-                key: RegionKey(1),
-                offset: 0,
-            },
-            10,
-        )
-        .unwrap();
+    write_to_rogue(&mut s, q, src, 10);
     s.inj
         .push(
             Ring::Cq,
@@ -463,21 +449,7 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
     // An SGL that fails validation itself (an entry outside the window) is
     // dropped and counted, and fails the write it names at once (not by
     // its 10 s timeout).
-    s.ts[1]
-        .post_write(
-            q,
-            &[Sge {
-                key: src,
-                offset: 0,
-                len: 100,
-            }],
-            RemoteAddr {
-                key: RegionKey(1),
-                offset: 0,
-            },
-            11,
-        )
-        .unwrap();
+    write_to_rogue(&mut s, q, src, 11);
     let outside = sgl(3, 0, &[((64 << 20) as u64, 100)]);
     s.inj
         .push(

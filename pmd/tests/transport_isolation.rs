@@ -177,63 +177,54 @@ fn three(dir: &TestDir, name: &str) -> (EmuFabric, Vec<Host>) {
     (fabric, hs)
 }
 
-/// Posts a write of `data` from host `from` into `key` of host `to`, and
-/// waits for its completion (polling every host).
-fn write(hs: &mut [Host], from: usize, to: usize, key: RegionKey, data: &[u8]) -> Status {
-    let src = hs[from]
+/// A write or a read between two hosts of [`three`].
+#[derive(Clone, Copy)]
+enum Op {
+    Write,
+    Read,
+}
+
+/// Posts `op` from host `from` against region `key` of host `to` (a write
+/// of `data`, or a read of `data.len()` bytes), and waits for its
+/// completion, polling every host.
+fn rdma(hs: &mut [Host], op: Op, from: usize, to: usize, key: RegionKey, data: &[u8]) -> Status {
+    let local = hs[from]
         .t
         .register_region(data.len(), Access::LOCAL)
         .unwrap();
-    hs[from].t.region_write(src, 0, data).unwrap();
+    hs[from].t.region_write(local, 0, data).unwrap();
     let qp = hs[from].qp(to as Port);
     let cookie = 0x5000 + to as u64;
-    let sge = Sge {
-        key: src,
+    let sge = [Sge {
+        key: local,
         offset: 0,
         len: data.len() as u64,
-    };
-    hs[from]
-        .t
-        .post_write(qp, &[sge], RemoteAddr { key, offset: 0 }, cookie)
-        .unwrap();
+    }];
+    let remote = RemoteAddr { key, offset: 0 };
+    match op {
+        Op::Write => hs[from].t.post_write(qp, &sge, remote, cookie),
+        Op::Read => hs[from].t.post_read(qp, &sge, remote, cookie),
+    }
+    .unwrap();
     let end = Instant::now() + LONG;
     loop {
         for h in hs.iter_mut() {
             h.pump();
         }
         if let Some(c) = hs[from].done.remove(&cookie) {
-            hs[from].t.deregister_region(src).unwrap();
+            hs[from].t.deregister_region(local).unwrap();
             return c.status;
         }
-        assert!(Instant::now() < end, "write {from} -> {to} never completed");
+        assert!(Instant::now() < end, "{from} -> {to} never completed");
     }
 }
 
-/// Posts a read of `len` bytes of `key` at host `to` from host `from`.
+fn write(hs: &mut [Host], from: usize, to: usize, key: RegionKey, data: &[u8]) -> Status {
+    rdma(hs, Op::Write, from, to, key, data)
+}
+
 fn read(hs: &mut [Host], from: usize, to: usize, key: RegionKey, len: usize) -> Status {
-    let dst = hs[from].t.register_region(len, Access::LOCAL).unwrap();
-    let qp = hs[from].qp(to as Port);
-    let cookie = 0x6000 + to as u64;
-    let sge = Sge {
-        key: dst,
-        offset: 0,
-        len: len as u64,
-    };
-    hs[from]
-        .t
-        .post_read(qp, &[sge], RemoteAddr { key, offset: 0 }, cookie)
-        .unwrap();
-    let end = Instant::now() + LONG;
-    loop {
-        for h in hs.iter_mut() {
-            h.pump();
-        }
-        if let Some(c) = hs[from].done.remove(&cookie) {
-            hs[from].t.deregister_region(dst).unwrap();
-            return c.status;
-        }
-        assert!(Instant::now() < end, "read {from} <- {to} never completed");
-    }
+    rdma(hs, Op::Read, from, to, key, &vec![0u8; len])
 }
 
 #[test]
