@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole ntbdk test suite: every crate's unit, integration,
-# multi-process and property tests, the doc examples, then the loom model
-# checks (which need their own build with `--cfg loom`).
+# multi-process and property tests, the doc examples, the bad-input tests
+# once more with debug assertions and overflow checks on, then the loom
+# model checks (which need their own build with `--cfg loom`).
 #
 # Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
@@ -9,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo test --workspace (release: the multi-process stress tests need real speed)"
 cargo test --workspace --release "$@"
+
+echo "== the never-panics tests again with debug assertions and overflow checks (dev profile)"
+cargo test -p ntbdk-pmd --test transport_bad_input --test transport_wire_prop \
+    --test transport_isolation "$@"
 
 echo "== loom model checks"
 RUSTFLAGS="--cfg loom ${RUSTFLAGS:-}" CARGO_TARGET_DIR=target/loom \

@@ -24,21 +24,21 @@ fn queue() -> impl Strategy<Value = Ring> {
     ]
 }
 
+/// SGL entries: half anywhere in the 40-bit offset space, half inside the
+/// limits' region area (so the accept path is drawn as often as refusals).
 fn sges() -> impl Strategy<Value = (u8, [WireSge; SGES_PER_MSG])> {
-    (
-        1u8..=5,
-        prop::array::uniform5((0u64..1 << 40, 1u32..1 << 24)),
-    )
-        .prop_map(|(n, raw)| {
-            let mut s = [WireSge::default(); SGES_PER_MSG];
-            for i in 0..n as usize {
-                s[i] = WireSge {
-                    offset: raw[i].0,
-                    len: raw[i].1,
-                };
-            }
-            (n, s)
-        })
+    let anywhere = prop::array::uniform5((0u64..1 << 40, 1u32..1 << 24));
+    let inside = prop::array::uniform5((LIMITS.region_start..LIMITS.window_len - 4096, 1u32..4096));
+    (1u8..=5, prop_oneof![anywhere, inside]).prop_map(|(n, raw)| {
+        let mut s = [WireSge::default(); SGES_PER_MSG];
+        for i in 0..n as usize {
+            s[i] = WireSge {
+                offset: raw[i].0,
+                len: raw[i].1,
+            };
+        }
+        (n, s)
+    })
 }
 
 fn status() -> impl Strategy<Value = WireStatus> {
@@ -132,6 +132,8 @@ fn msg() -> impl Strategy<Value = Msg> {
             }
         }),
         (any::<u32>(), any::<u32>()).prop_map(|(buf, len)| Msg::SendBuf { buf, len }),
+        (0..LIMITS.eager_count, 1..=LIMITS.eager_size)
+            .prop_map(|(buf, len)| Msg::SendBuf { buf, len }),
     ]
 }
 
@@ -188,6 +190,28 @@ proptest! {
             body[0] = code;
             check(&body, q)?;
         }
+    }
+
+    #[test]
+    fn in_range_sgls_and_buffers_are_accepted(
+        start in 0u32..1 << 20,
+        (n, sges) in (1u8..=5, prop::array::uniform5((LIMITS.region_start..LIMITS.window_len - 4096, 1u32..4096)))
+            .prop_map(|(n, raw)| {
+                let mut s = [WireSge::default(); SGES_PER_MSG];
+                for i in 0..n as usize {
+                    s[i] = WireSge { offset: raw[i].0, len: raw[i].1 };
+                }
+                (n, s)
+            }),
+        buf in 0..LIMITS.eager_count,
+        len in 1..=LIMITS.eager_size,
+    ) {
+        let sgl = Msg::Sgl { op: 1, start, n, sges };
+        prop_assert_eq!(wire::decode_validated(&wire::encode(&sgl), Ring::Tx, &LIMITS), Ok(sgl));
+        let rs = Msg::ReadSgl { op: 2, start, n, sges };
+        prop_assert_eq!(wire::decode_validated(&wire::encode(&rs), Ring::Tx, &LIMITS), Ok(rs));
+        let sb = Msg::SendBuf { buf, len };
+        prop_assert_eq!(wire::decode_validated(&wire::encode(&sb), Ring::PostQ, &LIMITS), Ok(sb));
     }
 
     #[test]
