@@ -15,6 +15,9 @@ echo "== the never-panics tests again with debug assertions and overflow checks 
 cargo test -p ntbdk-pmd --test transport_bad_input --test transport_wire_prop \
     --test transport_isolation "$@"
 
+echo "== the ring under Miri (where a nightly toolchain with Miri is installed)"
+scripts/miri.sh
+
 echo "== loom model checks"
 RUSTFLAGS="--cfg loom ${RUSTFLAGS:-}" CARGO_TARGET_DIR=target/loom \
     cargo test -p ntbdk-ring --release --test loom "$@"

@@ -246,7 +246,12 @@ impl<T: Copy> Ring<T> {
         // region, at an offset that is a multiple of REGION_ALIGN >= align_of::<T>.
         let slots = unsafe { region.add(header::HEADER_SIZE) }.cast::<Slot<T>>();
         Ok(Self::from_parts(
-            NonNull::from(hdr_ref),
+            // The handle keeps the region's own pointer, not one derived
+            // from `hdr_ref`: `Ring::new` frees the region through it, and a
+            // pointer derived from a shared reference may not deallocate
+            // (Stacked and Tree Borrows).
+            // SAFETY: `check_region` refused a null region.
+            unsafe { NonNull::new_unchecked(hdr) },
             // SAFETY: derived from the non-null region by an in-bounds offset.
             unsafe { NonNull::new_unchecked(slots) },
             capacity,
@@ -304,7 +309,8 @@ impl<T: Copy> Ring<T> {
         // SAFETY: `validate` checked that `len` holds header and slots.
         let slots = unsafe { region.add(header::HEADER_SIZE) }.cast::<Slot<T>>();
         Ok(Self::from_parts(
-            NonNull::from(hdr_ref),
+            // SAFETY: `check_region` refused a null region.
+            unsafe { NonNull::new_unchecked(region.cast::<Header>()) },
             // SAFETY: derived from the non-null region by an in-bounds offset.
             unsafe { NonNull::new_unchecked(slots) },
             capacity,
