@@ -847,3 +847,58 @@ fn a_write_moves_each_payload_byte_once_with_posted_writes_only() {
     assert!(b_bytes < 2048, "target wrote {b_bytes} bytes");
     assert_eq!(a1.non_posted_reads + b1.non_posted_reads, 0);
 }
+
+#[test]
+fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
+    let fabric = LoopbackFabric::new(2, 4 << 20);
+    let mut cfg = Config::new(Geometry::small(2));
+    cfg.signal_sends = false;
+    let mut ts: Vec<Transport> = (0..2)
+        .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
+        .collect();
+    transport_common::connect_all(&mut ts);
+    let (qa, qb) = (ts[0].create_qp(1).unwrap(), ts[1].create_qp(0).unwrap());
+    let buf = ts[1].register_region(64 * 256, Access::LOCAL).unwrap();
+    let mut got = Vec::new();
+    let mut done = [Completion::default(); 32];
+    let mut sent = 0u32;
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut posted = 0u64;
+    while got.len() < 200 {
+        // Keep receives posted, one 64-byte slot each.
+        while posted < got.len() as u64 + 8 {
+            let sge = Sge {
+                key: buf,
+                offset: (posted % 256) * 64,
+                len: 64,
+            };
+            ts[1].post_recv(qb, sge, posted % 256).unwrap();
+            posted += 1;
+        }
+        if sent < 200 {
+            let m = [sent as u8; 40];
+            match ts[0].post_send(qa, &m, u64::from(sent)) {
+                Ok(()) => sent += 1,
+                Err(TransportError::Busy { .. }) => {}
+                Err(e) => panic!("send {sent}: {e}"),
+            }
+        }
+        // The sender's completion queue stays empty: nothing was signaled.
+        assert_eq!(ts[0].poll_completions(&mut done), 0);
+        let n = ts[1].poll_completions(&mut done);
+        for c in &done[..n] {
+            assert_eq!(
+                (c.op, c.status, c.bytes),
+                (OpKind::Recv, Status::Success, 40)
+            );
+            let mut m = [0u8; 40];
+            ts[1].region_read(buf, c.cookie * 64, &mut m).unwrap();
+            got.push(m);
+        }
+        assert!(Instant::now() < end, "{} of 200 received", got.len());
+    }
+    for (i, m) in got.iter().enumerate() {
+        assert!(m.iter().all(|&b| b == i as u8), "message {i}");
+    }
+    assert_eq!(ts[0].counters(qa).sends, 200);
+}

@@ -24,6 +24,12 @@ pub struct Config {
     /// (multicast targets) may hold at once; more is refused with "no
     /// room". `None`: the area divided evenly among the other ports.
     pub peer_storage_quota: Option<u64>,
+    /// Whether each send completes with an [`OpKind::Send`](super::OpKind)
+    /// completion (default). Off, sends are unsignaled, as verbs' sends
+    /// without `IBV_SEND_SIGNALED`: a send is complete when `post_send`
+    /// returns (its bytes are copied), and the completion queue carries only
+    /// what the application waits for.
+    pub signal_sends: bool,
     /// Copies of at least this many bytes use non-temporal stores
     /// (default: [`default_nt_threshold`](super::default_nt_threshold), the
     /// last-level cache size, at least 2 MiB; `usize::MAX`: never).
@@ -43,6 +49,7 @@ impl Config {
             hello_interval: Duration::from_millis(20),
             max_outstanding: 4096,
             peer_storage_quota: None,
+            signal_sends: true,
             nt_threshold: default_nt_threshold(),
             doorbell: false,
         }

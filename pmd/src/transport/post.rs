@@ -164,7 +164,9 @@ impl Transport {
         Ok(())
     }
 
-    /// Sends a small message (at most `eager_size` bytes), copied now: up to
+    /// Sends a small message (at most `eager_size` bytes), copied now (with
+    /// [`Config::signal_sends`](super::Config::signal_sends) off, nothing
+    /// completes: the send is done when this returns): up to
     /// 48 bytes inline in one PostQ slot (one cache line), up to
     /// [`wire::INLINE_LONG_MAX`] (216) bytes inline in up to four
     /// consecutive slots, else into an eager buffer the peer lent us plus a
@@ -206,14 +208,16 @@ impl Transport {
             let len = wr.data.len() as u64;
             peer.counters.sends += 1;
             peer.counters.bytes_out += len;
-            self.completions.push_back(Completion {
-                peer: qp.peer,
-                op: OpKind::Send,
-                status: Status::Success,
-                bytes: len,
-                cookie: wr.cookie,
-                region: None,
-            });
+            if self.cfg.signal_sends {
+                self.completions.push_back(Completion {
+                    peer: qp.peer,
+                    op: OpKind::Send,
+                    status: Status::Success,
+                    bytes: len,
+                    cookie: wr.cookie,
+                    region: None,
+                });
+            }
         }
         if n > 0 {
             self.ring_doorbell(qp.peer);
