@@ -73,13 +73,20 @@ impl Transport {
                 .last_hello_sent
                 .is_none_or(|t| now.duration_since(t) >= self.cfg.hello_interval);
             if peer.conn.is_none() && due {
-                if peer.state == PeerState::Down {
-                    match self.dev.link(p) {
-                        Ok(l) if l.up => self.link_up(p, l.generation),
-                        _ => self.peers[p as usize].last_hello_sent = Some(now),
+                let down = peer.state == PeerState::Down;
+                match self.dev.link(p) {
+                    Ok(l) if l.up && down => self.link_up(p, l.generation),
+                    Ok(l) if l.up => self.send_hello(p),
+                    // The link is down (a peer that said goodbye and left,
+                    // on a device that reports no event for it): say so.
+                    _ => {
+                        let peer = &mut self.peers[p as usize];
+                        if peer.state == PeerState::Connecting {
+                            peer.state = PeerState::Down;
+                            peer.peer_inc = 0;
+                        }
+                        peer.last_hello_sent = Some(now);
                     }
-                } else {
-                    self.send_hello(p);
                 }
             }
         }
