@@ -159,30 +159,78 @@ where
     })
 }
 
+/// The producer side of a one-at-a-time case: `push(i)` for every item in
+/// order, idling while it says the queue is full.
+fn produce_single(items: u64, shared: bool, mut push: impl FnMut(u64) -> bool) {
+    for i in 0..items {
+        while !push(i) {
+            idle(shared);
+        }
+    }
+}
+
+/// The consumer side of a one-at-a-time case: `pop()` until every item
+/// arrived; returns how many came out of order.
+fn consume_single(items: u64, shared: bool, mut pop: impl FnMut() -> Option<u64>) -> u64 {
+    let (mut next, mut bad) = (0, 0);
+    while next < items {
+        match pop() {
+            Some(v) => {
+                bad += u64::from(v != next);
+                next += 1;
+            }
+            None => idle(shared),
+        }
+    }
+    bad
+}
+
+/// The producer side of a burst case: `push(run)` for runs of up to `B`
+/// consecutive items, which returns how many it took.
+fn produce_bursts<const B: usize>(items: u64, shared: bool, mut push: impl FnMut(&[u64]) -> usize) {
+    let mut buf = [0u64; B];
+    let mut i = 0;
+    while i < items {
+        let n = (items - i).min(B as u64) as usize;
+        for (k, v) in buf[..n].iter_mut().enumerate() {
+            *v = i + k as u64;
+        }
+        let sent = push(&buf[..n]);
+        i += sent as u64;
+        if sent == 0 {
+            idle(shared);
+        }
+    }
+}
+
+/// The consumer side of a burst case: `pop(buf)` (how many it filled)
+/// until every item arrived; returns how many came out of order.
+fn consume_bursts<const B: usize>(
+    items: u64,
+    shared: bool,
+    mut pop: impl FnMut(&mut [u64]) -> usize,
+) -> u64 {
+    let mut buf = [0u64; B];
+    let (mut next, mut bad) = (0, 0);
+    while next < items {
+        let got = pop(&mut buf);
+        for &v in &buf[..got] {
+            bad += u64::from(v != next);
+            next += 1;
+        }
+        if got == 0 {
+            idle(shared);
+        }
+    }
+    bad
+}
+
 /// Moves `items` items through ntbdk, one at a time.
 fn ntbdk_single(mode: RingMode, capacity: usize, items: u64, shared: bool) -> Duration {
     let ring = Ring::<u64>::new(capacity, mode).expect("ring");
     run_pair(
-        || {
-            for i in 0..items {
-                while ring.enqueue(i).is_err() {
-                    idle(shared);
-                }
-            }
-        },
-        || {
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                match ring.dequeue() {
-                    Some(v) => {
-                        bad += u64::from(v != next);
-                        next += 1;
-                    }
-                    None => idle(shared),
-                }
-            }
-            bad
-        },
+        || produce_single(items, shared, |i| ring.enqueue(i).is_ok()),
+        || consume_single(items, shared, || ring.dequeue()),
     )
 }
 
@@ -195,36 +243,8 @@ fn ntbdk_burst<const B: usize>(
 ) -> Duration {
     let ring = Ring::<u64>::new(capacity, mode).expect("ring");
     run_pair(
-        || {
-            let mut buf = [0u64; B];
-            let mut i = 0;
-            while i < items {
-                let n = (items - i).min(B as u64) as usize;
-                for (k, v) in buf[..n].iter_mut().enumerate() {
-                    *v = i + k as u64;
-                }
-                let sent = ring.enqueue_burst(&buf[..n]).n;
-                i += sent as u64;
-                if sent == 0 {
-                    idle(shared);
-                }
-            }
-        },
-        || {
-            let mut buf = [0u64; B];
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                let got = ring.dequeue_burst(&mut buf).n;
-                for &v in &buf[..got] {
-                    bad += u64::from(v != next);
-                    next += 1;
-                }
-                if got == 0 {
-                    idle(shared);
-                }
-            }
-            bad
-        },
+        || produce_bursts::<B>(items, shared, |run| ring.enqueue_burst(run).n),
+        || consume_bursts::<B>(items, shared, |buf| ring.dequeue_burst(buf).n),
     )
 }
 
@@ -234,26 +254,8 @@ fn handles_single(capacity: usize, items: u64, shared: bool) -> Duration {
         .and_then(Ring::split_spsc)
         .expect("ring");
     run_pair(
-        move || {
-            for i in 0..items {
-                while p.enqueue(i).is_err() {
-                    idle(shared);
-                }
-            }
-        },
-        move || {
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                match c.dequeue() {
-                    Some(v) => {
-                        bad += u64::from(v != next);
-                        next += 1;
-                    }
-                    None => idle(shared),
-                }
-            }
-            bad
-        },
+        move || produce_single(items, shared, |i| p.enqueue(i).is_ok()),
+        move || consume_single(items, shared, || c.dequeue()),
     )
 }
 
@@ -264,36 +266,8 @@ fn handles_burst<const B: usize>(capacity: usize, items: u64, shared: bool) -> D
         .and_then(Ring::split_spsc)
         .expect("ring");
     run_pair(
-        move || {
-            let mut buf = [0u64; B];
-            let mut i = 0;
-            while i < items {
-                let n = (items - i).min(B as u64) as usize;
-                for (k, v) in buf[..n].iter_mut().enumerate() {
-                    *v = i + k as u64;
-                }
-                let sent = p.enqueue_burst(&buf[..n]).n;
-                i += sent as u64;
-                if sent == 0 {
-                    idle(shared);
-                }
-            }
-        },
-        move || {
-            let mut buf = [0u64; B];
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                let got = c.dequeue_burst(&mut buf).n;
-                for &v in &buf[..got] {
-                    bad += u64::from(v != next);
-                    next += 1;
-                }
-                if got == 0 {
-                    idle(shared);
-                }
-            }
-            bad
-        },
+        move || produce_bursts::<B>(items, shared, |run| p.enqueue_burst(run).n),
+        move || consume_bursts::<B>(items, shared, |buf| c.dequeue_burst(buf).n),
     )
 }
 
@@ -301,28 +275,8 @@ fn handles_burst<const B: usize>(capacity: usize, items: u64, shared: bool) -> D
 fn array_queue(capacity: usize, items: u64, shared: bool) -> Duration {
     let q = ArrayQueue::<u64>::new(capacity);
     run_pair(
-        || {
-            for i in 0..items {
-                let mut v = i;
-                while let Err(back) = q.push(v) {
-                    v = back;
-                    idle(shared);
-                }
-            }
-        },
-        || {
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                match q.pop() {
-                    Some(v) => {
-                        bad += u64::from(v != next);
-                        next += 1;
-                    }
-                    None => idle(shared),
-                }
-            }
-            bad
-        },
+        || produce_single(items, shared, |i| q.push(i).is_ok()),
+        || consume_single(items, shared, || q.pop()),
     )
 }
 
@@ -330,26 +284,8 @@ fn array_queue(capacity: usize, items: u64, shared: bool) -> Duration {
 fn rtrb_single(capacity: usize, items: u64, shared: bool) -> Duration {
     let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(capacity);
     run_pair(
-        move || {
-            for i in 0..items {
-                while p.push(i).is_err() {
-                    idle(shared);
-                }
-            }
-        },
-        move || {
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                match c.pop() {
-                    Ok(v) => {
-                        bad += u64::from(v != next);
-                        next += 1;
-                    }
-                    Err(_) => idle(shared),
-                }
-            }
-            bad
-        },
+        move || produce_single(items, shared, |i| p.push(i).is_ok()),
+        move || consume_single(items, shared, || c.pop().ok()),
     )
 }
 
@@ -357,37 +293,8 @@ fn rtrb_single(capacity: usize, items: u64, shared: bool) -> Duration {
 fn rtrb_chunk<const B: usize>(capacity: usize, items: u64, shared: bool) -> Duration {
     let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(capacity);
     run_pair(
-        move || {
-            let mut buf = [0u64; B];
-            let mut i = 0;
-            while i < items {
-                let n = (items - i).min(B as u64) as usize;
-                for (k, v) in buf[..n].iter_mut().enumerate() {
-                    *v = i + k as u64;
-                }
-                let (pushed, _) = p.push_partial_slice(&buf[..n]);
-                i += pushed.len() as u64;
-                if pushed.is_empty() {
-                    idle(shared);
-                }
-            }
-        },
-        move || {
-            let mut buf = [0u64; B];
-            let (mut next, mut bad) = (0, 0);
-            while next < items {
-                let (popped, _) = c.pop_partial_slice(&mut buf);
-                let got = popped.len();
-                for &v in &popped[..] {
-                    bad += u64::from(v != next);
-                    next += 1;
-                }
-                if got == 0 {
-                    idle(shared);
-                }
-            }
-            bad
-        },
+        move || produce_bursts::<B>(items, shared, |run| p.push_partial_slice(run).0.len()),
+        move || consume_bursts::<B>(items, shared, |buf| c.pop_partial_slice(buf).0.len()),
     )
 }
 
