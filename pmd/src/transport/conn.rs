@@ -99,6 +99,9 @@ pub(crate) struct Conn {
     hwm: [u64; 2],
     /// Offset of our credit words in the peer's window.
     credit_base: usize,
+    /// The peer's regions advertised to us for one-sided writes: key →
+    /// (window offset, length).
+    remote: HashMap<u32, (u64, u32)>,
     /// Since when the connection has looked wedged (see [`Conn::wedged`]).
     stalled_since: Option<Instant>,
     /// Our producers' credits at the last stall check.
@@ -141,6 +144,7 @@ impl Conn {
             served: HashMap::new(),
             hwm: [0; 2],
             credit_base: layout.part(me, Part::Credits),
+            remote: HashMap::new(),
             stalled_since: None,
             credits_seen: [0; 4],
         }
@@ -468,6 +472,26 @@ impl Conn {
     /// Ends the connection: the operations still served.
     pub fn into_served(self) -> impl Iterator<Item = InOp> {
         self.served.into_values()
+    }
+
+    // ---- the peer's regions, for one-sided writes ----
+
+    /// The peer advertised region `rkey`: `len` bytes at `offset` of its
+    /// window (validated inside its region area by the decoder).
+    pub fn learn_region(&mut self, rkey: u32, offset: u64, len: u32) {
+        self.remote.insert(rkey, (offset, len));
+    }
+
+    /// The peer revoked region `rkey`; whether we knew it.
+    pub fn forget_region(&mut self, rkey: u32) -> bool {
+        self.remote.remove(&rkey).is_some()
+    }
+
+    /// Where the peer's advertised region `rkey` lies: (window offset,
+    /// length).
+    #[inline]
+    pub fn remote_region(&self, rkey: u32) -> Option<(u64, u32)> {
+        self.remote.get(&rkey).copied()
     }
 
     // ---- liveness of the connection itself ----

@@ -58,6 +58,32 @@ pub enum TransportError {
     /// A region key that is not registered.
     #[error("no registered region with key {0:?}")]
     NoSuchRegion(RegionKey),
+    /// A one-sided write names a region the peer has not advertised to us
+    /// (or has revoked).
+    #[error(
+        "port {peer} has not advertised region {key:?} for one-sided writes (or revoked it): \
+         the peer must register it with remote-write access for us; or use post_write"
+    )]
+    UnknownRemoteKey {
+        /// The peer.
+        peer: Port,
+        /// The key.
+        key: RegionKey,
+    },
+    /// A one-sided write outside the peer's advertised region.
+    #[error("range {offset}+{len} is outside port {peer}'s region {key:?} of {region_len} bytes")]
+    RemoteOutOfRange {
+        /// The peer.
+        peer: Port,
+        /// The region.
+        key: RegionKey,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+        /// The region's length.
+        region_len: u32,
+    },
     /// A peer named a region outside its protection domain.
     #[error("region {key:?} is not registered for port {peer}")]
     NotInDomain {

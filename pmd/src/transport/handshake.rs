@@ -30,8 +30,9 @@ use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
 
 /// Protocol version spoken in hellos (2: inline sends may span up to four
-/// consecutive PostQ slots).
-pub const VERSION: u16 = 2;
+/// consecutive PostQ slots; 3: one-sided writes — advertise, revoke,
+/// write-with-immediate).
+pub const VERSION: u16 = 3;
 
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -279,6 +280,7 @@ impl Transport {
             self.connected.push(peer);
         }
         tracing::debug!(me = self.me, peer, epoch = e, "transport connected");
+        self.advertise_to(peer);
     }
 
     /// Resets the connection with `peer` after its rings stopped making
@@ -344,6 +346,7 @@ impl Transport {
                 self.finish(id, status, 0);
             }
         }
+        self.regions.forget_peer(peer);
         let _ = self.reset_section(peer);
         tracing::debug!(me = self.me, peer, "transport disconnected");
     }

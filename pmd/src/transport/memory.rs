@@ -14,7 +14,9 @@ impl Transport {
     /// `access` allows. Returns its key, drawn at random (an OS-seeded hash),
     /// so that a peer cannot guess the keys of regions it was not told of.
     pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
-        self.regions.register(len as u64, access, None)
+        let key = self.regions.register(len as u64, access, None)?;
+        self.advertise_all();
+        Ok(key)
     }
 
     /// Like [`register_region`](Self::register_region), remotely accessible
@@ -27,8 +29,11 @@ impl Transport {
         access: Access,
         peers: &[Port],
     ) -> Result<RegionKey> {
-        self.regions
-            .register_for(len as u64, access, None, Some(peers))
+        let key = self
+            .regions
+            .register_for(len as u64, access, None, Some(peers))?;
+        self.advertise_all();
+        Ok(key)
     }
 
     /// Like [`register_region`](Self::register_region), built from extents
@@ -47,7 +52,9 @@ impl Transport {
     /// Deregisters a region. Do not deregister a region that posted work
     /// still uses (as in RDMA verbs): its bytes may be handed out again.
     pub fn deregister_region(&mut self, key: RegionKey) -> Result<()> {
-        self.regions.deregister(key)
+        let advertised = self.regions.deregister(key)?;
+        self.revoke(key, &advertised);
+        Ok(())
     }
 
     /// Length of a region.

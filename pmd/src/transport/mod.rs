@@ -42,6 +42,7 @@
 //! | read, size known | initiator → target TX `ReadReq{op, rkey, roff, len}` + `ReadSgl{op, start, entries}` (our region's extents); target checks remote-read permission and range, copies each segment into our window, → initiator CQ `Ack{op, Ok, len}`: completion | EP 3025241 FIG. 5, steps 505–513 (optional 515 not sent) |
 //! | read, size unknown | initiator → target TX `ReadIntent{op, rkey, roff}`; target → initiator RX `ReadSize{op, status, len}`; initiator allocates a region of that size (bounded by the caller's `max_len`) and reads as above under a fresh op id | EP 3025241 FIG. 6, steps 601–613 (FIG. 7, 701–713) |
 //! | send | up to 48 bytes inline in one PostQ slot `SendInline`; up to 216 bytes inline in up to four consecutive PostQ slots (a `SEND_INLINE_LONG` head and continuation slots, written back to back; the receiver takes the run once the last slot's tag is there and validates it as a unit); larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ | ntbdk's own eager path (DESIGN.md: FreeQ/PostQ), beside the seed's rendezvous |
+//! | one-sided write | target → initiator TX `Advertise{rkey, offset, len}` once per remote-write region (contiguous, in the peer's domain); initiator checks key, bounds and permission, then writes the bytes straight into the target's region (posted writes) and completes at once; with an immediate, then initiator → target RX `WriteImm{rkey, roff, len, imm}` (after the data); deregistering sends `Revoke{rkey}`, answered by initiator → target CQ `RevokeAck{rkey}`, and only then are the bytes reused | seed 004 (the channel adapter's direct placement into a remote address range), as verbs' RDMA write (with immediate) |
 //! | multicast put | initiator → each target RX `Rts{op, len}`; each target allocates storage and answers on our TX with `Sgl` segments (clear to send); a check-in counter of targets not yet ready reaches zero; one put copies to every target and sends each a `Done`; each `Ack`s; one completion | seed 002 (remote direct memory access): request to send to a plurality of targets, each prepares to receive, a check-in counter, one direct put |
 //! | multicast put, chain | initiator → each target RX `ChainRts{op, len, prev, next}`; each target allocates storage and, once it holds its successor's storage (`ChainSgl{op, origin, ...}` from `next`, or at once if last), sends its own to `prev` (`ChainSgl`, or a plain `Sgl` to the initiator); the first target's clear-to-send means the whole chain is ready; the initiator copies to the first target and sends `Done`; each target deposits, forwards the data to `next` with `ChainDone{op, origin, len}` and `Ack`s the initiator | seed 002, the deposit bit: each target deposits and forwards |
 //!
@@ -88,7 +89,7 @@
 //! (region verbs), `post.rs` (posting work), `poll.rs` (the poll loop),
 //! `receive.rs` (sends → receive completions), `target.rs` (serving a
 //! peer's requests), `initiator.rs` (our operations' progress),
-//! `multicast.rs`, `handshake.rs`; underneath, `conn.rs` (one
+//! `multicast.rs`, `direct.rs` (one-sided writes), `handshake.rs`; underneath, `conn.rs` (one
 //! connection), `peer.rs`, `ops.rs` (operations in flight), `queue.rs`
 //! (slot rings), `wire.rs` (the message format), `geometry.rs`,
 //! `region.rs`, `sgl.rs`, `dma.rs`.
@@ -104,6 +105,7 @@
 mod config;
 mod conn;
 mod counters;
+mod direct;
 mod dma;
 mod endpoint;
 mod error;

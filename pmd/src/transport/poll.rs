@@ -282,6 +282,16 @@ impl Transport {
             Msg::ReadSize { op, status, len } => self.on_read_size(p, op, status, len),
             Msg::Sgl { op, start, n, sges } => self.on_sgl(p, op, start, &sges[..sgl(n)]),
             Msg::Ack { op, status, len } => self.on_ack(p, op, status, len),
+            // One-sided writes.
+            Msg::Advertise { rkey, offset, len } => self.on_advertise(p, rkey, offset, len),
+            Msg::Revoke { rkey } => self.on_revoke(p, rkey),
+            Msg::RevokeAck { rkey } => self.on_revoke_ack(p, rkey),
+            Msg::WriteImm {
+                rkey,
+                roff,
+                len,
+                imm,
+            } => self.on_write_imm(p, rkey, roff, len, imm),
             // Sends arrive on the PostQ only, taken in `receive_sends`.
             Msg::SendInline { .. } | Msg::SendBuf { .. } => {
                 self.count(p, DropKind::WrongQueue);

@@ -49,6 +49,10 @@ impl Extents {
     }
 }
 
+/// A deregistered region waiting for peers to acknowledge its revocation:
+/// its extents, and the peers still pending.
+type Revoking = (Vec<(u64, u64)>, Vec<Port>);
+
 /// One registered region.
 #[derive(Debug, Clone)]
 pub struct Region {
@@ -61,6 +65,8 @@ pub struct Region {
     /// Its protection domain: the peers that may access it remotely (none
     /// listed: every peer).
     pub peers: Option<Box<[Port]>>,
+    /// The peers it was advertised to for one-sided writes.
+    pub advertised: Vec<Port>,
 }
 
 impl Region {
@@ -93,6 +99,11 @@ impl Region {
 pub struct RegionTable {
     free: BTreeMap<u64, u64>,
     regions: IdMap<u32, Region>,
+    /// Deregistered regions still advertised to peers that have not
+    /// acknowledged the revocation: key → (extents, peers pending). Their
+    /// bytes are not handed out again until the last peer acknowledges or
+    /// is gone, so a late one-sided write never lands in reused memory.
+    revoking: IdMap<u32, Revoking>,
     /// Keys are drawn from a hash keyed with OS randomness (std's
     /// `RandomState`) over a counter: unpredictable to a peer, and a key
     /// once deregistered is not handed out again in practice (a collision
@@ -114,6 +125,7 @@ impl RegionTable {
         Self {
             free,
             regions: IdMap::default(),
+            revoking: IdMap::default(),
             keys: RandomState::new(),
             minted: 0,
         }
@@ -183,6 +195,7 @@ impl RegionTable {
                 access,
                 extents,
                 peers: peers.map(Box::from),
+                advertised: Vec::new(),
             },
         );
         Ok(RegionKey(key))
@@ -193,7 +206,7 @@ impl RegionTable {
         loop {
             self.minted += 1;
             let k = self.keys.hash_one(self.minted) as u32;
-            if k != 0 && !self.regions.contains_key(&k) {
+            if k != 0 && !self.regions.contains_key(&k) && !self.revoking.contains_key(&k) {
                 return k;
             }
         }
@@ -206,16 +219,72 @@ impl RegionTable {
         }
     }
 
-    /// Deregisters a region, returning its extents to the area.
-    pub fn deregister(&mut self, key: RegionKey) -> Result<()> {
+    /// Deregisters a region, returning its extents to the area — at once,
+    /// or (a region advertised for one-sided writes) once every peer it was
+    /// advertised to has acknowledged the revocation or is gone. Returns
+    /// those peers, to whom a revocation must be sent.
+    pub fn deregister(&mut self, key: RegionKey) -> Result<Vec<Port>> {
         let r = self
             .regions
             .remove(&key.0)
             .ok_or(TransportError::NoSuchRegion(key))?;
-        for (s, l) in r.extents {
-            self.release(s, l);
+        if r.advertised.is_empty() {
+            for (s, l) in r.extents {
+                self.release(s, l);
+            }
+            return Ok(Vec::new());
         }
-        Ok(())
+        let peers = r.advertised.clone();
+        self.revoking.insert(key.0, (r.extents, r.advertised));
+        Ok(peers)
+    }
+
+    /// `peer` acknowledged the revocation of `key` (or is gone): once no
+    /// peer is pending, the region's bytes return to the area.
+    pub fn revoke_acked(&mut self, key: RegionKey, peer: Port) {
+        let Some((_, pending)) = self.revoking.get_mut(&key.0) else {
+            return;
+        };
+        pending.retain(|&p| p != peer);
+        if pending.is_empty()
+            && let Some((extents, _)) = self.revoking.remove(&key.0)
+        {
+            for (s, l) in extents {
+                self.release(s, l);
+            }
+        }
+    }
+
+    /// Forgets `peer` (its connection ended): its advertisements are void,
+    /// and revocations it had not acknowledged complete.
+    pub fn forget_peer(&mut self, peer: Port) {
+        for r in self.regions.values_mut() {
+            r.advertised.retain(|&p| p != peer);
+        }
+        let keys: Vec<u32> = self.revoking.keys().copied().collect();
+        for k in keys {
+            self.revoke_acked(RegionKey(k), peer);
+        }
+    }
+
+    /// The regions to advertise to `peer` now (remote-write, contiguous,
+    /// in its domain, not yet advertised to it), marked advertised:
+    /// `(key, window offset, length)`.
+    pub fn advertise_to(&mut self, peer: Port) -> Vec<(RegionKey, u64, u32)> {
+        let mut out = Vec::new();
+        for (&k, r) in self.regions.iter_mut() {
+            let one = r.extents.len() == 1;
+            if one
+                && r.access.contains(Access::REMOTE_WRITE)
+                && r.admits(peer)
+                && r.len <= u64::from(u32::MAX)
+                && !r.advertised.contains(&peer)
+            {
+                r.advertised.push(peer);
+                out.push((RegionKey(k), r.extents[0].0, r.len as u32));
+            }
+        }
+        out
     }
 
     fn release(&mut self, mut s: u64, mut l: u64) {

@@ -39,6 +39,11 @@ pub enum OpKind {
     /// A peer's multicast put landed in a region the transport allocated
     /// ([`Completion::region`]); the cookie is the initiator's op id.
     MulticastRecv,
+    /// A one-sided write of ours was posted into the peer's region.
+    WriteDirect,
+    /// A peer's one-sided write with immediate landed in our region
+    /// ([`Completion::region`]); the cookie is its immediate value.
+    WriteImm,
 }
 
 /// One finished operation, as [`Transport::poll_completions`](super::Transport::poll_completions)

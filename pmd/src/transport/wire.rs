@@ -121,6 +121,14 @@ pub mod code {
     /// Head of a multi-slot inline send (see
     /// [`super::encode_inline_slots`]); not a message on its own.
     pub const SEND_INLINE_LONG: u8 = 0x12;
+    /// [`super::Msg::Advertise`].
+    pub const ADVERTISE: u8 = 0x0d;
+    /// [`super::Msg::Revoke`].
+    pub const REVOKE: u8 = 0x0e;
+    /// [`super::Msg::RevokeAck`].
+    pub const REVOKE_ACK: u8 = 0x0f;
+    /// [`super::Msg::WriteImm`].
+    pub const WRITE_IMM: u8 = 0x13;
 }
 
 /// A decoded message. `op` is always the initiator's operation id.
@@ -250,6 +258,41 @@ pub enum Msg {
         origin: u16,
         /// Bytes.
         len: u32,
+    },
+    /// Target → initiator TX: region `rkey` (remote-write) is `len` bytes
+    /// at `offset` of the target's window; the initiator may write into it
+    /// directly (one-sided) until it is revoked.
+    Advertise {
+        /// Region key.
+        rkey: u32,
+        /// Window offset of the region's first byte.
+        offset: u64,
+        /// Its length.
+        len: u32,
+    },
+    /// Target → initiator TX: region `rkey` is no longer advertised; the
+    /// initiator answers [`Msg::RevokeAck`] once it will write no more.
+    Revoke {
+        /// Region key.
+        rkey: u32,
+    },
+    /// Initiator → target CQ: we forgot region `rkey` (after a revoke).
+    RevokeAck {
+        /// Region key.
+        rkey: u32,
+    },
+    /// Initiator → target RX: a one-sided write of `len` bytes at `roff` of
+    /// region `rkey` is in place (written before this message); tell the
+    /// application, with `imm` (write with immediate).
+    WriteImm {
+        /// Region key.
+        rkey: u32,
+        /// Offset in the region.
+        roff: u64,
+        /// Bytes written.
+        len: u32,
+        /// The initiator's immediate value.
+        imm: u64,
     },
     /// Sender → receiver PostQ: a small payload carried in the slot.
     SendInline {
@@ -387,6 +430,15 @@ pub fn encode(msg: &Msg) -> Body {
             body
         }
         Msg::SendBuf { buf, len } => scalar(code::SEND_BUF, 0, buf, 0, 0, len),
+        Msg::Advertise { rkey, offset, len } => scalar(code::ADVERTISE, 0, rkey, 0, offset, len),
+        Msg::Revoke { rkey } => scalar(code::REVOKE, 0, rkey, 0, 0, 0),
+        Msg::RevokeAck { rkey } => scalar(code::REVOKE_ACK, 0, rkey, 0, 0, 0),
+        Msg::WriteImm {
+            rkey,
+            roff,
+            len,
+            imm,
+        } => scalar(code::WRITE_IMM, 0, rkey, imm, roff, len),
     }
 }
 
@@ -757,6 +809,40 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
             decode_scalar(b, true, false, true)?;
             Msg::SendBuf { buf: a, len: c }
         }
+        code::ADVERTISE => {
+            no_status()?;
+            decode_scalar(b, true, true, true)?;
+            if op != 0 {
+                return Err(WireError::Malformed);
+            }
+            Msg::Advertise {
+                rkey: a,
+                offset: bb,
+                len: c,
+            }
+        }
+        code::REVOKE | code::REVOKE_ACK => {
+            no_status()?;
+            decode_scalar(b, true, false, false)?;
+            if op != 0 {
+                return Err(WireError::Malformed);
+            }
+            if b[0] == code::REVOKE {
+                Msg::Revoke { rkey: a }
+            } else {
+                Msg::RevokeAck { rkey: a }
+            }
+        }
+        code::WRITE_IMM => {
+            no_status()?;
+            decode_scalar(b, true, true, true)?;
+            Msg::WriteImm {
+                rkey: a,
+                roff: bb,
+                len: c,
+                imm: op,
+            }
+        }
         other => return Err(WireError::UnknownCode(other)),
     })
 }
@@ -825,9 +911,13 @@ pub struct Limits {
 /// permissions) are the transport's; this one needs no state and never panics.
 pub fn validate(msg: &Msg, queue: Ring, limits: &Limits) -> Result<(), WireError> {
     let allowed = match msg {
-        Msg::WriteReq { .. } | Msg::Rts { .. } | Msg::ChainRts { .. } | Msg::ReadSize { .. } => {
-            Ring::Rx
-        }
+        Msg::WriteReq { .. }
+        | Msg::Rts { .. }
+        | Msg::ChainRts { .. }
+        | Msg::ReadSize { .. }
+        | Msg::WriteImm { .. } => Ring::Rx,
+        Msg::Advertise { .. } | Msg::Revoke { .. } => Ring::Tx,
+        Msg::RevokeAck { .. } => Ring::Cq,
         Msg::ChainSgl { .. } => Ring::Tx,
         Msg::ChainDone { .. } => Ring::Cq,
         Msg::Sgl { .. } | Msg::ReadReq { .. } | Msg::ReadSgl { .. } | Msg::ReadIntent { .. } => {
@@ -854,7 +944,23 @@ pub fn validate(msg: &Msg, queue: Ring, limits: &Limits) -> Result<(), WireError
                 return Err(WireError::OutOfRange);
             }
         }
-        Msg::Ack { .. } | Msg::ReadIntent { .. } | Msg::SendInline { .. } => {}
+        Msg::Ack { .. }
+        | Msg::ReadIntent { .. }
+        | Msg::SendInline { .. }
+        | Msg::Revoke { .. }
+        | Msg::RevokeAck { .. } => {}
+        Msg::WriteImm { len, roff, .. } => {
+            if !len_ok(len) || roff.checked_add(u64::from(len)).is_none() {
+                return Err(WireError::OutOfRange);
+            }
+        }
+        Msg::Advertise { offset, len, .. } => {
+            let end = offset.checked_add(u64::from(len));
+            if len == 0 || offset < limits.region_start || end.is_none_or(|e| e > limits.window_len)
+            {
+                return Err(WireError::OutOfRange);
+            }
+        }
         Msg::ReadSize { status, len, .. } => {
             if status == WireStatus::Ok && len == 0 {
                 return Err(WireError::OutOfRange);

@@ -1,0 +1,204 @@
+//! One-sided writes (RDMA write, seed 004's direct placement into a remote
+//! address range), beside the rendezvous write of EP 3025241.
+//!
+//! A target advertises each region registered with remote-write access —
+//! contiguous, in the peer's protection domain — to the peer once
+//! (`Advertise`: key → its extent in the window). The initiator then writes
+//! straight into it with posted writes, checking key, bounds and
+//! permission first (an honest peer never writes outside a region), and
+//! completes at once; only when asked, a `WriteImm` on the target's RX ring,
+//! written after the data, tells the target's application (verbs' write
+//! with immediate). Deregistering an advertised region sends `Revoke`; its
+//! bytes return to the area only once every peer has answered `RevokeAck`
+//! or is gone, so a late write never lands in reused memory.
+//!
+//! Threat model: on an NTB a peer can write anywhere in a window it maps;
+//! what the target guarantees is that nothing a peer writes makes it read
+//! or write outside its window, panic, hang or corrupt its control state —
+//! not that region contents are private. A `WriteImm` for a region not
+//! registered for that peer is dropped and counted.
+
+use crate::hw::Port;
+
+use super::counters::DropKind;
+use super::endpoint::Transport;
+use super::error::{Result, TransportError};
+use super::key::{Access, RegionKey};
+use super::sgl::RemoteAddr;
+use super::types::{Completion, OpKind, Qp, Status};
+use super::wire::{Msg, Ring};
+
+impl Transport {
+    /// Writes `data` straight into the peer's advertised region
+    /// `remote.key` at `remote.offset` (posted writes; no rendezvous), and,
+    /// with `imm`, then tells the peer's application with a
+    /// [`OpKind::WriteImm`] completion carrying `imm` (ordered after the
+    /// data). Completes with [`OpKind::WriteDirect`] as soon as the data is
+    /// posted.
+    ///
+    /// Fails at once, writing nothing, when the peer has not advertised the
+    /// key to us ([`TransportError::UnknownRemoteKey`]) or the range leaves
+    /// the region ([`TransportError::RemoteOutOfRange`]).
+    pub fn post_write_direct(
+        &mut self,
+        qp: Qp,
+        data: &[u8],
+        remote: RemoteAddr,
+        imm: Option<u64>,
+        cookie: u64,
+    ) -> Result<()> {
+        self.check_post(qp)?;
+        let peer = qp.peer;
+        let len = data.len() as u64;
+        if len == 0 || len > u64::from(u32::MAX) {
+            return Err(TransportError::TransferSize { len });
+        }
+        let c = self.peers[peer as usize]
+            .conn
+            .as_mut()
+            .ok_or(TransportError::NotConnected { peer })?;
+        let (base, region_len) =
+            c.remote_region(remote.key.0)
+                .ok_or(TransportError::UnknownRemoteKey {
+                    peer,
+                    key: remote.key,
+                })?;
+        if remote
+            .offset
+            .checked_add(len)
+            .is_none_or(|end| end > u64::from(region_len))
+        {
+            return Err(TransportError::RemoteOutOfRange {
+                peer,
+                key: remote.key,
+                offset: remote.offset,
+                len,
+                region_len,
+            });
+        }
+        let at = (base + remote.offset) as usize;
+        let written = if data.len() >= self.cfg.nt_threshold {
+            c.win().write_nt(at, data)
+        } else {
+            c.win().write(at, data)
+        };
+        if let Err(e) = written {
+            self.doomed.push(peer);
+            return Err(e.into());
+        }
+        if let Some(imm) = imm {
+            // The notice's slot is published by its tag, a release store
+            // made after the data's stores: the peer sees the data first.
+            self.emit(
+                peer,
+                Ring::Rx,
+                &Msg::WriteImm {
+                    rkey: remote.key.0,
+                    roff: remote.offset,
+                    len: len as u32,
+                    imm,
+                },
+            );
+        }
+        let counters = &mut self.peers[peer as usize].counters;
+        counters.writes += 1;
+        counters.bytes_out += len;
+        self.completions.push_back(Completion {
+            peer,
+            op: OpKind::WriteDirect,
+            status: Status::Success,
+            bytes: len,
+            cookie,
+            region: None,
+        });
+        self.ring_doorbell(peer);
+        Ok(())
+    }
+
+    /// Advertises to `peer` the regions it may write one-sided that it was
+    /// not told of yet.
+    pub(crate) fn advertise_to(&mut self, peer: Port) {
+        if self.peers[peer as usize].conn.is_none() {
+            return;
+        }
+        for (key, offset, len) in self.regions.advertise_to(peer) {
+            self.emit(
+                peer,
+                Ring::Tx,
+                &Msg::Advertise {
+                    rkey: key.0,
+                    offset,
+                    len,
+                },
+            );
+        }
+    }
+
+    /// Advertises new regions to every connected peer (after a register).
+    pub(crate) fn advertise_all(&mut self) {
+        for i in 0..self.connected.len() {
+            let p = self.connected[i];
+            self.advertise_to(p);
+        }
+    }
+
+    /// Revokes `key` at `peers` (after a deregister); a peer not connected
+    /// counts as having acknowledged.
+    pub(crate) fn revoke(&mut self, key: RegionKey, peers: &[Port]) {
+        for &p in peers {
+            if self.peers[p as usize].conn.is_some() {
+                self.emit(p, Ring::Tx, &Msg::Revoke { rkey: key.0 });
+            } else {
+                self.regions.revoke_acked(key, p);
+            }
+        }
+    }
+
+    /// `Advertise` from `p`: remember where its region is.
+    pub(crate) fn on_advertise(&mut self, p: Port, rkey: u32, offset: u64, len: u32) {
+        if let Some(c) = self.peers[p as usize].conn.as_mut() {
+            c.learn_region(rkey, offset, len);
+        }
+    }
+
+    /// `Revoke` from `p`: forget the region, then acknowledge (our later
+    /// writes can no longer name it).
+    pub(crate) fn on_revoke(&mut self, p: Port, rkey: u32) {
+        let Some(c) = self.peers[p as usize].conn.as_mut() else {
+            return;
+        };
+        if !c.forget_region(rkey) {
+            return self.count(p, DropKind::UnknownOp);
+        }
+        self.emit(p, Ring::Cq, &Msg::RevokeAck { rkey });
+    }
+
+    /// `RevokeAck` from `p`.
+    pub(crate) fn on_revoke_ack(&mut self, p: Port, rkey: u32) {
+        self.regions.revoke_acked(RegionKey(rkey), p);
+    }
+
+    /// `WriteImm` from `p`: its one-sided write is in our region; tell the
+    /// application, if the region is one `p` may write.
+    pub(crate) fn on_write_imm(&mut self, p: Port, rkey: u32, roff: u64, len: u32, imm: u64) {
+        let key = RegionKey(rkey);
+        if self
+            .regions
+            .resolve_remote(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
+            .is_err()
+        {
+            return self.count(p, DropKind::Access);
+        }
+        let counters = &mut self.peers[p as usize].counters;
+        counters.served += 1;
+        counters.bytes_in += u64::from(len);
+        self.completions.push_back(Completion {
+            peer: p,
+            op: OpKind::WriteImm,
+            status: Status::Success,
+            bytes: u64::from(len),
+            cookie: imm,
+            region: Some(key),
+        });
+    }
+}
