@@ -802,6 +802,9 @@ enum Serve {
     Passive,
     /// Also answer each message with a send of the same length.
     EchoSend,
+    /// Answer each one-sided write with immediate by one of the same
+    /// length into the initiator's region (the immediate is its key).
+    EchoWriteImm,
 }
 
 /// The initiator's side of an ntbdk session between two threads.
@@ -920,6 +923,19 @@ fn session_on<R>(
             loop {
                 let n = t.poll_completions(&mut comps);
                 for c in &comps[..n] {
+                    if c.op == OpKind::WriteImm && serve == Serve::EchoWriteImm {
+                        let back = RemoteAddr {
+                            key: RegionKey(c.cookie as u32),
+                            offset: 0,
+                        };
+                        let len = c.bytes as usize;
+                        while let Err(e) = t.post_write_direct(qp, &echo[..len], back, Some(0), 0) {
+                            if !matches!(e, TransportError::UnknownRemoteKey { .. }) {
+                                return Err(e.into());
+                            }
+                            t.progress();
+                        }
+                    }
                     if c.op == OpKind::Recv {
                         if serve == Serve::EchoSend && c.status.is_ok() {
                             let len = c.bytes as usize;
@@ -1177,6 +1193,72 @@ fn ntb_send_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
     Ok(start.elapsed())
 }
 
+/// `n` round trips of a `len`-byte one-sided write with immediate, echoed
+/// by the serving thread the same way (as `ib_write_lat`, with the notice
+/// in place of polling the buffer's last byte).
+fn ntb_direct_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
+    let msg = vec![7u8; len];
+    let to = RemoteAddr {
+        key: side.remote,
+        offset: 0,
+    };
+    let imm = Some(u64::from(side.data.0));
+    // The peer's region is advertised when the session connects.
+    let end = Instant::now() + Duration::from_secs(10);
+    while let Err(TransportError::UnknownRemoteKey { .. }) =
+        side.t.post_write_direct(side.qp, &[], to, None, 0)
+    {
+        side.t.progress();
+        if Instant::now() > end {
+            bail!("the serving thread's region was never advertised");
+        }
+    }
+    let start = Instant::now();
+    for _ in 0..n {
+        side.t.post_write_direct(side.qp, &msg, to, imm, 0)?;
+        let (mut spins, mut t0) = (0u32, None::<Instant>);
+        'wait: loop {
+            let m = side.t.poll_completions(&mut side.comps);
+            for c in &side.comps[..m] {
+                ok(c)?;
+                if c.op == OpKind::WriteImm {
+                    break 'wait;
+                }
+            }
+            if m == 0 {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) {
+                    let since = *t0.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_secs(10) {
+                        bail!("no echo within 10 s");
+                    }
+                }
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// One-sided write ping-pong samples (round trips) of `len` bytes.
+fn ntb_direct_latency(
+    a: usize,
+    b: usize,
+    len: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Samples> {
+    ntb_session(a, b, Serve::EchoWriteImm, None, |side| {
+        ntb_sample(
+            format!("ntbdk one-sided write ping-pong {len} B (with immediate), cores {a} <-> {b}"),
+            iters,
+            target,
+            1,
+            BATCH_TIME,
+            |n| ntb_direct_pingpong(side, len, n),
+        )
+    })
+}
+
 /// Send ping-pong samples (round trips) of `len`-byte messages.
 fn ntb_send_latency(
     a: usize,
@@ -1348,6 +1430,10 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         (
             "send 48 B",
             Box::new(move || ntb_send_latency(a, b, 48, iters, target)),
+        ),
+        (
+            "one-sided 64 B",
+            Box::new(move || ntb_direct_latency(a, b, MSG, iters, target)),
         ),
         (
             "one core 64 B",
