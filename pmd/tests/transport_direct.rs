@@ -117,6 +117,17 @@ fn direct_writes_land_every_byte_and_immediates_come_once_after_their_data() {
         ts[0].progress();
         assert!(Instant::now() < end, "{} of 100 notices", seen.len());
     }
+    // The same bytes through the in-place view.
+    let view = ts[1].region_view(region).unwrap();
+    assert_eq!(view.len(), 64 * 1024);
+    for (i, data) in sent.iter().enumerate() {
+        let mut got = vec![0u8; data.len()];
+        view.read(i as u64 * 640, &mut got).unwrap();
+        assert_eq!(&got, data);
+        assert_eq!(view.load_u8(i as u64 * 640), Some(data[0]));
+    }
+    assert_eq!(view.load_u8(64 * 1024), None);
+    assert!(view.read(64 * 1024 - 4, &mut [0u8; 8]).is_err());
     // A write without an immediate tells the target nothing.
     ts[0]
         .post_write_direct(

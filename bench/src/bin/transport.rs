@@ -805,6 +805,11 @@ enum Serve {
     /// Answer each one-sided write with immediate by one of the same
     /// length into the initiator's region (the immediate is its key).
     EchoWriteImm,
+    /// Learn the initiator's region key from a first write with immediate,
+    /// then poll the last byte of a 64-byte message in our region and
+    /// answer each new value with a one-sided write of the same bytes (as
+    /// `ib_write_lat`).
+    EchoPolled,
 }
 
 /// The initiator's side of an ntbdk session between two threads.
@@ -873,7 +878,7 @@ fn ntb_endpoint(
     let mut t = Transport::new(Arc::new(dev), cfg.clone())?;
     let recv = t.register_region(RECVS as usize * EAGER_SIZE as usize, Access::LOCAL)?;
     let data = t.register_region(8 << 20, Access::ALL)?;
-    t.region_write(data, 0, &vec![0x5a; 8 << 20])?;
+    t.region_write(data, 0, &vec![FILL; 8 << 20])?;
     Ok((t, data, recv))
 }
 
@@ -920,6 +925,9 @@ fn session_on<R>(
             let mut echo = vec![0u8; EAGER_SIZE as usize];
             let mut polls = 0u32;
             let mut got = 0u64;
+            if serve == Serve::EchoPolled {
+                return serve_polled(&mut t, qp, data, &stop);
+            }
             loop {
                 let n = t.poll_completions(&mut comps);
                 for c in &comps[..n] {
@@ -1239,6 +1247,119 @@ fn ntb_direct_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> 
     Ok(start.elapsed())
 }
 
+/// What every data region is filled with at the start.
+const FILL: u8 = 0x5a;
+
+/// The serving side of [`Serve::EchoPolled`]: the first write with
+/// immediate names the initiator's region; then each new value of the last
+/// byte of the 64-byte message at the start of `ours` is echoed by a
+/// one-sided write of the same 64 bytes into the initiator's region.
+fn serve_polled(t: &mut Transport, qp: Qp, ours: RegionKey, stop: &AtomicBool) -> Result<()> {
+    let view = t.region_view(ours)?;
+    let mut comps = vec![Completion::default(); 64];
+    let back = loop {
+        let n = t.poll_completions(&mut comps);
+        if let Some(c) = comps[..n].iter().find(|c| c.op == OpKind::WriteImm) {
+            break RemoteAddr {
+                key: RegionKey(c.cookie as u32),
+                offset: 0,
+            };
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    };
+    // Regions start filled with FILL ([`ntb_endpoint`]); sequence values
+    // never take it, so the first message is seen as new whenever it came.
+    let mut last = FILL;
+    let mut msg = [0u8; MSG];
+    let mut polls = 0u32;
+    loop {
+        let v = view.load_u8(MSG as u64 - 1).unwrap_or(last);
+        if v != last {
+            last = v;
+            view.read(0, &mut msg)?;
+            t.post_write_direct(qp, &msg, back, None, 0)?;
+        }
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(256) {
+            // Completions of our writes, credits, liveness.
+            let _ = t.poll_completions(&mut comps);
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// `n` round trips of a 64-byte one-sided write whose last byte the
+/// serving thread polls, echoed the same way into ours (`ib_write_lat`).
+fn ntb_polled_pingpong(side: &mut Side, n: u64, seq: &mut u8) -> Result<Duration> {
+    let to = RemoteAddr {
+        key: side.remote,
+        offset: 0,
+    };
+    let view = side.t.region_view(side.data)?;
+    let mut msg = [7u8; MSG];
+    let start = Instant::now();
+    for _ in 0..n {
+        *seq = seq.wrapping_add(1);
+        if *seq == FILL {
+            *seq = seq.wrapping_add(1);
+        }
+        msg[MSG - 1] = *seq;
+        side.t.post_write_direct(side.qp, &msg, to, None, 0)?;
+        let (mut spins, mut t0) = (0u32, None::<Instant>);
+        while view.load_u8(MSG as u64 - 1) != Some(*seq) {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) {
+                // Our writes' completions, credits, liveness.
+                let _ = side.t.poll_completions(&mut side.comps);
+            }
+            if spins.is_multiple_of(1 << 16) {
+                let since = *t0.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(10) {
+                    bail!("no echo within 10 s");
+                }
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// Polled one-sided write ping-pong samples (round trips) of 64 bytes.
+fn ntb_polled_latency(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    ntb_session(a, b, Serve::EchoPolled, None, |side| {
+        // Name our region to the server with one write with immediate.
+        let to = RemoteAddr {
+            key: side.remote,
+            offset: MSG as u64,
+        };
+        let imm = Some(u64::from(side.data.0));
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            match side.t.post_write_direct(side.qp, &[0u8; 8], to, imm, 0) {
+                Ok(()) => break,
+                Err(TransportError::UnknownRemoteKey { .. }) if Instant::now() < end => {
+                    side.t.progress();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut seq = 0u8;
+        ntb_sample(
+            format!(
+                "ntbdk one-sided write ping-pong {MSG} B (polled last byte), cores {a} <-> {b}"
+            ),
+            iters,
+            target,
+            1,
+            BATCH_TIME,
+            |n| ntb_polled_pingpong(side, n, &mut seq),
+        )
+    })
+}
+
 /// One-sided write ping-pong samples (round trips) of `len` bytes.
 fn ntb_direct_latency(
     a: usize,
@@ -1434,6 +1555,10 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         (
             "one-sided 64 B",
             Box::new(move || ntb_direct_latency(a, b, MSG, iters, target)),
+        ),
+        (
+            "one-sided polled 64 B",
+            Box::new(move || ntb_polled_latency(a, b, iters, target)),
         ),
         (
             "one core 64 B",

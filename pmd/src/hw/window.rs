@@ -24,7 +24,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
@@ -571,6 +571,17 @@ impl LocalWindow {
         // SAFETY: bounds checked; the mapping is valid while `_keep` lives.
         unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
         Ok(())
+    }
+
+    /// Acquire load of the byte at `offset`: for polling a byte a peer
+    /// writes (the last byte of a one-sided write, as `ib_write_lat` does).
+    #[inline]
+    pub fn load_u8(&self, offset: usize) -> Result<u8> {
+        check(offset, 1, self.len)?;
+        // SAFETY: in bounds; AtomicU8 has u8's layout and alignment; the
+        // mapping lives while `_keep` does.
+        let a = unsafe { AtomicU8::from_ptr(self.base.add(offset)) };
+        Ok(a.load(Ordering::Acquire))
     }
 
     /// Acquire load of the u64 at `offset` (8-byte aligned): pairs with a

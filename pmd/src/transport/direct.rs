@@ -50,19 +50,21 @@ impl Transport {
         self.check_post(qp)?;
         let peer = qp.peer;
         let len = data.len() as u64;
-        if len == 0 || len > u64::from(u32::MAX) {
-            return Err(TransportError::TransferSize { len });
-        }
         let c = self.peers[peer as usize]
             .conn
             .as_mut()
             .ok_or(TransportError::NotConnected { peer })?;
+        // The key first: a caller may probe whether a region is known yet
+        // with an empty write.
         let (base, region_len) =
             c.remote_region(remote.key.0)
                 .ok_or(TransportError::UnknownRemoteKey {
                     peer,
                     key: remote.key,
                 })?;
+        if len == 0 || len > u64::from(u32::MAX) {
+            return Err(TransportError::TransferSize { len });
+        }
         if remote
             .offset
             .checked_add(len)

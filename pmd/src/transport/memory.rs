@@ -2,7 +2,7 @@
 //! copying bytes in and out of them (local access).
 
 use super::endpoint::Transport;
-use crate::hw::Port;
+use crate::hw::{LocalWindow, Port};
 
 use super::error::{Result, TransportError};
 use super::key::{Access, RegionKey};
@@ -87,6 +87,23 @@ impl Transport {
         Ok(())
     }
 
+    /// A view of region `key` for access in place: loads of the bytes peers
+    /// write into it (one-sided writes), without copying the region and
+    /// without a Rust reference over memory peers write (every access is an
+    /// atomic or pointer copy, as rust-vmm's `VolatileSlice`).
+    pub fn region_view(&self, key: RegionKey) -> Result<RegionView> {
+        let r = self
+            .regions
+            .get(key)
+            .ok_or(TransportError::NoSuchRegion(key))?;
+        Ok(RegionView {
+            key,
+            local: self.local.clone(),
+            extents: r.slice(0, r.len),
+            len: r.len,
+        })
+    }
+
     /// Copies bytes of region `key` at `offset` into `out` (local read).
     pub fn region_read(&self, key: RegionKey, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
@@ -125,5 +142,76 @@ impl Transport {
             return Err(TransportError::TransferSize { len: total });
         }
         Ok((ext, total as u32))
+    }
+}
+
+/// A registered region, viewed in place (see
+/// [`Transport::region_view`]): offsets are the region's, checked.
+#[derive(Debug, Clone)]
+pub struct RegionView {
+    key: RegionKey,
+    local: LocalWindow,
+    extents: Vec<(u64, u64)>,
+    len: u64,
+}
+
+impl RegionView {
+    /// The region's length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region is empty (never: regions have a byte at least).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The window offset of region byte `off`.
+    #[inline]
+    fn at(&self, off: u64) -> Option<usize> {
+        let mut pos = 0;
+        for &(o, l) in &self.extents {
+            if off < pos + l {
+                return Some((o + off - pos) as usize);
+            }
+            pos += l;
+        }
+        None
+    }
+
+    /// Acquire load of region byte `off` (`None` past the end): poll it for
+    /// a peer's one-sided write, as `ib_write_lat` polls its buffer's last
+    /// byte. Over a CPU copy (the emulated fabric) the bytes of one write
+    /// may land in any order: when the whole buffer must be there, use a
+    /// write with immediate and wait for its completion.
+    #[inline]
+    pub fn load_u8(&self, off: u64) -> Option<u8> {
+        self.local.load_u8(self.at(off)?).ok()
+    }
+
+    /// Copies region bytes `off..off + out.len()` into `out`.
+    pub fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
+        let end = off
+            .checked_add(out.len() as u64)
+            .filter(|&e| e <= self.len)
+            .ok_or(TransportError::OutOfRange {
+                key: self.key,
+                offset: off,
+                len: out.len() as u64,
+                region_len: self.len,
+            })?;
+        let mut pos = 0;
+        for &(o, l) in &self.extents {
+            let (s, e) = (pos.max(off), (pos + l).min(end));
+            if s < e {
+                let dst = &mut out[(s - off) as usize..(e - off) as usize];
+                self.local.read((o + s - pos) as usize, dst)?;
+            }
+            pos += l;
+            if pos >= end {
+                break;
+            }
+        }
+        Ok(())
     }
 }

@@ -143,6 +143,7 @@ pub use geometry::Part;
 pub use geometry::{Geometry, Layout};
 pub use handshake::{VERSION, epoch};
 pub use key::{Access, RegionKey};
+pub use memory::RegionView;
 pub use multicast::MulticastMode;
 pub use sgl::{RemoteAddr, Sge};
 pub use types::{Completion, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
