@@ -196,7 +196,13 @@ fn json_round_trip_keeps_every_figure() {
     // The figures are there by name, for other tools to read.
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["tool"], "ntb-perf");
-    assert_eq!(v["params"]["burst"], "32");
+    assert_eq!(v["params"]["burst"], 32, "numbers stay numbers");
+    assert_eq!(v["schema"], ntbdk_apps::report::SCHEMA_VERSION);
+    assert_eq!(v["ntbdk_version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["command_line"][0].is_string(), "{v:#}");
+    for (field, unit) in ntbdk_apps::report::UNITS {
+        assert_eq!(v["units"][field], *unit);
+    }
     assert_eq!(v["bandwidth"].as_array().unwrap().len(), 23);
     assert_eq!(v["bandwidth"][15]["bytes"], 65536);
     assert_eq!(v["latency"][1]["p99_us"], 0.99);
