@@ -132,7 +132,13 @@ fn write_bw_and_lat_with_json_and_plot() {
     assert_eq!(report.latency[0].iterations, 2000);
     assert!(!report.latency[0].distribution.is_empty());
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.contains("<svg"), "not an SVG");
+    let doc = roxmltree::Document::parse(&svg).expect("the plot is well-formed XML");
+    // One size: bandwidth, message rate, and its latency's percentile plot.
+    let series = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("series"))
+        .count();
+    assert_eq!(series, 3, "{svg}");
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
 }
 
