@@ -122,6 +122,7 @@ fn write_bw_and_lat_with_json_and_plot() {
     );
     let report = Report::read_json(&json).unwrap();
     assert_eq!(report.tool, "ntb-perf");
+    check_json_fields(&std::fs::read_to_string(&json).unwrap(), &json);
     assert_eq!(report.params["op"], "write");
     assert_eq!(report.bandwidth.len(), 1);
     assert_eq!(report.bandwidth[0].bytes, 4096);
@@ -131,7 +132,13 @@ fn write_bw_and_lat_with_json_and_plot() {
     assert_eq!(report.latency[0].iterations, 2000);
     assert!(!report.latency[0].distribution.is_empty());
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.contains("<svg"), "not an SVG");
+    let doc = roxmltree::Document::parse(&svg).expect("the plot is well-formed XML");
+    // One size: bandwidth, message rate, and its latency's percentile plot.
+    let series = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("series"))
+        .count();
+    assert_eq!(series, 3, "{svg}");
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
 }
 
@@ -290,7 +297,7 @@ fn perftest_flags_gbits_post_list_and_out_json() {
     assert!((num(&r[3]) - expect).abs() <= 0.01 + expect * 0.01, "{r:?}");
     assert!(num(&r[2]) > 0.0, "peak measured: {r:?}");
     let report = Report::read_json(&json).unwrap();
-    assert_eq!(report.params["post_list"], "8");
+    assert_eq!(report.params["post_list"], 8);
     assert_eq!(report.bandwidth.len(), 1);
     assert!(report.bandwidth[0].peak_gb_per_s > 0.0);
     // The default post list is perftest's, 1, and the header says so.
@@ -443,6 +450,50 @@ fn ctrl_c_exits_130_and_keeps_what_was_measured() {
     let report = Report::read_json(&json).unwrap();
     assert!(report.bandwidth.len() >= 2, "{report:?}");
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
+}
+
+/// The fields every JSON report has, with their JSON types: the schema
+/// version, the ntbdk version, the command line that ran (naming the report
+/// file), typed parameters and the unit of every figure.
+fn check_json_fields(text: &str, path: &std::path::Path) {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        v["schema"],
+        ntbdk_apps::report::SCHEMA_VERSION,
+        "schema version: {v:#}"
+    );
+    assert_eq!(v["ntbdk_version"], env!("CARGO_PKG_VERSION"));
+    let argv: Vec<&str> = v["command_line"]
+        .as_array()
+        .expect("command_line is an array")
+        .iter()
+        .map(|a| a.as_str().expect("command line words are strings"))
+        .collect();
+    assert!(argv[0].ends_with("ntb-perf"), "{argv:?}");
+    assert!(argv.contains(&path.to_str().unwrap()), "{argv:?}");
+    let p = &v["params"];
+    for key in [
+        "post_list",
+        "tx_depth",
+        "qp",
+        "lcore",
+        "iterations_per_size",
+    ] {
+        assert!(p[key].is_u64(), "{key} is not a number: {p:#}");
+    }
+    assert_eq!(p["iterations_per_size"], 2000);
+    assert!(
+        p["seconds_per_size"].is_null() || p["seconds_per_size"].is_f64(),
+        "{p:#}"
+    );
+    assert!(p["report_gbits"].is_boolean(), "{p:#}");
+    assert!(p["op"].is_string(), "{p:#}");
+    let units = &v["units"];
+    assert_eq!(units["bandwidth.gb_per_s"], "GB/s (10^9 B/s)", "{units:#}");
+    assert_eq!(units["bandwidth.mpps"], "Mpps (10^6 messages/s)");
+    assert_eq!(units["latency.*_us"], "us (microseconds)");
+    assert!(v["bandwidth"][0]["bytes"].is_u64());
+    assert!(v["latency"][0]["p99_us"].is_f64());
 }
 
 /// Data rows printed so far under the bandwidth header of a running app.

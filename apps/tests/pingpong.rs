@@ -320,3 +320,41 @@ fn dying_peer_ends_the_run_with_an_error() {
     assert_fails_with(&d, "port 0 left the fabric");
     let _ = EmuFabric::destroy_in(&dir.0, "d");
 }
+
+/// Ctrl-C during the timed round trips: exit 130, and the round trips timed
+/// so far are still printed and saved (`--json`).
+#[test]
+fn interrupt_still_saves_what_was_measured() {
+    let dir = Dir::new("int");
+    let json = dir.0.join("int.json");
+    let r = Run::start(
+        &dir,
+        "int",
+        &[
+            "-n",
+            "1000000000",
+            "--warmup",
+            "10",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    // Let it time some round trips.
+    std::thread::sleep(Duration::from_millis(500));
+    r.signal(libc::SIGINT);
+    let d = r.finish();
+    assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
+    let report = Report::read_json(&json).unwrap();
+    assert_eq!(report.latency.len(), 1);
+    let n = report.latency[0].iterations;
+    assert!(n > 0 && n < 1_000_000_000, "{n} round trips saved");
+    assert_eq!(report.params["bytes"], 0);
+    assert_eq!(report.schema, ntbdk_apps::report::SCHEMA_VERSION);
+    assert!(
+        d.stdout
+            .contains(&format!("round-trip times, {n} round trips")),
+        "{}",
+        d.stdout
+    );
+    assert!(dir.fabrics().is_empty(), "left behind: {:?}", dir.fabrics());
+}

@@ -196,7 +196,13 @@ fn json_round_trip_keeps_every_figure() {
     // The figures are there by name, for other tools to read.
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["tool"], "ntb-perf");
-    assert_eq!(v["params"]["burst"], "32");
+    assert_eq!(v["params"]["burst"], 32, "numbers stay numbers");
+    assert_eq!(v["schema"], ntbdk_apps::report::SCHEMA_VERSION);
+    assert_eq!(v["ntbdk_version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["command_line"][0].is_string(), "{v:#}");
+    for (field, unit) in ntbdk_apps::report::UNITS {
+        assert_eq!(v["units"][field], *unit);
+    }
     assert_eq!(v["bandwidth"].as_array().unwrap().len(), 23);
     assert_eq!(v["bandwidth"][15]["bytes"], 65536);
     assert_eq!(v["latency"][1]["p99_us"], 0.99);
@@ -235,36 +241,106 @@ fn series_in(svg: &str) -> usize {
         .count()
 }
 
+/// The elements of class `class` (`series` polylines, `band` polygons).
+fn count_class(svg: &str, tag: &str, class: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.tag_name().name() == tag && n.attribute("class") == Some(class))
+        .count()
+}
+
+/// Every text of the document, trimmed.
+fn texts(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.tag_name().name() == "text")
+        .filter_map(|n| n.text())
+        .map(|t| t.trim().to_string())
+        .collect()
+}
+
 #[test]
-fn svg_has_one_series_per_curve() {
-    let report = full_report();
+fn sweep_plots_bandwidth_rate_and_latency_against_size() {
+    let mut report = full_report();
+    report.param("post_list", 1).param("tx_depth", 128);
     let svg = render_svg(&report).unwrap();
-    // One bandwidth curve, one latency curve per message size.
-    assert_eq!(series_in(&svg), 1 + 3);
-    assert!(svg.contains("bandwidth") && svg.contains("latency distribution"));
+    // Bandwidth, message rate, and latency's median, 99% and 99.9% lines,
+    // with a band between each pair.
+    assert_eq!(series_in(&svg), 1 + 1 + 3);
+    assert_eq!(count_class(&svg, "polygon", "band"), 2);
+    let t = texts(&svg);
+    let has = |s: &str| t.iter().any(|x| x == s);
+    for title in [
+        "ntb-perf: write bw",
+        "bandwidth vs message size",
+        "message rate vs message size",
+        "latency vs message size",
+        "BW average [GB/s]",
+        "MsgRate [Mpps]",
+        "latency [usec]",
+        "median (t_typical)",
+        "99% percentile",
+        "99.9% percentile",
+    ] {
+        assert!(has(title), "no text {title:?} in {t:?}");
+    }
+    // Log axes: size labels by powers of two, value labels by decades.
+    assert!(has("1K") && has("4M"), "size labels: {t:?}");
+    assert!(has("0.1") && has("1") && has("10"), "decade labels: {t:?}");
+    // The run's parameters, typed numbers included, in the subtitle.
+    let subtitle = t
+        .iter()
+        .find(|x| x.contains("op=write"))
+        .expect("a subtitle");
+    assert!(subtitle.contains("post_list=1"), "{subtitle}");
+    assert!(t.iter().any(|x| x.contains("tx_depth=128")), "{t:?}");
+    // No percentile plot for a sweep.
     assert!(
-        svg.contains(">\n4096 B\n<") || svg.contains("4096 B"),
-        "legend"
+        !t.iter().any(|x| x.starts_with("latency distribution")),
+        "{t:?}"
     );
 
-    let mut bw_only = report.clone();
-    bw_only.latency.clear();
-    assert_eq!(series_in(&render_svg(&bw_only).unwrap()), 1);
-
-    let mut lat_only = report.clone();
-    lat_only.bandwidth.clear();
-    assert_eq!(series_in(&render_svg(&lat_only).unwrap()), 3);
-
-    // A single size still plots (a one-point curve).
-    let mut one = report.clone();
-    one.bandwidth.truncate(1);
-    one.latency.truncate(1);
-    assert_eq!(series_in(&render_svg(&one).unwrap()), 2);
+    // A size without samples is not drawn, and is named.
+    let mut gap = report.clone();
+    gap.latency[1] = LatRow::from_histogram(64, &new_histogram());
+    let svg = render_svg(&gap).unwrap();
+    assert_eq!(series_in(&svg), 5);
+    assert!(
+        texts(&svg)
+            .iter()
+            .any(|x| x == "no samples (not drawn): 64 B"),
+        "{:?}",
+        texts(&svg)
+    );
 
     let dir = TempDir::new("svg");
     let path = dir.0.join("plot.svg");
     write_svg(&report, &path).unwrap();
-    assert_eq!(series_in(&std::fs::read_to_string(&path).unwrap()), 4);
+    assert_eq!(series_in(&std::fs::read_to_string(&path).unwrap()), 5);
+}
+
+#[test]
+fn one_size_gets_the_percentile_plot() {
+    let mut report = full_report();
+    report.bandwidth.clear();
+    report.latency.truncate(1);
+    let svg = render_svg(&report).unwrap();
+    assert_eq!(series_in(&svg), 1);
+    assert_eq!(count_class(&svg, "polygon", "band"), 0);
+    let t = texts(&svg);
+    assert!(t.iter().any(|x| x == "latency distribution, 2 B"), "{t:?}");
+    assert!(t.iter().any(|x| x == "99.9%"), "percentile axis: {t:?}");
+
+    // Bandwidth alone: its two panels.
+    let mut bw_only = full_report();
+    bw_only.latency.clear();
+    assert_eq!(series_in(&render_svg(&bw_only).unwrap()), 2);
+
+    // One size of each: bandwidth, rate (one-point curves), percentiles.
+    let mut one = full_report();
+    one.bandwidth.truncate(1);
+    one.latency.truncate(1);
+    assert_eq!(series_in(&render_svg(&one).unwrap()), 3);
 }
 
 #[test]

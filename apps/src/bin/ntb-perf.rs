@@ -616,6 +616,13 @@ fn measure(
         .param("tx_depth", args.tx_depth)
         .param("qp", args.qp)
         .param("budget", budget.describe())
+        .param("iterations_per_size", budget.iteration_limit())
+        .param(
+            "seconds_per_size",
+            budget.time_limit().map(|d| d.as_secs_f64()),
+        )
+        .param("run_infinitely", args.run_infinitely)
+        .param("report_gbits", args.report_gbits)
         .param("fabric", fabric)
         .param("lcore", core.id)
         .param("bw_unit", unit.label())

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
-use ntbdk_apps::cli::run_main;
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
     die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
     warn_shared_cores,
 };
+use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::HEARTBEAT_TIMEOUT;
 use ntbdk_apps::report::{LatRow, Report, lat_table, new_histogram, write_svg};
 use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric, FabricConfig};
@@ -235,8 +235,9 @@ fn run(args: &Args) -> Result<()> {
             let hint = format!("start the echo side ({TOOL} {how} {name} --server)");
             let peer = wait_peers(&dev, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
             pin(TOOL, core);
-            let rtt = measure(&dev, peer, args, timeout)?;
-            finish(args, &dev, peer, name, core, None, &rtt)
+            let (rtt, stopped) = measure(&dev, peer, args, timeout)?;
+            finish(args, &dev, peer, name, core, None, &rtt)?;
+            stopped.map_or(Ok(()), Err)
         }
     }
 }
@@ -297,13 +298,16 @@ fn self_contained(
     )
     .with_context(|| format!("waiting for the echo side to join fabric {name:?}"))?;
     pin(TOOL, core);
-    let rtt = measure(&dev, 1, args, timeout)?;
-    for status in children.wait_all(timeout)? {
-        if !status.success() {
-            bail!("the echo side failed ({status})");
+    let (rtt, stopped) = measure(&dev, 1, args, timeout)?;
+    if stopped.is_none() {
+        for status in children.wait_all(timeout)? {
+            if !status.success() {
+                bail!("the echo side failed ({status})");
+            }
         }
     }
-    finish(args, &dev, 1, &name, core, Some(peer_core), &rtt)
+    finish(args, &dev, 1, &name, core, Some(peer_core), &rtt)?;
+    stopped.map_or(Ok(()), Err)
 }
 
 /// Prints the table (and writes `--json` / `--plot`).
@@ -343,7 +347,8 @@ fn finish(
         .param("warmup", args.warmup)
         .param("fabric", fabric)
         .param("lcore", core.id)
-        .param("metric", "round trip");
+        .param("metric", "round trip")
+        .param("bytes", args.via.bytes());
     report.latency.push(rtt.clone());
     if let Some(path) = &args.json {
         report.write_json(path)?;
@@ -354,8 +359,15 @@ fn finish(
     Ok(())
 }
 
-/// The measuring side: warm-up, then `iters` timed round trips.
-fn measure(dev: &EmuDevice, peer: Port, args: &Args, timeout: Duration) -> Result<LatRow> {
+/// The measuring side: warm-up, then `iters` timed round trips. Interrupted
+/// (Ctrl-C) after some were timed, it returns those with the interrupt, so
+/// what was measured is still printed and saved.
+fn measure(
+    dev: &EmuDevice,
+    peer: Port,
+    args: &Args,
+    timeout: Duration,
+) -> Result<(LatRow, Option<anyhow::Error>)> {
     let waiter = Waiter::new(dev, peer, timeout);
     let mut hist = new_histogram();
     let mut seq: u32 = 0;
@@ -382,7 +394,13 @@ fn measure(dev: &EmuDevice, peer: Port, args: &Args, timeout: Duration) -> Resul
     }
     let mut t0 = Instant::now();
     for _ in 0..args.iters {
-        round_trip(&mut seq)?;
+        match round_trip(&mut seq) {
+            Ok(()) => {}
+            Err(e) if is_interrupted(&e) && !hist.is_empty() => {
+                return Ok((LatRow::from_histogram(args.via.bytes(), &hist), Some(e)));
+            }
+            Err(e) => return Err(e),
+        }
         let t1 = Instant::now();
         hist.saturating_record(t1.duration_since(t0).as_nanos() as u64);
         t0 = t1;
@@ -391,7 +409,7 @@ fn measure(dev: &EmuDevice, peer: Port, args: &Args, timeout: Duration) -> Resul
         Via::Db => dev.peer_db_set(peer, DB_STOP)?,
         Via::Spad => dev.peer_spad_write(peer, SPAD_SEQ, SPAD_STOP)?,
     }
-    Ok(LatRow::from_histogram(args.via.bytes(), &hist))
+    Ok((LatRow::from_histogram(args.via.bytes(), &hist), None))
 }
 
 /// The echo side: answers pings until told to stop. Returns how many.

@@ -56,6 +56,16 @@ impl Budget {
         self.iters.map(|n| n.saturating_sub(done))
     }
 
+    /// The count of operations it stops at, if it counts them.
+    pub fn iteration_limit(&self) -> Option<u64> {
+        self.iters
+    }
+
+    /// The time it stops at, if it is timed.
+    pub fn time_limit(&self) -> Option<Duration> {
+        self.time
+    }
+
     /// A short description: `5000 iterations`, `0.20 s`.
     pub fn describe(&self) -> String {
         match (self.iters, self.time) {

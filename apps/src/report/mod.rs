@@ -31,7 +31,7 @@ mod table;
 
 pub use error::ReportError;
 pub use figures::{BwRow, LatRow, Percentile, new_histogram};
-pub use json::{Report, describe_machine};
+pub use json::{Report, SCHEMA_VERSION, UNITS, describe_machine};
 pub use plot::{render_svg, write_svg};
 pub use progress::{Progress, SHOW_AFTER, progress_line};
 pub use table::{BwUnit, RULE, bw_header, bw_line, bw_table, lat_header, lat_line, lat_table};

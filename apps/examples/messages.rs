@@ -1,0 +1,189 @@
+//! Two hosts exchange messages, and one tells the other the key of a region
+//! it exposes: the key exchange every write or read starts with.
+//!
+//! Host B registers a region the peer may write and read, and sends its key
+//! in a message (the transport's sends are how hosts tell each other keys;
+//! perftest uses a TCP socket for the same). Host A receives it, greets B,
+//! and B answers. Each host runs in its own thread on a private emulated
+//! fabric (in real use each is its own process or machine, opened with the
+//! same `emu:NAME`, or `vfio:BDF` on a VM or NTB); the fabric is removed at
+//! the end, even on error.
+//!
+//! ```sh
+//! cargo run --release -p ntbdk-apps --example messages
+//! ```
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, open};
+use ntbdk_pmd::transport::{
+    Access, Completion, Config, Geometry, OpKind, Qp, RegionKey, Sge, Status, Transport,
+};
+
+const A: u16 = 0;
+const B: u16 = 1;
+const WAIT: Duration = Duration::from_secs(10);
+
+fn main() -> Result<()> {
+    run(std::io::stdout())
+}
+
+/// Runs both hosts and prints what each does to `out`.
+pub fn run(out: impl Write + Send) -> Result<()> {
+    let fabric = PrivateFabric::new("messages");
+    let out = Mutex::new(out);
+    let say = |who: &str, what: String| {
+        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(out, "host {who}: {what}");
+    };
+    std::thread::scope(|s| {
+        let b = s.spawn(|| host_b(&fabric, &|m| say("B", m)));
+        let a = host_a(&fabric, &|m| say("A", m));
+        let b = b.join().expect("host B panicked");
+        a.context("host A").and(b.context("host B"))
+    })
+}
+
+/// Host A: learns B's region key, greets B, reads the answer.
+fn host_a(fabric: &PrivateFabric, say: &dyn Fn(String)) -> Result<()> {
+    let dev = open(&fabric.spec, &fabric.options(A))?; // or "vfio:0000:00:04.0".parse()?
+    let mut t = Transport::new(dev, Config::new(Geometry::new(2)))?;
+    let qp = t.create_qp(B)?;
+    let inbox = t.register_region(4096, Access::LOCAL)?;
+    for i in 0..2 {
+        let sge = Sge {
+            key: inbox,
+            offset: i * 2048,
+            len: 2048,
+        };
+        t.post_recv(qp, sge, i)?;
+    }
+    t.wait_connected(B, WAIT)?;
+    say("connected to port 1".into());
+
+    // The key exchange: B's first message is its region's key.
+    let c = next(&mut t, OpKind::Recv)?;
+    let mut key = [0u8; 4];
+    t.region_read(inbox, c.cookie * 2048, &mut key)?;
+    let key = RegionKey(u32::from_le_bytes(key));
+    say(format!(
+        "B's region key is {:#010x} ({} bytes received)",
+        key.0, c.bytes
+    ));
+
+    t.post_send(qp, b"hello from A", 0)?;
+    let c = next(&mut t, OpKind::Recv)?;
+    let mut text = vec![0u8; c.bytes as usize];
+    t.region_read(inbox, c.cookie * 2048, &mut text)?;
+    say(format!("received {:?}", String::from_utf8_lossy(&text)));
+    Ok(()) // dropping the transport hangs up
+}
+
+/// Host B: exposes a region, sends its key, answers A's greeting.
+fn host_b(fabric: &PrivateFabric, say: &dyn Fn(String)) -> Result<()> {
+    let dev = open(&fabric.spec, &fabric.options(B))?;
+    let mut t = Transport::new(dev, Config::new(Geometry::new(2)))?;
+    let qp = t.create_qp(A)?;
+    let inbox = t.register_region(2048, Access::LOCAL)?;
+    t.post_recv(
+        qp,
+        Sge {
+            key: inbox,
+            offset: 0,
+            len: 2048,
+        },
+        0,
+    )?;
+    // A region peers may write and read; its key is all they need.
+    let shared = t.register_region(1 << 20, Access::ALL)?;
+    t.wait_connected(A, WAIT)?;
+    say(format!(
+        "connected to port 0; sending region key {:#010x}",
+        shared.0
+    ));
+    t.post_send(qp, &shared.0.to_le_bytes(), 1)?;
+
+    let c = next(&mut t, OpKind::Recv)?;
+    let mut text = vec![0u8; c.bytes as usize];
+    t.region_read(inbox, 0, &mut text)?;
+    say(format!("received {:?}", String::from_utf8_lossy(&text)));
+    t.post_send(qp, b"hello from B", 2)?;
+    // B sent last: it waits for A to hang up, so its message is not lost
+    // with a connection torn down under it.
+    hang_up(&mut t, qp)
+}
+
+/// The next completion of kind `op` (a failed one is an error; send
+/// completions, which come at once, are checked and skipped).
+fn next(t: &mut Transport, op: OpKind) -> Result<Completion> {
+    let end = Instant::now() + WAIT;
+    let mut c = [Completion::default()];
+    while Instant::now() < end {
+        if t.poll_completions(&mut c) == 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        if c[0].status != Status::Success {
+            bail!("{:?} failed: {:?}", c[0].op, c[0].status);
+        }
+        if c[0].op == op {
+            return Ok(c[0]);
+        }
+    }
+    bail!("no {op:?} completion within {WAIT:?}")
+}
+
+/// Waits for the peer to disconnect, still serving it meanwhile.
+fn hang_up(t: &mut Transport, qp: Qp) -> Result<()> {
+    let end = Instant::now() + WAIT;
+    while t.is_connected(qp.peer()) {
+        if Instant::now() >= end {
+            bail!("the peer did not hang up within {WAIT:?}");
+        }
+        t.progress();
+    }
+    Ok(())
+}
+
+/// A two-slot emulated fabric of this process's own, removed when dropped.
+struct PrivateFabric {
+    spec: DeviceSpec,
+    name: String,
+}
+
+impl PrivateFabric {
+    fn new(what: &str) -> Self {
+        let name = format!("example-{what}-{}", std::process::id());
+        Self {
+            spec: DeviceSpec::Emu(name.clone()),
+            name,
+        }
+    }
+
+    /// How a host opens its device: slot `slot` of the fabric, which the
+    /// first host to open it creates.
+    fn options(&self, slot: u16) -> OpenOptions {
+        OpenOptions {
+            emu: DeviceConfig {
+                slot: Some(slot),
+                fabric: FabricConfig {
+                    slots: 2,
+                    window_size: 4 << 20,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+impl Drop for PrivateFabric {
+    fn drop(&mut self) {
+        let _ = EmuFabric::destroy(&self.name);
+    }
+}
