@@ -14,8 +14,8 @@ use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::inject::Injector;
 use ntbdk_pmd::transport::wire::{Hello, SGE_MAX_LEN, TAG_OFFSET};
 use ntbdk_pmd::transport::{
-    Access, Config, Geometry, Layout, OpKind, PeerState, RemoteAddr, Sge, Status, Transport,
-    TransportError, VERSION,
+    Access, Config, CpuEngine, Geometry, Layout, MIN_NT_THRESHOLD, OpKind, PeerState, RemoteAddr,
+    Sge, Status, Transport, TransportError, VERSION, default_nt_threshold,
 };
 use transport_common::{Rng, collect, connect_all, drain};
 
@@ -323,6 +323,37 @@ fn non_temporal_copies_move_every_byte() {
         ts[1].region_read(dst, 29 + len, &mut edge).unwrap();
         assert_eq!(edge, [0u8; 35]);
     }
+}
+
+/// The largest of CPU 0's caches as sysfs lists them (`48K`, `32M`...).
+fn largest_cache() -> Option<usize> {
+    std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache")
+        .ok()?
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
+        .filter_map(|s| {
+            let s = s.trim();
+            let (num, mult) = match s.chars().last()? {
+                'K' => (&s[..s.len() - 1], 1usize << 10),
+                'M' => (&s[..s.len() - 1], 1 << 20),
+                'G' => (&s[..s.len() - 1], 1 << 30),
+                _ => (s, 1),
+            };
+            num.parse::<usize>().ok().map(|n| n * mult)
+        })
+        .max()
+}
+
+#[test]
+fn the_default_nt_threshold_is_the_largest_cache_and_at_least_the_floor() {
+    // As documented: the last-level cache size, at least MIN_NT_THRESHOLD,
+    // 8 MiB where the cache size is unknown; the default engine and the
+    // default configuration use it.
+    let want = largest_cache().unwrap_or(8 << 20).max(MIN_NT_THRESHOLD);
+    assert_eq!(default_nt_threshold(), want);
+    assert_eq!(MIN_NT_THRESHOLD, 2 << 20);
+    assert_eq!(CpuEngine::default().nt_threshold, want);
+    assert_eq!(Config::new(geo(2)).nt_threshold, want);
 }
 
 // ---- one extent longer than an SGL entry carries ----

@@ -14,7 +14,7 @@ use ntbdk_pmd::transport::{
     Access, Config, Geometry, MulticastMode, OpKind, PeerState, RegionKey, RemoteAddr, Sge, Status,
     Transport,
 };
-use transport_common::{Host, Rng, RoleChild, TestDir, child_role, env, fnv};
+use transport_common::{Host, Rng, RoleChild, TestDir, child_role, death_bound, env, fnv};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -415,17 +415,16 @@ fn workload_between_processes_every_byte_verified() {
     }
 }
 
+/// The heartbeat timeout of the peer-death test.
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
 #[test]
 fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
     let _serial = serial();
     let r_len: u64 = 4 << 20;
     let dir = TestDir::new("death");
-    let fabric = EmuFabric::create_in(
-        &dir.0,
-        "death",
-        &fabric_cfg(3, 24 << 20, Duration::from_millis(200)),
-    )
-    .unwrap();
+    let fabric =
+        EmuFabric::create_in(&dir.0, "death", &fabric_cfg(3, 24 << 20, HEARTBEAT)).unwrap();
     let dev = Arc::new(join(&fabric, 0));
     let server_env = |s: Port| {
         vec![
@@ -511,6 +510,12 @@ fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
         statuses.push(done.status);
     }
     let detected = killed.elapsed();
+    eprintln!("peer death detected and its operations failed within {detected:?}");
+    assert!(
+        detected <= death_bound(HEARTBEAT),
+        "the dead peer's operations failed {detected:?} after its death, beyond {:?} for a {HEARTBEAT:?} heartbeat timeout",
+        death_bound(HEARTBEAT)
+    );
     assert!(
         statuses
             .iter()
@@ -578,7 +583,6 @@ fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
     }
     assert!(victim.wait_success(LONG) && healthy.wait_success(LONG));
     assert_eq!(dev.counters().non_posted_reads, 0);
-    eprintln!("peer death detected and its operations failed within {detected:?}");
 }
 
 // ---- 64 hosts, all to all ----
