@@ -18,7 +18,7 @@ use ntbdk_pmd::hw::{HwError, LinkEvent, NtbDevice};
 use ntbdk_pmd::transport::{
     Access, Config, Geometry, OpKind, PeerState, RemoteAddr, Sge, Status, Transport, TransportError,
 };
-use transport_common::{Rng, collect, connect_all};
+use transport_common::{Rng, collect, connect_all, death_bound};
 
 const BAR: [usize; 2] = [8 << 20, 1 << 20];
 const DRAM: usize = 16 << 20;
@@ -514,12 +514,15 @@ fn a_restarted_peer_is_a_new_generation_and_the_transport_reconnects() {
 
 #[test]
 fn a_silent_peer_is_declared_down_by_its_heartbeat_and_a_new_incarnation_comes_up() {
+    let heartbeat = Duration::from_millis(200);
     let cfg = IntelConfig {
-        heartbeat_timeout: Some(Duration::from_millis(200)),
+        heartbeat_timeout: Some(heartbeat),
         ..IntelConfig::default()
     };
     let p = pair_with(IntelPart::Gen3Skx, false, cfg.clone());
     settle(&p.devs);
+    // B's last beat was written in `settle`: from now on it is silent.
+    let silent = Instant::now();
     let [a, b] = &p.devs;
     let mut ev = Vec::new();
     a.poll_link_events(&mut ev);
@@ -531,6 +534,17 @@ fn a_silent_peer_is_declared_down_by_its_heartbeat_and_a_new_incarnation_comes_u
         assert!(Instant::now() < end);
         std::thread::sleep(Duration::from_millis(10));
     }
+    let seen = silent.elapsed();
+    eprintln!("silent peer declared down after {seen:?} (heartbeat timeout {heartbeat:?})");
+    assert!(
+        seen <= death_bound(heartbeat),
+        "declared down after {seen:?}, beyond {:?}",
+        death_bound(heartbeat)
+    );
+    assert!(
+        seen >= heartbeat,
+        "declared down after {seen:?}, before its timeout"
+    );
     assert_eq!(
         ev,
         vec![LinkEvent::Down {

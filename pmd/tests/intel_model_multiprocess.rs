@@ -18,7 +18,7 @@ use ntbdk_pmd::hw::intel::{B2bSide, IntelConfig, IntelPart};
 use ntbdk_pmd::transport::{
     Access, Config, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
 };
-use transport_common::{Host, Rng, RoleChild, child_role, fnv};
+use transport_common::{Host, Rng, RoleChild, child_role, death_bound, fnv};
 
 const LONG: Duration = Duration::from_secs(30);
 const RLEN: usize = 2 << 20;
@@ -176,11 +176,20 @@ fn two_processes_over_one_memfd_restart_and_reconnect() {
     // SIGKILL: the dead child's model still looks present (its link stays
     // up); its heartbeat stops, so it is declared down.
     drop(child);
-    let end = Instant::now() + LONG;
+    let killed = Instant::now();
+    let end = killed + LONG;
     while h.t.peer_state(1) == PeerState::Connected || dev.link(1).unwrap().up {
         h.pump();
         assert!(Instant::now() < end, "the dead child was not noticed");
     }
+    let seen = killed.elapsed();
+    let heartbeat = intel_cfg().heartbeat_timeout.unwrap();
+    eprintln!("the dead child was noticed after {seen:?} (heartbeat timeout {heartbeat:?})");
+    assert!(
+        seen <= death_bound(heartbeat),
+        "the dead child was noticed after {seen:?}, beyond {:?}",
+        death_bound(heartbeat)
+    );
     h.repost_all(1);
     // A new process attaching the side is a rebooted host: a new generation.
     let child = RoleChild::spawn("child_entry", "server", &vars);

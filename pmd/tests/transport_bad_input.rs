@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DropKind, Geometry, OpKind, Qp, RegionKey, RemoteAddr, Sge, Status,
-    Transport, epoch,
+    Access, Completion, Config, DropKind, Geometry, OpKind, Part, Qp, RegionKey, RemoteAddr, Sge,
+    Status, Transport, epoch,
 };
 use ntbdk_pmd::transport::{Ring, inject::Injector};
 use proptest::prelude::*;
@@ -28,8 +28,13 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(Config::new(Geometry::small(3)))
+}
+
+/// Ports 0 and 1 honest, port 2 the rogue (connected, then it stops
+/// polling: everything it does from then on goes through the injector).
+fn setup_with(cfg: Config) -> Setup {
     let fabric = LoopbackFabric::new(3, 4 << 20);
-    let cfg = Config::new(Geometry::small(3));
     let rogue_dev: Arc<LoopbackDevice> = Arc::new(fabric.join(2).unwrap());
     let mut ts: Vec<Transport> = (0..2)
         .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
@@ -590,4 +595,241 @@ fn one_peer_cannot_hold_the_whole_region_area() {
         .region_read(recv.region.unwrap(), 0, &mut data)
         .unwrap();
     assert!(data.iter().all(|&b| b == 0x77));
+}
+
+// ---- eager buffers, credits and the backlog ----
+
+/// The rogue's connection epoch with the victim (tags and FreeQ entries).
+fn rogue_epoch(s: &Setup) -> u32 {
+    epoch(s.rogue.incarnation(), s.ts[1].incarnation())
+}
+
+/// A FreeQ entry lending buffer `index` at sequence `seq`, as the
+/// transport's `queue.rs` writes one: the epoch plus the sequence in the
+/// high half, the index + 1 in the low half.
+fn free_entry(epoch: u32, seq: u64, index: u32) -> u64 {
+    (u64::from(epoch.wrapping_add(seq as u32)) << 32) | (u64::from(index) + 1)
+}
+
+#[test]
+fn bad_freeq_entries_are_counted_as_bad_buffers_and_lend_nothing() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let count = Geometry::small(3).eager_count;
+    for _ in 0..100 {
+        s.ts[1].progress();
+    }
+    // The rogue lent its buffers at connect time: the victim holds them all.
+    assert_eq!(s.ts[1].resources(q).eager_free, count);
+    let e = rogue_epoch(&s);
+    let fq = s.ts[1].layout().part(2, Part::FreeQ);
+    // The victim expects entry `count` next, in slot 0 of the FreeQ.
+    // A buffer index out of range:
+    s.inj
+        .scribble(
+            fq,
+            &free_entry(e, u64::from(count), count + 5).to_le_bytes(),
+        )
+        .unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::BadBuffer), 1);
+    // A buffer the victim already holds (lent twice):
+    s.inj
+        .scribble(
+            fq + 8,
+            &free_entry(e, u64::from(count) + 1, 0).to_le_bytes(),
+        )
+        .unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::BadBuffer), 2);
+    // An entry of another epoch is not one (not taken, not counted).
+    s.inj
+        .scribble(
+            fq + 16,
+            &free_entry(e ^ 1, u64::from(count) + 2, 1).to_le_bytes(),
+        )
+        .unwrap();
+    s.ts[1].progress();
+    let c = s.ts[1].counters(q);
+    assert_eq!(c.dropped(DropKind::BadBuffer), 2, "{c:?}");
+    assert_eq!(c.dropped_total(), 2, "{c:?}");
+    assert_eq!(
+        s.ts[1].resources(q).eager_free,
+        count,
+        "a bad FreeQ entry lent a buffer"
+    );
+    honest_traffic_works(&mut s);
+}
+
+#[test]
+fn nonsense_credit_words_are_counted_and_a_sane_one_releases_the_backlog() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let depth = u64::from(Geometry::small(3).queue_depth);
+    let credit = s.ts[1].layout().part(2, Part::Credits) + 8 * Ring::Tx.index();
+    let bad = |s: &Setup| s.ts[1].counters(q).dropped(DropKind::BadCredit);
+    // Write requests the victim grants, each answered with an SGL on the
+    // rogue's TX ring; the rogue never credits, so past the ring's depth
+    // the answers wait in the backlog.
+    for op in 1..=depth + 4 {
+        let m = Msg::WriteReq {
+            op,
+            rkey: s.open.0,
+            roff: 0,
+            len: 64,
+        };
+        s.inj.push(Ring::Rx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].resources(q).backlog, 4);
+    assert_eq!(bad(&s), 0);
+    // A credit beyond what was produced: counted, nothing sent.
+    s.inj
+        .scribble(credit, &(depth + 100).to_le_bytes())
+        .unwrap();
+    s.ts[1].progress();
+    assert!(bad(&s) >= 1);
+    assert_eq!(s.ts[1].resources(q).backlog, 4);
+    // A sane partial credit sends two.
+    s.inj.scribble(credit, &2u64.to_le_bytes()).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q).backlog, 2);
+    // A credit going backwards: counted, nothing sent.
+    let before = bad(&s);
+    s.inj.scribble(credit, &1u64.to_le_bytes()).unwrap();
+    s.ts[1].progress();
+    assert!(bad(&s) > before);
+    assert_eq!(s.ts[1].resources(q).backlog, 2);
+    // Crediting everything produced releases the rest.
+    s.inj.scribble(credit, &(depth + 2).to_le_bytes()).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q).backlog, 0);
+    assert!(s.ts[1].is_connected(2));
+    honest_traffic_works(&mut s);
+}
+
+/// `BACKLOG_LIMIT` of `transport/conn.rs`: most messages waiting for
+/// credits towards one ring of a peer.
+const BACKLOG_LIMIT: usize = 1 << 16;
+
+#[test]
+fn a_peer_that_stops_crediting_is_disconnected_past_the_backlog_limit() {
+    // The rogue keeps asking and never credits the answers: the victim
+    // queues them up to the limit, then drops the connection instead of
+    // growing without bound. The operation timeout is an hour, so the
+    // stall detector cannot be what ends it.
+    let mut cfg = Config::new(Geometry::small(3));
+    cfg.op_timeout = Duration::from_secs(3600);
+    cfg.max_outstanding = 64;
+    let mut s = setup_with(cfg);
+    let q = s.ts[1].create_qp(2).unwrap();
+    let mut most = 0;
+    let mut asked = 0u64;
+    while s.ts[1].is_connected(2) {
+        asked += 1;
+        assert!(
+            asked < 4 * BACKLOG_LIMIT as u64,
+            "still connected with a backlog of {}",
+            s.ts[1].resources(q).backlog
+        );
+        let m = Msg::WriteReq {
+            op: asked,
+            rkey: s.open.0,
+            roff: 0,
+            len: 64,
+        };
+        s.inj.push(Ring::Rx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+        most = most.max(s.ts[1].resources(q).backlog);
+    }
+    // Granted (64 served) or refused ("no room", on the CQ), every
+    // request was answered; the CQ's answers reached the limit.
+    assert!(
+        most >= BACKLOG_LIMIT,
+        "disconnected at a backlog of {most}, below the limit"
+    );
+    assert!(asked > BACKLOG_LIMIT as u64);
+    let c = s.ts[1].counters(q);
+    assert_eq!((c.disconnects, c.resyncs), (1, 0), "{c:?}");
+    assert!(
+        c.dropped(DropKind::Overload) >= BACKLOG_LIMIT as u64,
+        "{c:?}"
+    );
+    assert_ne!(
+        s.ts[1].peer_state(2),
+        ntbdk_pmd::transport::PeerState::Connected
+    );
+    let r = s.ts[1].resources(q);
+    assert_eq!((r.backlog, r.serving, r.outstanding), (0, 0, 0), "{r:?}");
+    honest_traffic_works(&mut s);
+}
+
+// ---- storage held for an initiator that goes away ----
+
+/// The rogue asks the victim for multicast storage twice (and never puts
+/// anything into it); returns the victim's region-area free bytes before.
+fn rogue_holds_storage(s: &mut Setup, q: Qp) -> u64 {
+    let free0 = s.ts[1].region_area_free();
+    for op in 1..=2u64 {
+        let m = Msg::Rts { op, len: 100_000 };
+        s.inj.push(Ring::Rx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].resources(q).serving, 2);
+    assert!(s.ts[1].region_area_free() <= free0 - 200_000);
+    free0
+}
+
+#[test]
+fn storage_held_for_a_dead_initiator_is_freed() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let free0 = rogue_holds_storage(&mut s, q);
+    s._fabric.kill(2);
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].is_connected(2) {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the victim did not see the death");
+    }
+    assert_eq!(s.ts[1].region_area_free(), free0);
+    assert_eq!(s.ts[1].resources(q).serving, 0);
+    assert!(
+        drain(&mut s.ts[1]).iter().all(|c| c.peer != 2),
+        "storage nothing was put into was delivered"
+    );
+    honest_traffic_works(&mut s);
+}
+
+#[test]
+fn storage_held_for_a_silent_initiator_is_freed_after_the_timeout() {
+    let op_timeout = Duration::from_millis(300);
+    let mut cfg = Config::new(Geometry::small(3));
+    cfg.op_timeout = op_timeout;
+    let mut s = setup_with(cfg);
+    let q = s.ts[1].create_qp(2).unwrap();
+    let asked = Instant::now();
+    let free0 = rogue_holds_storage(&mut s, q);
+    let end = asked + op_timeout + Duration::from_secs(5);
+    while s.ts[1].region_area_free() != free0 {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "storage still held");
+    }
+    assert!(asked.elapsed() >= op_timeout, "{:?}", asked.elapsed());
+    assert_eq!(s.ts[1].resources(q).serving, 0);
+    assert!(s.ts[1].is_connected(2));
+    // The initiator's late `Done` names nothing any more.
+    let before = s.ts[1].counters(q).dropped(DropKind::UnknownOp);
+    s.inj
+        .push(
+            Ring::Cq,
+            &wire::encode(&Msg::Done {
+                op: 1,
+                len: 100_000,
+            }),
+        )
+        .unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), before + 1);
+    assert!(drain(&mut s.ts[1]).iter().all(|c| c.peer != 2));
+    honest_traffic_works(&mut s);
 }

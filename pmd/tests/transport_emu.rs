@@ -14,7 +14,7 @@ use ntbdk_pmd::transport::{
     Access, Config, Geometry, MulticastMode, OpKind, PeerState, RegionKey, RemoteAddr, Sge, Status,
     Transport,
 };
-use transport_common::{Host, Rng, RoleChild, TestDir, child_role, env, fnv};
+use transport_common::{Host, Rng, RoleChild, TestDir, child_role, death_bound, env, fnv};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -415,17 +415,16 @@ fn workload_between_processes_every_byte_verified() {
     }
 }
 
+/// The heartbeat timeout of the peer-death test.
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
 #[test]
 fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
     let _serial = serial();
     let r_len: u64 = 4 << 20;
     let dir = TestDir::new("death");
-    let fabric = EmuFabric::create_in(
-        &dir.0,
-        "death",
-        &fabric_cfg(3, 24 << 20, Duration::from_millis(200)),
-    )
-    .unwrap();
+    let fabric =
+        EmuFabric::create_in(&dir.0, "death", &fabric_cfg(3, 24 << 20, HEARTBEAT)).unwrap();
     let dev = Arc::new(join(&fabric, 0));
     let server_env = |s: Port| {
         vec![
@@ -511,6 +510,12 @@ fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
         statuses.push(done.status);
     }
     let detected = killed.elapsed();
+    eprintln!("peer death detected and its operations failed within {detected:?}");
+    assert!(
+        detected <= death_bound(HEARTBEAT),
+        "the dead peer's operations failed {detected:?} after its death, beyond {:?} for a {HEARTBEAT:?} heartbeat timeout",
+        death_bound(HEARTBEAT)
+    );
     assert!(
         statuses
             .iter()
@@ -578,7 +583,6 @@ fn peer_death_mid_transfer_fails_its_operations_and_it_can_reconnect() {
     }
     assert!(victim.wait_success(LONG) && healthy.wait_success(LONG));
     assert_eq!(dev.counters().non_posted_reads, 0);
-    eprintln!("peer death detected and its operations failed within {detected:?}");
 }
 
 // ---- 64 hosts, all to all ----
@@ -726,14 +730,37 @@ fn mesh() {
     }
     println!("MESH-OK {}", ms.len());
     // Keep serving until every process is done (peers may still wait for
-    // our "done" messages): wait for the parent to end us.
+    // our "done" messages): the parent says so with a file.
+    let finish = finish_file(std::path::Path::new(&env::<String>("XPORT_DIR")));
     let end = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < end {
+    while !finish.exists() {
+        assert!(Instant::now() < end, "the parent never said finish");
         for m in ms.iter_mut() {
             m.h.pump();
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+    // Then each host checks its books and leaves; the parent checks that
+    // this process exits successfully.
+    for m in &mut ms {
+        let me = m.h.t.port();
+        assert_eq!(m.h.t.outstanding(), 0, "host {me}");
+        for p in (0..MESH_PORTS).filter(|&p| p != me) {
+            let qp = m.h.qp(p);
+            let c = m.h.t.counters(qp);
+            assert_eq!(
+                (c.writes, c.failed_ops, c.dropped_total()),
+                (1, 0, 0),
+                "host {me}, peer {p}: {c:?}"
+            );
+        }
+        assert!(m.h.done.is_empty(), "host {me}: {:?}", m.h.done);
+    }
+}
+
+/// The file by which the parent tells the mesh children to finish.
+fn finish_file(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("mesh.finish")
 }
 
 #[test]
@@ -759,6 +786,16 @@ fn sixty_four_hosts_exchange_all_to_all() {
     for k in &mut kids {
         let n = k.expect_line("MESH-OK", Duration::from_secs(100));
         assert_eq!(n, (MESH_PORTS / MESH_PROCS).to_string());
+    }
+    // Every child ends its hosts, checks them and exits; a panic after
+    // MESH-OK fails the test here.
+    std::fs::write(finish_file(&dir.0), b"").unwrap();
+    for (i, k) in kids.iter_mut().enumerate() {
+        assert!(
+            k.wait_success(LONG),
+            "mesh child {i} failed after MESH-OK: {:?}",
+            k.child.try_wait()
+        );
     }
     assert!(MESH_PORTS as usize > fabric.config().rlut_entries);
 }

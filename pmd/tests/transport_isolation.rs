@@ -14,7 +14,7 @@ use ntbdk_pmd::transport::{
     Access, Config, DropKind, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
     TransportError,
 };
-use transport_common::{Host, TestDir};
+use transport_common::{Host, TestDir, death_bound};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -78,13 +78,21 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     exchange(&mut a, &mut b, 0, 1, 20, 0x10);
 
     // A stalls. B's device declares it dead and frees slot 0.
-    let end = Instant::now() + LONG;
+    let stalled = Instant::now();
+    let end = stalled + LONG;
     while b.t.peer_state(0) == PeerState::Connected
         || fabric.status().slots[0].state != SlotState::Free
     {
         b.pump();
         assert!(Instant::now() < end, "A was never declared dead");
     }
+    let seen = stalled.elapsed();
+    eprintln!("the stalled host was dropped after {seen:?}");
+    assert!(
+        seen <= death_bound(fc.heartbeat_timeout),
+        "the stalled host was dropped after {seen:?}, beyond {:?}",
+        death_bound(fc.heartbeat_timeout)
+    );
     // C takes slot 0 and connects to B (whose receives for port 0 were
     // flushed when A's connection ended).
     let mut c = Host::new(Transport::new(join(0, true), cfg.clone()).unwrap(), 2, 8);

@@ -136,16 +136,54 @@ fn sends_beyond_the_rings_are_refused_then_flow() {
     let qa = ts[0].create_qp(1).unwrap();
     let qb = ts[1].create_qp(0).unwrap();
     let rbuf = ts[1].register_region(4096, Access::LOCAL).unwrap();
+    // Refused: the receiver does not poll, so small sends (one PostQ slot
+    // each) fill its PostQ and the next one is refused, not lost.
     let mut posted = 0u64;
-    let mut received = 0u64;
-    let end = Instant::now() + Duration::from_secs(10);
-    while received < 1000 {
+    let err = loop {
         match ts[0].post_send(qa, &posted.to_le_bytes(), posted) {
             Ok(()) => posted += 1,
-            Err(TransportError::Busy { .. }) => {}
-            Err(e) => panic!("{e}"),
+            Err(e) => break e,
         }
-        drain(&mut ts[0]);
+        assert!(posted <= 32, "more sends accepted than the PostQ holds");
+    };
+    assert!(
+        matches!(err, TransportError::Busy { peer: 1, what } if what.contains("PostQ")),
+        "{err}"
+    );
+    assert_eq!(posted, 32, "one slot per small send: the PostQ's depth");
+    assert_eq!(ts[0].resources(qa).postq_free, 0);
+    for _ in 0..200 {
+        ts[0].progress();
+    }
+    assert!(matches!(
+        ts[0].post_send(qa, b"x", 99),
+        Err(TransportError::Busy { .. })
+    ));
+    // Exactly the accepted sends completed (eager: at once), in order.
+    let sent = drain(&mut ts[0]);
+    assert_eq!(sent.len() as u64, posted);
+    for (i, c) in sent.iter().enumerate() {
+        assert_eq!(
+            (c.op, c.status, c.cookie),
+            (OpKind::Send, Status::Success, i as u64)
+        );
+    }
+    // Then they flow: the receiver posts receives and polls; every send
+    // arrives once, in order, refused ones retried by the sender.
+    let mut received = 0u64;
+    let mut refused = 1u64;
+    let end = Instant::now() + Duration::from_secs(10);
+    while received < posted || posted < 1000 {
+        if posted < 1000 {
+            match ts[0].post_send(qa, &posted.to_le_bytes(), posted) {
+                Ok(()) => posted += 1,
+                Err(TransportError::Busy { .. }) => refused += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for c in drain(&mut ts[0]) {
+            assert_eq!((c.op, c.status), (OpKind::Send, Status::Success));
+        }
         if ts[1].resources(qb).recvs_posted < 4 {
             ts[1]
                 .post_recv(
@@ -160,14 +198,70 @@ fn sends_beyond_the_rings_are_refused_then_flow() {
                 .unwrap();
         }
         for c in drain(&mut ts[1]) {
-            assert_eq!(c.status, Status::Success);
+            assert_eq!(
+                (c.op, c.status, c.bytes),
+                (OpKind::Recv, Status::Success, 8)
+            );
             let mut v = [0u8; 8];
             ts[1].region_read(rbuf, 0, &mut v).unwrap();
             assert_eq!(u64::from_le_bytes(v), received, "in order, exactly once");
             received += 1;
         }
-        assert!(Instant::now() < end);
+        assert!(Instant::now() < end, "{received} of {posted} received");
     }
+    // Nothing more arrives.
+    for _ in 0..200 {
+        ts[0].progress();
+        assert!(drain(&mut ts[1]).is_empty());
+    }
+    let (ca, cb) = (ts[0].counters(qa), ts[1].counters(qb));
+    assert_eq!((ca.sends, cb.recvs), (1000, 1000));
+    assert_eq!(cb.dropped_total(), 0);
+    eprintln!("{refused} sends refused while the receiver lagged");
+
+    // Eager buffers: sends too long to go inline each take one the peer
+    // lent; when all are taken the next send is refused until the peer
+    // has delivered and returned them.
+    let (_f, mut ts) = loopback(2, WIN, geo(2));
+    let qa = ts[0].create_qp(1).unwrap();
+    let qb = ts[1].create_qp(0).unwrap();
+    let rbuf = ts[1].register_region(16 * 1024, Access::LOCAL).unwrap();
+    let msg = |i: u64| vec![i as u8 ^ 0x5a; 1000];
+    let mut n = 0u64;
+    let err = loop {
+        match ts[0].post_send(qa, &msg(n), n) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n <= 16, "more buffered sends accepted than buffers lent");
+    };
+    assert!(
+        matches!(err, TransportError::Busy { peer: 1, what } if what.contains("eager buffer")),
+        "{err}"
+    );
+    assert_eq!((n, ts[0].resources(qa).eager_free), (16, 0));
+    for i in 0..16 {
+        let sge = Sge {
+            key: rbuf,
+            offset: i * 1024,
+            len: 1024,
+        };
+        ts[1].post_recv(qb, sge, i).unwrap();
+    }
+    let got = collect(&mut ts, 1, 16);
+    for c in &got {
+        assert_eq!((c.status, c.bytes), (Status::Success, 1000));
+        let mut v = vec![0u8; 1000];
+        ts[1].region_read(rbuf, c.cookie * 1024, &mut v).unwrap();
+        assert_eq!(v, msg(c.cookie));
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[0].resources(qa).eager_free != 16 {
+        ts[0].progress();
+        ts[1].progress();
+        assert!(Instant::now() < end, "{:?}", ts[0].resources(qa));
+    }
+    ts[0].post_send(qa, &msg(16), 16).unwrap();
 }
 
 fn scattered_region(

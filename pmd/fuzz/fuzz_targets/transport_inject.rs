@@ -4,11 +4,12 @@
 #![no_main]
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use ntbdk_pmd::transport::{Ring, inject::Injector};
 use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::{Access, Completion, Config, Geometry, Sge, Status, Transport, epoch};
+use ntbdk_pmd::transport::{Ring, inject::Injector};
 
 fuzz_target!(|data: &[u8]| {
     let fabric = LoopbackFabric::new(3, 1 << 20);
@@ -18,30 +19,42 @@ fuzz_target!(|data: &[u8]| {
         .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
         .collect();
     let mut rogue = Transport::new(rogue_dev.clone(), cfg).unwrap();
-    for _ in 0..100_000 {
+    // Set-up must succeed: a harness that returns early here would report
+    // every input as handled while testing nothing.
+    let connected = |ts: &[Transport], rogue: &Transport| {
+        ts[0].is_connected(1)
+            && ts[1].is_connected(0)
+            && ts[1].is_connected(2)
+            && rogue.is_connected(1)
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while !connected(&ts, &rogue) {
         ts[0].progress();
         ts[1].progress();
         rogue.progress();
-        if ts[0].is_connected(1) && ts[1].is_connected(2) && rogue.is_connected(1) {
-            break;
-        }
-    }
-    if !ts[1].is_connected(2) || !ts[0].is_connected(1) {
-        return;
+        assert!(
+            Instant::now() < end,
+            "set-up failed: the transports did not connect within 10 s ({:?}, {:?}, {:?})",
+            ts[0].peer_state(1),
+            ts[1].peer_state(2),
+            rogue.peer_state(1)
+        );
     }
     let victim = &mut ts[1];
     let qr = victim.create_qp(2).unwrap();
     let buf = victim.register_region(8192, Access::ALL).unwrap();
     for i in 0..4 {
-        let _ = victim.post_recv(
-            qr,
-            Sge {
-                key: buf,
-                offset: i * 1024,
-                len: 1024,
-            },
-            i,
-        );
+        victim
+            .post_recv(
+                qr,
+                Sge {
+                    key: buf,
+                    offset: i * 1024,
+                    len: 1024,
+                },
+                i,
+            )
+            .expect("set-up failed: a receive could not be posted");
     }
     let mut inj = Injector::new(
         &*rogue_dev,
@@ -73,7 +86,8 @@ fuzz_target!(|data: &[u8]| {
         .unwrap();
     ts[0].post_send(q0, b"still alive", 1).unwrap();
     let mut out = [Completion::default(); 16];
-    for _ in 0..100_000 {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
         ts[0].progress();
         let n = ts[1].poll_completions(&mut out);
         if let Some(c) = out[..n].iter().find(|c| c.cookie == 77) {
@@ -81,5 +95,5 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     }
-    panic!("the honest peer's message did not arrive");
+    panic!("the honest peer's message did not arrive within 10 s");
 });

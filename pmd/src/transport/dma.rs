@@ -180,10 +180,4 @@ mod tests {
         assert_eq!(parse_cache_size(""), None);
         assert_eq!(parse_cache_size("xK"), None);
     }
-
-    #[test]
-    fn default_threshold_is_at_least_the_floor() {
-        assert!(default_nt_threshold() >= MIN_NT_THRESHOLD);
-        assert_eq!(CpuEngine::default().nt_threshold, default_nt_threshold());
-    }
 }

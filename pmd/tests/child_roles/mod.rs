@@ -145,3 +145,13 @@ pub fn env<T: std::str::FromStr>(key: &str) -> T {
         .parse()
         .unwrap_or_else(|_| panic!("{key} unparsable"))
 }
+
+/// The longest a test lets a peer's death go unnoticed, for a heartbeat
+/// timeout of `heartbeat`. As designed, a dead peer is declared down one
+/// timeout after its last beat, by a check that runs every quarter of a
+/// timeout or at each poll (sooner when its pid is gone); three timeouts
+/// plus 250 ms of scheduling slack hold on a loaded two-core machine, while
+/// a detector that waits several timeouts too long fails.
+pub fn death_bound(heartbeat: Duration) -> Duration {
+    heartbeat * 3 + Duration::from_millis(250)
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 #[path = "../child_roles/mod.rs"]
 mod child_roles;
 #[allow(unused_imports)] // not every test crate runs children
-pub use child_roles::{RoleChild, TestDir, child_role, env};
+pub use child_roles::{RoleChild, TestDir, child_role, death_bound, env};
 
 /// Waits until `f` returns `Some`, polling every millisecond, for at most
 /// `limit`; panics with `what` on timeout.

@@ -305,4 +305,4 @@ pub fn fnv(data: &[u8]) -> u64 {
 #[path = "../child_roles/mod.rs"]
 mod child_roles;
 #[allow(unused_imports)] // not every test crate runs children
-pub use child_roles::{RoleChild, TestDir, child_role, env};
+pub use child_roles::{RoleChild, TestDir, child_role, death_bound, env};
