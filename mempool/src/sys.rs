@@ -114,6 +114,7 @@ impl Mapping {
         // so the new mapping overlaps no existing Rust object; the other
         // arguments are plain values. The mapping is owned by the returned
         // `Mapping` alone, which unmaps it once.
+        // SAFETY: holds for the reasons given just above.
         let p = unsafe {
             mmap(
                 None,

@@ -297,6 +297,7 @@ impl<T: Copy> Producer<T> {
             // `tail .. tail + n` are free (below the consumer tail we
             // acquired, plus the capacity) and ours alone: this handle is the
             // only producer and the consumer does not read past our tail.
+            // SAFETY: holds for the reasons given just above.
             unsafe {
                 slots::write(
                     sh.slots.as_ptr(),
@@ -337,6 +338,7 @@ impl<T: Copy> Producer<T> {
         // capacity, and a count above the capacity only comes from a
         // corrupted tail, which masking keeps in bounds) and ours alone, as
         // in `enqueue_n`.
+        // SAFETY: holds for the reasons given just above.
         unsafe { slots::write_one(sh.slots.as_ptr(), (tail & sh.mask) as usize, item) };
         self.publish(tail.wrapping_add(1));
         Ok(())
@@ -531,6 +533,7 @@ impl<T: Copy> Consumer<T> {
             // before we publish ours; this handle is the only consumer; `dst`
             // holds `want >= n` elements (our caller's promise) and, being
             // the caller's memory, does not overlap the slots.
+            // SAFETY: holds for the reasons given just above.
             unsafe {
                 slots::read(
                     sh.slots.as_ptr(),
@@ -573,6 +576,7 @@ impl<T: Copy> Consumer<T> {
         // a stale slot, which masking keeps in bounds), so the producer wrote
         // it and will not reuse it before we publish; ours alone, as in
         // `dequeue_n`.
+        // SAFETY: holds for the reasons given just above.
         let v = unsafe { slots::read_one(sh.slots.as_ptr(), (head & sh.mask) as usize) };
         self.publish(head.wrapping_add(1));
         Some(v)

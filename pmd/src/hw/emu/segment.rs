@@ -310,6 +310,7 @@ impl Segment {
         // checked against the slot count); the offset is a multiple of 64
         // from a page-aligned base, SlotRegs' alignment; the type is all
         // atomics.
+        // SAFETY: holds for the reasons given just above.
         unsafe { self.region.atomic_at(HEADER_LEN + i * SLOT_LEN) }
     }
 

@@ -675,6 +675,7 @@ impl<M: Mmio> NtbDevice for IntelNtb<M> {
         // at `base`, 8-byte aligned, kept mapped by `keep`
         // (`Aperture::from_raw`'s contract).
         let w =
+            // SAFETY: holds for the reasons given just above.
             unsafe { PeerWindow::from_raw(base.as_ptr(), len, peer, self.counters.clone(), keep) };
         Ok(match wc {
             Some(wc) => w.write_combining(wc),

@@ -87,6 +87,7 @@ impl Outbound for ModelOutbound {
         // `off` multiples of 4 KiB), kept mapped by the region's keepalive;
         // window handles make no references over them.
         Ok(
+            // SAFETY: holds for the reasons given just above.
             unsafe {
                 Aperture::from_raw(p, size as usize, region.keepalive(), self.wc[mw].clone())
             },
