@@ -12,40 +12,28 @@
 //! cargo run --release -p ntbdk-apps --example write
 //! ```
 
-use std::io::Write;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-use anyhow::{Context, Result, bail, ensure};
-use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
-use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, open};
+use anyhow::{Result, ensure};
+use ntbdk_pmd::hw::open::open;
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, Geometry, OpKind, Qp, RegionKey, RemoteAddr, Sge, Status, Transport,
+    Access, Config, Geometry, OpKind, RegionKey, RemoteAddr, Sge, Transport,
 };
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{PrivateFabric, WAIT, hang_up, next};
 
 const A: u16 = 0;
 const B: u16 = 1;
 const LEN: usize = 1 << 20;
-const WAIT: Duration = Duration::from_secs(10);
 
 fn main() -> Result<()> {
     run(std::io::stdout())
 }
 
 /// Runs both hosts and prints what each does to `out`.
-pub fn run(out: impl Write + Send) -> Result<()> {
-    let fabric = PrivateFabric::new("write");
-    let out = Mutex::new(out);
-    let say = |who: &str, what: String| {
-        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = writeln!(out, "host {who}: {what}");
-    };
-    std::thread::scope(|s| {
-        let b = s.spawn(|| host_b(&fabric, &|m| say("B", m)));
-        let a = host_a(&fabric, &|m| say("A", m));
-        let b = b.join().expect("host B panicked");
-        a.context("host A").and(b.context("host B"))
-    })
+pub fn run(out: impl std::io::Write + Send) -> Result<()> {
+    common::run_hosts("write", out, host_a, host_b)
 }
 
 /// The byte at `i` of what A writes.
@@ -135,75 +123,4 @@ fn host_b(fabric: &PrivateFabric, say: &dyn Fn(String)) -> Result<()> {
     ));
     t.post_send(qp, b"verified", 2)?;
     hang_up(&mut t, qp)
-}
-
-/// The next completion of kind `op` (a failed one is an error; send
-/// completions, which come at once, are checked and skipped).
-fn next(t: &mut Transport, op: OpKind) -> Result<Completion> {
-    let end = Instant::now() + WAIT;
-    let mut c = [Completion::default()];
-    while Instant::now() < end {
-        if t.poll_completions(&mut c) == 0 {
-            std::hint::spin_loop();
-            continue;
-        }
-        if c[0].status != Status::Success {
-            bail!("{:?} failed: {:?}", c[0].op, c[0].status);
-        }
-        if c[0].op == op {
-            return Ok(c[0]);
-        }
-    }
-    bail!("no {op:?} completion within {WAIT:?}")
-}
-
-/// Waits for the peer to disconnect, still serving it meanwhile.
-fn hang_up(t: &mut Transport, qp: Qp) -> Result<()> {
-    let end = Instant::now() + WAIT;
-    while t.is_connected(qp.peer()) {
-        if Instant::now() >= end {
-            bail!("the peer did not hang up within {WAIT:?}");
-        }
-        t.progress();
-    }
-    Ok(())
-}
-
-/// A two-slot emulated fabric of this process's own, removed when dropped.
-struct PrivateFabric {
-    spec: DeviceSpec,
-    name: String,
-}
-
-impl PrivateFabric {
-    fn new(what: &str) -> Self {
-        let name = format!("example-{what}-{}", std::process::id());
-        Self {
-            spec: DeviceSpec::Emu(name.clone()),
-            name,
-        }
-    }
-
-    /// How a host opens its device: slot `slot` of the fabric, which the
-    /// first host to open it creates.
-    fn options(&self, slot: u16) -> OpenOptions {
-        OpenOptions {
-            emu: DeviceConfig {
-                slot: Some(slot),
-                fabric: FabricConfig {
-                    slots: 2,
-                    window_size: 4 << 20,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-    }
-}
-
-impl Drop for PrivateFabric {
-    fn drop(&mut self) {
-        let _ = EmuFabric::destroy(&self.name);
-    }
 }

@@ -3,6 +3,10 @@
 //! called with a buffer for its output (its `main` only passes stdout).
 //! `cargo test` also builds each as an example binary.
 
+// Each example is compiled here as it is on its own, with its own copy of
+// the module the examples share.
+#![allow(clippy::duplicate_mod)]
+
 use std::sync::Mutex;
 
 #[allow(dead_code)]
