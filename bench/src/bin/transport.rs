@@ -931,6 +931,11 @@ fn session_on<R>(
             loop {
                 let n = t.poll_completions(&mut comps);
                 for c in &comps[..n] {
+                    if c.op == OpKind::WriteImm && serve == Serve::Passive {
+                        // A burst's last one-sided write names how many
+                        // writes the burst held (see `ntb_direct_burst`).
+                        got += c.cookie;
+                    }
                     if c.op == OpKind::WriteImm && serve == Serve::EchoWriteImm {
                         let back = RemoteAddr {
                             key: RegionKey(c.cookie as u32),
@@ -1519,6 +1524,75 @@ fn ntb_send_burst(side: &mut Side, n: u64) -> Result<Duration> {
     }
 }
 
+/// `n` one-sided 64-byte writes in bursts of up to [`BURST`] into the
+/// serving thread's region; the last of each burst carries an immediate
+/// saying how many writes the burst held, so they are counted where they
+/// arrive (the notice comes after its burst's data).
+fn ntb_direct_burst(side: &mut Side, n: u64) -> Result<Duration> {
+    let msg = [7u8; MSG];
+    let slots = 1024u64;
+    let base = side.received.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let mut posted = 0u64;
+    let mut spins = 0u32;
+    loop {
+        let got = side.received.load(Ordering::Relaxed) - base;
+        if got >= n {
+            return Ok(start.elapsed());
+        }
+        if posted < n {
+            let k = (BURST as u64).min(n - posted);
+            for j in 0..k {
+                let to = RemoteAddr {
+                    key: side.remote,
+                    offset: ((posted + j) % slots) * MSG as u64,
+                };
+                let imm = (j + 1 == k).then_some(k);
+                side.t.post_write_direct(side.qp, &msg, to, imm, 0)?;
+            }
+            posted += k;
+        }
+        let m = side.t.poll_completions(&mut side.comps);
+        for c in &side.comps[..m] {
+            ok(c)?;
+        }
+        spins += 1;
+        if spins.is_multiple_of(4096) && start.elapsed() > Duration::from_secs(10) {
+            bail!("one-sided writes stalled: {got} of {n} counted");
+        }
+    }
+}
+
+/// 64 B one-sided write rate with bursts of 32, counted where they arrive.
+fn ntb_direct_rate(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    ntb_session(a, b, Serve::Passive, None, |side| {
+        // The serving thread's region is advertised when the session connects.
+        let to = RemoteAddr {
+            key: side.remote,
+            offset: 0,
+        };
+        let end = Instant::now() + Duration::from_secs(10);
+        while let Err(TransportError::UnknownRemoteKey { .. }) =
+            side.t.post_write_direct(side.qp, &[], to, None, 0)
+        {
+            side.t.progress();
+            if Instant::now() > end {
+                bail!("the serving thread's region was never advertised");
+            }
+        }
+        ntb_sample(
+            format!(
+                "ntbdk one-sided write {MSG} B, burst {BURST}, cores {a} -> {b} (counted at the target)"
+            ),
+            iters,
+            target,
+            BURST as u64,
+            NTB_BATCH_TIME,
+            |n| ntb_direct_burst(side, n),
+        )
+    })
+}
+
 /// 64 B send rate with bursts of 32, counted where the messages arrive.
 fn ntb_send_rate(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
     ntb_session(a, b, Serve::Passive, None, |side| {
@@ -1570,7 +1644,12 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         ),
     ]);
     const RATE: &str = "rate";
-    let labels: Vec<&str> = cases.iter().map(|(l, _)| *l).chain([RATE]).collect();
+    const DIRECT_RATE: &str = "one-sided rate";
+    let labels: Vec<&str> = cases
+        .iter()
+        .map(|(l, _)| *l)
+        .chain([RATE, DIRECT_RATE])
+        .collect();
     if !labels.iter().any(|l| wanted(l)) {
         bail!(
             "--only {:?} matches no case (labels: {})",
@@ -1603,6 +1682,10 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         let rate = ntb_send_rate(a, b, iters, target)?;
         print_rate(&rate);
     }
+    if wanted(DIRECT_RATE) {
+        let rate = ntb_direct_rate(a, b, iters, target)?;
+        print_rate(&rate);
+    }
     Ok(())
 }
 
@@ -1633,7 +1716,7 @@ fn print_latency_ratios(lat: &[Samples], peers: &[(&str, &str)]) {
 }
 
 fn print_rate(rate: &Samples) {
-    println!("\n### {MSG} B send rate, burst {BURST}\n");
+    println!("\n### {MSG} B rate, burst {BURST}\n");
     println!("| case | M messages/s | ns/message | mean M messages/s | messages |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     println!(
