@@ -1162,6 +1162,51 @@ fn ntb_write_bw(
     })
 }
 
+/// Polls until a completion of kind `op` arrives (others are checked and
+/// skipped); fails after 10 s. The clock is read once every 4096 empty
+/// polls only: reading it on every poll would slow the loop that waits.
+fn await_completion(side: &mut Side, op: OpKind) -> Result<Completion> {
+    let (mut spins, mut t0) = (0u32, None::<Instant>);
+    loop {
+        let m = side.t.poll_completions(&mut side.comps);
+        for c in &side.comps[..m] {
+            ok(c)?;
+            if c.op == op {
+                return Ok(*c);
+            }
+        }
+        if m == 0 {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4096) {
+                let since = *t0.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(10) {
+                    bail!("no {op:?} completion within 10 s");
+                }
+            }
+        }
+    }
+}
+
+/// Polls until the serving thread's data region has been advertised to us
+/// (it is when the session connects): an empty one-sided write to it is
+/// refused for its size, not its key, from then on.
+fn await_advertised(side: &mut Side) -> Result<()> {
+    let to = RemoteAddr {
+        key: side.remote,
+        offset: 0,
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while let Err(TransportError::UnknownRemoteKey { .. }) =
+        side.t.post_write_direct(side.qp, &[], to, None, 0)
+    {
+        side.t.progress();
+        if Instant::now() > end {
+            bail!("the serving thread's region was never advertised");
+        }
+    }
+    Ok(())
+}
+
 /// `n` round trips of a `len`-byte send echoed by the serving thread.
 fn ntb_send_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
     let msg = vec![7u8; len];
@@ -1176,32 +1221,8 @@ fn ntb_send_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> {
                 Err(e) => return Err(e.into()),
             }
         }
-        // The clock is read once every 4096 empty polls only: reading it
-        // on every poll would slow the loop that waits for the echo.
-        let (mut spins, mut t0) = (0u32, None::<Instant>);
-        'wait: loop {
-            let m = side.t.poll_completions(&mut side.comps);
-            let mut got = None;
-            for c in &side.comps[..m] {
-                ok(c)?;
-                if c.op == OpKind::Recv {
-                    got = Some(c.cookie);
-                }
-            }
-            if let Some(cookie) = got {
-                side.repost(cookie)?;
-                break 'wait;
-            }
-            if m == 0 {
-                spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(4096) {
-                    let since = *t0.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_secs(10) {
-                        bail!("no echo within 10 s");
-                    }
-                }
-            }
-        }
+        let c = await_completion(side, OpKind::Recv)?;
+        side.repost(c.cookie)?;
     }
     Ok(start.elapsed())
 }
@@ -1216,38 +1237,11 @@ fn ntb_direct_pingpong(side: &mut Side, len: usize, n: u64) -> Result<Duration> 
         offset: 0,
     };
     let imm = Some(u64::from(side.data.0));
-    // The peer's region is advertised when the session connects.
-    let end = Instant::now() + Duration::from_secs(10);
-    while let Err(TransportError::UnknownRemoteKey { .. }) =
-        side.t.post_write_direct(side.qp, &[], to, None, 0)
-    {
-        side.t.progress();
-        if Instant::now() > end {
-            bail!("the serving thread's region was never advertised");
-        }
-    }
+    await_advertised(side)?;
     let start = Instant::now();
     for _ in 0..n {
         side.t.post_write_direct(side.qp, &msg, to, imm, 0)?;
-        let (mut spins, mut t0) = (0u32, None::<Instant>);
-        'wait: loop {
-            let m = side.t.poll_completions(&mut side.comps);
-            for c in &side.comps[..m] {
-                ok(c)?;
-                if c.op == OpKind::WriteImm {
-                    break 'wait;
-                }
-            }
-            if m == 0 {
-                spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(4096) {
-                    let since = *t0.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_secs(10) {
-                        bail!("no echo within 10 s");
-                    }
-                }
-            }
-        }
+        await_completion(side, OpKind::WriteImm)?;
     }
     Ok(start.elapsed())
 }
@@ -1566,20 +1560,7 @@ fn ntb_direct_burst(side: &mut Side, n: u64) -> Result<Duration> {
 /// 64 B one-sided write rate with bursts of 32, counted where they arrive.
 fn ntb_direct_rate(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
     ntb_session(a, b, Serve::Passive, None, |side| {
-        // The serving thread's region is advertised when the session connects.
-        let to = RemoteAddr {
-            key: side.remote,
-            offset: 0,
-        };
-        let end = Instant::now() + Duration::from_secs(10);
-        while let Err(TransportError::UnknownRemoteKey { .. }) =
-            side.t.post_write_direct(side.qp, &[], to, None, 0)
-        {
-            side.t.progress();
-            if Instant::now() > end {
-                bail!("the serving thread's region was never advertised");
-            }
-        }
+        await_advertised(side)?;
         ntb_sample(
             format!(
                 "ntbdk one-sided write {MSG} B, burst {BURST}, cores {a} -> {b} (counted at the target)"
