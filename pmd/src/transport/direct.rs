@@ -118,30 +118,36 @@ impl Transport {
     }
 
     /// Advertises to `peer` the regions it may write one-sided that it was
-    /// not told of yet.
+    /// not told of yet (when it connects).
     pub(crate) fn advertise_to(&mut self, peer: Port) {
         if self.peers[peer as usize].conn.is_none() {
             return;
         }
-        for (key, offset, len) in self.regions.advertise_to(peer) {
-            self.emit(
-                peer,
-                Ring::Tx,
-                &Msg::Advertise {
-                    rkey: key.0,
-                    offset,
-                    len,
-                },
-            );
+        for found in self.regions.advertise_to(peer) {
+            self.send_advertise(peer, found);
         }
     }
 
-    /// Advertises new regions to every connected peer (after a register).
-    pub(crate) fn advertise_all(&mut self) {
+    /// Advertises the new region `key` to every connected peer it is for.
+    pub(crate) fn advertise_new(&mut self, key: RegionKey) {
         for i in 0..self.connected.len() {
             let p = self.connected[i];
-            self.advertise_to(p);
+            if let Some(found) = self.regions.advertise_one(key, p) {
+                self.send_advertise(p, found);
+            }
         }
+    }
+
+    fn send_advertise(&mut self, peer: Port, (key, offset, len): (RegionKey, u64, u32)) {
+        self.emit(
+            peer,
+            Ring::Tx,
+            &Msg::Advertise {
+                rkey: key.0,
+                offset,
+                len,
+            },
+        );
     }
 
     /// Revokes `key` at `peers` (after a deregister); a peer not connected

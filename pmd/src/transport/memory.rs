@@ -15,7 +15,7 @@ impl Transport {
     /// so that a peer cannot guess the keys of regions it was not told of.
     pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
         let key = self.regions.register(len as u64, access, None)?;
-        self.advertise_all();
+        self.advertise_new(key);
         Ok(key)
     }
 
@@ -32,7 +32,7 @@ impl Transport {
         let key = self
             .regions
             .register_for(len as u64, access, None, Some(peers))?;
-        self.advertise_all();
+        self.advertise_new(key);
         Ok(key)
     }
 

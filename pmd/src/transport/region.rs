@@ -267,24 +267,30 @@ impl RegionTable {
         }
     }
 
-    /// The regions to advertise to `peer` now (remote-write, contiguous,
-    /// in its domain, not yet advertised to it), marked advertised:
-    /// `(key, window offset, length)`.
+    /// The regions to advertise to `peer` now (see
+    /// [`advertise_one`](Self::advertise_one)), marked advertised.
     pub fn advertise_to(&mut self, peer: Port) -> Vec<(RegionKey, u64, u32)> {
-        let mut out = Vec::new();
-        for (&k, r) in self.regions.iter_mut() {
-            let one = r.extents.len() == 1;
-            if one
-                && r.access.contains(Access::REMOTE_WRITE)
-                && r.admits(peer)
-                && r.len <= u64::from(u32::MAX)
-                && !r.advertised.contains(&peer)
-            {
-                r.advertised.push(peer);
-                out.push((RegionKey(k), r.extents[0].0, r.len as u32));
-            }
+        let keys: Vec<u32> = self.regions.keys().copied().collect();
+        keys.into_iter()
+            .filter_map(|k| self.advertise_one(RegionKey(k), peer))
+            .collect()
+    }
+
+    /// Whether region `key` is to be advertised to `peer` now (remote-write,
+    /// contiguous, in its domain, not yet advertised to it); if so, marks it
+    /// advertised and returns `(key, window offset, length)`.
+    pub fn advertise_one(&mut self, key: RegionKey, peer: Port) -> Option<(RegionKey, u64, u32)> {
+        let r = self.regions.get_mut(&key.0)?;
+        let eligible = r.extents.len() == 1
+            && r.access.contains(Access::REMOTE_WRITE)
+            && r.admits(peer)
+            && r.len <= u64::from(u32::MAX)
+            && !r.advertised.contains(&peer);
+        if !eligible {
+            return None;
         }
-        out
+        r.advertised.push(peer);
+        Some((key, r.extents[0].0, r.len as u32))
     }
 
     fn release(&mut self, mut s: u64, mut l: u64) {
