@@ -107,6 +107,17 @@ pub enum PoolError {
         why: String,
     },
 
+    /// What a pool over external memory cannot do.
+    #[error(
+        "pool {pool:?} holds objects in memory it does not own (created over it): {what} is not available"
+    )]
+    External {
+        /// The pool's name.
+        pool: String,
+        /// The refused call.
+        what: String,
+    },
+
     /// The zone could not be created.
     #[error(transparent)]
     Zone(#[from] MemError),

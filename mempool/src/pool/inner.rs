@@ -45,12 +45,24 @@ pub(crate) struct Inner {
     pub(crate) retired_hits: AtomicU64,
     pub(crate) retired_misses: AtomicU64,
     pub(crate) get_failures: AtomicU64,
+    /// Where the objects are when the pool does not own them, and what
+    /// keeps that memory mapped.
+    pub(crate) external: Option<External>,
     /// Keeps the mapping alive; dropped last.
     pub(crate) zone: Arc<Zone>,
 }
 
+/// Objects in memory the pool does not own (`Pool::create_over`).
+pub(crate) struct External {
+    /// Object 0.
+    pub(crate) objects: NonNull<u8>,
+    /// Keeps the objects' memory mapped.
+    pub(crate) _keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
 // SAFETY: the raw pointers point into `zone`, which lives as long as Inner
-// and is itself Send + Sync; the state bytes are atomics; objects are handed
+// and is itself Send + Sync (or into external memory that `external._keep`,
+// Send + Sync, keeps mapped); the state bytes are atomics; objects are handed
 // out under the pool's ownership protocol (one owner per object).
 unsafe impl Send for Inner {}
 // SAFETY: as above; every shared mutation goes through atomics, the ring, a

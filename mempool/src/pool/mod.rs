@@ -23,7 +23,7 @@ pub use stats::PoolStats;
 
 use crate::iova::IovaMode;
 use crate::zone::{Zone, ZoneOptions};
-use inner::{FREE, Inner, OBJ, RAW};
+use inner::{External, FREE, Inner, OBJ, RAW};
 use layout::{Layout, POOL_ALIGN};
 
 /// A pool of `count` fixed-size objects carved from a [`Zone`], in the
@@ -157,27 +157,7 @@ impl Pool {
         // SAFETY: `region` checked that `l.total` bytes from `base` are in
         // the zone, and `base` is 4096-aligned; the caller guarantees nobody
         // else uses them.
-        let ring = unsafe {
-            let ring_region = base.as_ptr().add(l.ring_off);
-            Ring::<u32>::init_in(ring_region, l.ring_len, l.ring_cap, RingMode::MPMC)?
-        };
-        // SAFETY: the state bytes are inside the region (layout), ours alone.
-        unsafe {
-            base.as_ptr()
-                .add(l.state_off)
-                .write_bytes(FREE, l.count as usize)
-        };
-        let mut next = 0u32;
-        let mut chunk = [0u32; 1024];
-        while next < l.count {
-            let n = ((l.count - next) as usize).min(chunk.len());
-            for (i, c) in chunk[..n].iter_mut().enumerate() {
-                *c = next + i as u32;
-            }
-            ring.enqueue_bulk(&chunk[..n])
-                .expect("a fresh ring of capacity >= count holds every index");
-            next += n as u32;
-        }
+        let ring = unsafe { init_free_list(base, &l)? };
         // SAFETY: the header area is inside the region, 4096-aligned, ours;
         // it is written last, so an attacher sees a complete pool.
         unsafe { layout::write_header(base, &l, tag, tracked, name) };
@@ -192,6 +172,7 @@ impl Pool {
             name,
             ring,
             opts.cache_size,
+            None,
         ))
     }
 
@@ -228,8 +209,86 @@ impl Pool {
         }
         let (tag, tracked) = (info.tag, info.tracked);
         Ok(Pool::from_parts(
-            zone, offset, base, l, tag, tracked, info.name, ring, cache_size,
+            zone, offset, base, l, tag, tracked, info.name, ring, cache_size, None,
         ))
+    }
+
+    /// Creates a pool whose `opts.count` objects lie in memory the pool does
+    /// not own: `objects`, `len` bytes (for instance a receive area inside an
+    /// NTB window, which peers write). Only the bookkeeping (free ring and
+    /// state bytes) lives in a private zone of 4 KiB pages; `keep` keeps the
+    /// objects' memory mapped for as long as the pool lives.
+    ///
+    /// Such a pool hands out raw handles only ([`get_bulk`](Pool::get_bulk),
+    /// [`get_raw`](Pool::get_raw), [`ptr`](Pool::ptr)): its objects may be
+    /// written by others at any time, so [`get`](Pool::get), whose `Obj`
+    /// derefs to a slice, refuses; so do [`offset_of`](Pool::offset_of) and
+    /// [`iova`](Pool::iova), which speak of the zone. It cannot be attached
+    /// from another process.
+    ///
+    /// # Safety
+    /// `objects .. objects + len` stays valid for reads and writes through
+    /// raw pointers while `keep` lives, and nothing else hands those bytes
+    /// out as objects.
+    ///
+    /// # Errors
+    /// [`PoolError::InvalidOptions`] for an impossible shape, a misaligned
+    /// `objects`, or `len` too small for `count` objects; [`PoolError::Zone`]
+    /// when the bookkeeping zone cannot be created.
+    pub unsafe fn create_over(
+        name: &str,
+        opts: &PoolOptions,
+        objects: NonNull<u8>,
+        len: usize,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Pool, PoolError> {
+        check_cache(opts.cache_size)?;
+        let l = Layout::new(opts)?;
+        let need = l.stride * l.count as usize;
+        if !(objects.as_ptr() as usize).is_multiple_of(l.elt_align) || len < need {
+            return Err(PoolError::InvalidOptions(format!(
+                "external objects at {objects:p}, {len} bytes: need {need} bytes aligned to {}",
+                l.elt_align
+            )));
+        }
+        let zone = Arc::new(Zone::create(name, l.elems_off, &ZoneOptions::no_huge())?);
+        let base = region(&zone, 0, l.elems_off)?;
+        // SAFETY: the zone is brand new, ours alone, and holds the layout's
+        // bookkeeping (`l.elems_off` bytes); `base` is 4096-aligned.
+        let ring = unsafe { init_free_list(base, &l)? };
+        let tracked = opts.track_state || cfg!(debug_assertions);
+        Ok(Pool::from_parts(
+            zone,
+            0,
+            base,
+            l,
+            new_tag(),
+            tracked,
+            layout::HeaderInfo::cut_name(name),
+            ring,
+            opts.cache_size,
+            Some(External {
+                objects,
+                _keep: keep,
+            }),
+        ))
+    }
+
+    /// Whether the objects lie in memory the pool does not own
+    /// ([`create_over`](Pool::create_over)).
+    pub fn is_external(&self) -> bool {
+        self.inner.external.is_some()
+    }
+
+    /// The error for what an external pool cannot do.
+    fn refuse_external(&self, what: &str) -> Result<(), PoolError> {
+        match self.inner.external {
+            Some(_) => Err(PoolError::External {
+                pool: self.inner.name.clone(),
+                what: what.to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -243,11 +302,16 @@ impl Pool {
         name: String,
         ring: Ring<u32>,
         cache_size: usize,
+        external: Option<External>,
     ) -> Pool {
-        // SAFETY: both offsets are inside the region the callers validated.
+        // SAFETY: both offsets are inside the region the callers validated
+        // (an external pool's objects are where its creator said).
         let (elems, state) = unsafe {
             (
-                NonNull::new_unchecked(base.as_ptr().add(l.elems_off)),
+                external.as_ref().map_or_else(
+                    || NonNull::new_unchecked(base.as_ptr().add(l.elems_off)),
+                    |e| e.objects,
+                ),
                 NonNull::new_unchecked(base.as_ptr().add(l.state_off).cast()),
             )
         };
@@ -270,6 +334,7 @@ impl Pool {
                 retired_hits: AtomicU64::new(0),
                 retired_misses: AtomicU64::new(0),
                 get_failures: AtomicU64::new(0),
+                external,
                 zone,
             }),
         }
@@ -282,6 +347,7 @@ impl Pool {
     /// # Errors
     /// [`PoolError::Exhausted`] when no object is free.
     pub fn get(&self) -> Result<Obj<'_>, PoolError> {
+        self.refuse_external("get (an Obj derefs to a slice; use get_bulk and ptr)")?;
         let mut h = [ObjIdx::default()];
         self.inner.get_handles(&mut h)?;
         self.inner.mark_taken(&h, OBJ);
@@ -435,6 +501,7 @@ impl Pool {
     /// # Errors
     /// [`PoolError::ForeignHandle`].
     pub fn offset_of(&self, handle: ObjIdx) -> Result<usize, PoolError> {
+        self.refuse_external("offset_of (its objects are not in its zone)")?;
         if !self.inner.owns(handle) {
             return Err(self.inner.foreign(handle));
         }
@@ -447,6 +514,7 @@ impl Pool {
     /// # Errors
     /// [`PoolError::BadOffset`] when no object starts there.
     pub fn handle_at(&self, offset: usize) -> Result<ObjIdx, PoolError> {
+        self.refuse_external("handle_at (its objects are not in its zone)")?;
         let inner = &*self.inner;
         let bad = || PoolError::BadOffset {
             offset,
@@ -464,6 +532,7 @@ impl Pool {
     /// # Errors
     /// [`PoolError::ForeignHandle`]; [`PoolError::Zone`] from the look-up.
     pub fn iova(&self, handle: ObjIdx, mode: IovaMode) -> Result<u64, PoolError> {
+        self.refuse_external("iova (its objects are not in its zone)")?;
         Ok(self.inner.zone.iova(self.offset_of(handle)?, mode)?)
     }
 
@@ -614,6 +683,37 @@ fn region(zone: &Zone, offset: usize, need: usize) -> Result<NonNull<u8>, PoolEr
     }
     // SAFETY: offset < zone.len(), so the pointer is inside the mapping.
     Ok(unsafe { NonNull::new_unchecked(zone.as_ptr().add(offset)) })
+}
+
+/// Builds the free ring (every index free) and the state bytes of a pool laid
+/// out as `l` at `base`.
+///
+/// # Safety
+/// The bytes `base .. base + l.elems_off` are valid, 4096-aligned at `base`,
+/// and used by nobody else.
+unsafe fn init_free_list(base: NonNull<u8>, l: &Layout) -> Result<Ring<u32>, PoolError> {
+    let ring = unsafe {
+        let ring_region = base.as_ptr().add(l.ring_off);
+        Ring::<u32>::init_in(ring_region, l.ring_len, l.ring_cap, RingMode::MPMC)?
+    };
+    // SAFETY: the state bytes are inside the region (layout), ours alone.
+    unsafe {
+        base.as_ptr()
+            .add(l.state_off)
+            .write_bytes(FREE, l.count as usize)
+    };
+    let mut next = 0u32;
+    let mut chunk = [0u32; 1024];
+    while next < l.count {
+        let n = ((l.count - next) as usize).min(chunk.len());
+        for (i, c) in chunk[..n].iter_mut().enumerate() {
+            *c = next + i as u32;
+        }
+        ring.enqueue_bulk(&chunk[..n])
+            .expect("a fresh ring of capacity >= count holds every index");
+        next += n as u32;
+    }
+    Ok(ring)
 }
 
 /// A random non-zero tag for a new pool.
