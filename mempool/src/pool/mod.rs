@@ -692,6 +692,9 @@ fn region(zone: &Zone, offset: usize, need: usize) -> Result<NonNull<u8>, PoolEr
 /// The bytes `base .. base + l.elems_off` are valid, 4096-aligned at `base`,
 /// and used by nobody else.
 unsafe fn init_free_list(base: NonNull<u8>, l: &Layout) -> Result<Ring<u32>, PoolError> {
+    // SAFETY: the ring's bytes are inside the caller's region (layout), ours
+    // alone, and aligned (the region is 4096-aligned, `ring_off` a multiple
+    // of 128).
     let ring = unsafe {
         let ring_region = base.as_ptr().add(l.ring_off);
         Ring::<u32>::init_in(ring_region, l.ring_len, l.ring_cap, RingMode::MPMC)?
