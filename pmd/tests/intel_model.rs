@@ -75,6 +75,7 @@ fn geo() -> Geometry {
         queue_depth: 32,
         eager_count: 16,
         eager_size: 1024,
+        data: ntbdk_pmd::transport::DataQueues::NONE,
     }
 }
 

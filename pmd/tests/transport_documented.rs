@@ -25,6 +25,7 @@ fn geo(n: u16) -> Geometry {
         queue_depth: 32,
         eager_count: 16,
         eager_size: 1024,
+        data: ntbdk_pmd::transport::DataQueues::NONE,
     }
 }
 
@@ -157,6 +158,7 @@ fn a_protocol_version_mismatch_fails_the_handshake_then_a_matching_peer_connects
         eager_size: g.eager_size,
         incarnation: 0x1234_5678_9abc,
         seen: 0,
+        data: ntbdk_pmd::transport::DataQueues::NONE,
     };
     write_hello(&inj, 1, &hello, 1);
     let end = Instant::now() + Duration::from_secs(5);

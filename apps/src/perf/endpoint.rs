@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::emu::FabricConfig;
 use ntbdk_pmd::transport::{
-    Access, Config, Geometry, Qp, RegionKey, Sge, Transport, TransportError,
+    Access, Config, DataQueues, Geometry, Qp, RegionKey, Sge, Transport, TransportError,
 };
 
 use crate::cli::units::MAX_SIZE;
@@ -36,6 +36,7 @@ pub fn geometry(ports: usize) -> Geometry {
         queue_depth: QUEUE_DEPTH,
         eager_count: EAGER_COUNT,
         eager_size: EAGER_SIZE,
+        data: DataQueues::NONE,
     }
 }
 

@@ -82,8 +82,8 @@ use clap::Parser;
 use ntbdk_bench::{Row, check_floor, core_pair, describe_machine, pin, print_floor_header};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge,
-    Transport, TransportError, WriteWr, wire,
+    Access, Completion, Config, DataQueues, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr,
+    Sge, Transport, TransportError, WriteWr, wire,
 };
 
 /// Message sizes of the bandwidth rows.
@@ -844,6 +844,7 @@ fn ntb_config() -> (FabricConfig, Config) {
         queue_depth: Q_DEPTH,
         eager_count: EAGER_COUNT,
         eager_size: EAGER_SIZE,
+        data: DataQueues::NONE,
     };
     let layout = geometry.layout().expect("constant geometry");
     let window = layout

@@ -205,6 +205,15 @@ pub enum GeometryError {
     /// An eager buffer size that is not a multiple of 64 in 64..=1 MiB.
     #[error("eager_size must be a multiple of 64 in 64..=1048576, got {0}")]
     EagerSize(u32),
+    /// More than 16 data queues per peer.
+    #[error("data queues per peer must be at most 16, got {0}")]
+    DataQueues(u16),
+    /// A data queue descriptor count that is not a power of two in 16..=4096.
+    #[error("data queue nb_desc must be a power of two in 16..=4096, got {0}")]
+    DataDesc(u32),
+    /// A data queue buffer size that is not a multiple of 64 in 64..=64 KiB.
+    #[error("data queue buf_size must be a multiple of 64 in 64..=65536, got {0}")]
+    DataBufSize(u32),
 }
 
 /// Shorthand for transport results.

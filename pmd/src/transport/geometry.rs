@@ -4,6 +4,7 @@
 //! handshake), so a host knows where its section lies in a peer's window
 //! without ever reading it.
 
+pub use super::dataqueues::DataQueues;
 use super::error::{GeometryError, Result};
 use super::wire::{Ring, SLOT};
 
@@ -18,7 +19,8 @@ pub const REGION_ALIGN: usize = 4096;
 /// # Example
 /// ```
 /// use ntbdk_pmd::transport::Geometry;
-/// let g = Geometry { ports: 4, queue_depth: 64, eager_count: 16, eager_size: 2048 };
+/// use ntbdk_pmd::transport::DataQueues;
+/// let g = Geometry { ports: 4, queue_depth: 64, eager_count: 16, eager_size: 2048, data: DataQueues::NONE };
 /// let layout = g.layout().unwrap();
 /// assert_eq!(layout.section_offset(1), layout.section_offset(0) + layout.section_size());
 /// assert!(layout.region_area_start() % 4096 == 0);
@@ -33,6 +35,40 @@ pub struct Geometry {
     pub eager_count: u32,
     /// Bytes per eager buffer (a multiple of 64, 64..=1 MiB).
     pub eager_size: u32,
+    /// Data queues per peer for bursts of mbufs (none by default).
+    pub data: DataQueues,
+}
+
+/// Checks a data queue shape and returns the bytes of one queue's block.
+fn data_block_size(d: &DataQueues) -> std::result::Result<usize, GeometryError> {
+    if d.count == 0 {
+        return Ok(0);
+    }
+    if d.count > DataQueues::MAX_COUNT {
+        return Err(GeometryError::DataQueues(d.count));
+    }
+    if !d.nb_desc.is_power_of_two() || !(16..=4096).contains(&d.nb_desc) {
+        return Err(GeometryError::DataDesc(d.nb_desc));
+    }
+    if !d.buf_size.is_multiple_of(64) || !(64..=1 << 16).contains(&d.buf_size) {
+        return Err(GeometryError::DataBufSize(d.buf_size));
+    }
+    let n = d.nb_desc as usize;
+    Ok(SLOT + (n * 8).next_multiple_of(SLOT) + n * SLOT + n * d.buf_size as usize)
+}
+/// Which part of a data queue's block in a section (all written by the
+/// section's port, read by the window's owner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataPart {
+    /// The writer's consumer progress on the descriptors we write into its
+    /// window (one word in a line of its own).
+    Credit,
+    /// FreeQ: the writer's receive buffers lent to us (one u64 entry each).
+    FreeQ,
+    /// Descriptors of the writer's messages to us (64-byte tagged slots).
+    Desc,
+    /// Our receive buffers that the writer sends into.
+    Bufs,
 }
 
 impl Geometry {
@@ -44,6 +80,7 @@ impl Geometry {
             queue_depth: 64,
             eager_count: 32,
             eager_size: 4096,
+            data: DataQueues::NONE,
         }
     }
 
@@ -55,6 +92,7 @@ impl Geometry {
             queue_depth: 16,
             eager_count: 8,
             eager_size: 256,
+            data: DataQueues::NONE,
         }
     }
 
@@ -80,7 +118,9 @@ impl Geometry {
         let postq = cq + depth * SLOT;
         let freeq = postq + depth * SLOT;
         let eager = freeq + (self.eager_count as usize * 8).next_multiple_of(SLOT);
-        let section_size = eager + self.eager_count as usize * self.eager_size as usize;
+        let data = eager + self.eager_count as usize * self.eager_size as usize;
+        let block_size = data_block_size(&self.data)?;
+        let section_size = data + self.data.count as usize * block_size;
         let sections_start = HEADER_SIZE + self.ports as usize * SLOT;
         let region_area_start =
             (sections_start + self.ports as usize * section_size).next_multiple_of(REGION_ALIGN);
@@ -90,6 +130,8 @@ impl Geometry {
             sections_start,
             region_area_start,
             off: [0, credits, rx, tx, cq, postq, freeq, eager],
+            data,
+            block_size,
         })
     }
 }
@@ -139,6 +181,10 @@ pub struct Layout {
     sections_start: usize,
     region_area_start: usize,
     off: [usize; 8],
+    /// Offset of the data queues' blocks in a section.
+    data: usize,
+    /// Bytes of one data queue's block.
+    block_size: usize,
 }
 
 impl Layout {
@@ -184,6 +230,27 @@ impl Layout {
         self.part(port, Part::Eager) + index as usize * self.geometry.eager_size as usize
     }
 
+    /// Offset of `part` of data queue `queue`'s block in `port`'s section.
+    #[inline]
+    pub fn data_part(&self, port: u16, queue: u16, part: DataPart) -> usize {
+        let n = self.geometry.data.nb_desc as usize;
+        let block = self.section_offset(port) + self.data + queue as usize * self.block_size;
+        block
+            + match part {
+                DataPart::Credit => 0,
+                DataPart::FreeQ => SLOT,
+                DataPart::Desc => SLOT + (n * 8).next_multiple_of(SLOT),
+                DataPart::Bufs => SLOT + (n * 8).next_multiple_of(SLOT) + n * SLOT,
+            }
+    }
+
+    /// Offset of the data queues' area in a section (its end when there
+    /// are none): what comes before it is the queue pair's.
+    #[inline]
+    pub fn data_area(&self) -> usize {
+        self.data
+    }
+
     /// First byte of the region area (page aligned).
     #[inline]
     pub fn region_area_start(&self) -> usize {
@@ -215,6 +282,32 @@ mod tests {
     }
 
     #[test]
+    fn data_queue_blocks_tile_the_end_of_each_section() {
+        let g = Geometry {
+            data: DataQueues {
+                count: 3,
+                nb_desc: 16,
+                buf_size: 128,
+            },
+            ..Geometry::small(4)
+        };
+        let l = g.layout().unwrap();
+        let plain = Geometry::small(4).layout().unwrap();
+        assert_eq!(l.data_area(), plain.section_size());
+        for p in 0..4u16 {
+            let mut at = l.section_offset(p) + l.data_area();
+            for q in 0..3u16 {
+                assert_eq!(l.data_part(p, q, DataPart::Credit), at);
+                assert_eq!(l.data_part(p, q, DataPart::FreeQ), at + SLOT);
+                assert_eq!(l.data_part(p, q, DataPart::Desc), at + 3 * SLOT);
+                assert_eq!(l.data_part(p, q, DataPart::Bufs), at + 3 * SLOT + 16 * SLOT);
+                at += 3 * SLOT + 16 * SLOT + 16 * 128;
+            }
+            assert_eq!(at, l.section_offset(p) + l.section_size());
+        }
+    }
+
+    #[test]
     fn bad_geometry_is_refused() {
         for g in [
             Geometry {
@@ -230,6 +323,24 @@ mod tests {
                 ..Geometry::new(2)
             },
             Geometry::new(1),
+            Geometry {
+                data: DataQueues {
+                    nb_desc: 100,
+                    ..DataQueues::new(1)
+                },
+                ..Geometry::new(2)
+            },
+            Geometry {
+                data: DataQueues {
+                    buf_size: 100,
+                    ..DataQueues::new(1)
+                },
+                ..Geometry::new(2)
+            },
+            Geometry {
+                data: DataQueues::new(17),
+                ..Geometry::new(2)
+            },
         ] {
             assert!(g.layout().is_err(), "{g:?}");
         }

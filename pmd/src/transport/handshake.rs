@@ -31,8 +31,8 @@ use super::wire::{BODY, Hello, TAG_OFFSET};
 
 /// Protocol version spoken in hellos (2: inline sends may span up to four
 /// consecutive PostQ slots; 3: one-sided writes — advertise, revoke,
-/// write-with-immediate).
-pub const VERSION: u16 = 3;
+/// write-with-immediate; 4: data queues, whose shape the hello carries).
+pub const VERSION: u16 = 4;
 
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -58,6 +58,9 @@ impl Transport {
         h[16..20].copy_from_slice(&g.eager_count.to_le_bytes());
         h[20..24].copy_from_slice(&g.eager_size.to_le_bytes());
         h[24..32].copy_from_slice(&(self.layout.region_area_start() as u64).to_le_bytes());
+        h[32..34].copy_from_slice(&g.data.count.to_le_bytes());
+        h[36..40].copy_from_slice(&g.data.nb_desc.to_le_bytes());
+        h[40..44].copy_from_slice(&g.data.buf_size.to_le_bytes());
         self.local.write(0, &h)?;
         Ok(())
     }
@@ -84,6 +87,7 @@ impl Transport {
             queue_depth: g.queue_depth,
             eager_count: g.eager_count,
             eager_size: g.eager_size,
+            data: g.data,
             incarnation: self.peers[peer as usize].my_inc,
             seen: self.peers[peer as usize].peer_inc,
         }
@@ -204,19 +208,25 @@ impl Transport {
                 "peer speaks protocol version {}, we speak {VERSION}",
                 h.version
             ))
-        } else if (h.ports, h.queue_depth, h.eager_count, h.eager_size)
-            != (g.ports, g.queue_depth, g.eager_count, g.eager_size)
+        } else if (h.ports, h.queue_depth, h.eager_count, h.eager_size, h.data)
+            != (g.ports, g.queue_depth, g.eager_count, g.eager_size, g.data)
         {
             Some(format!(
-                "peer geometry (ports {}, queue depth {}, {} eager buffers of {} B) differs from ours (ports {}, queue depth {}, {} eager buffers of {} B)",
+                "peer geometry (ports {}, queue depth {}, {} eager buffers of {} B, {} data queues of {} x {} B) differs from ours (ports {}, queue depth {}, {} eager buffers of {} B, {} data queues of {} x {} B)",
                 h.ports,
                 h.queue_depth,
                 h.eager_count,
                 h.eager_size,
+                h.data.count,
+                h.data.nb_desc,
+                h.data.buf_size,
                 g.ports,
                 g.queue_depth,
                 g.eager_count,
-                g.eager_size
+                g.eager_size,
+                g.data.count,
+                g.data.nb_desc,
+                g.data.buf_size
             ))
         } else {
             None

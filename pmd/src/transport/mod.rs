@@ -105,6 +105,7 @@
 mod config;
 mod conn;
 mod counters;
+mod dataqueues;
 mod direct;
 mod dma;
 mod endpoint;
@@ -140,7 +141,7 @@ pub use endpoint::Transport;
 pub use error::{GeometryError, Result, TransportError};
 #[cfg(feature = "internals")]
 pub use geometry::Part;
-pub use geometry::{Geometry, Layout};
+pub use geometry::{DataPart, DataQueues, Geometry, Layout};
 pub use handshake::{VERSION, epoch};
 pub use key::{Access, RegionKey};
 pub use memory::RegionView;

@@ -20,6 +20,8 @@
 //! | 24..28 | `c`: length | entries 1..5 (8 bytes each: offset << 24 \| length) | payload 16..48 |
 //! | 28..56 | zero | | |
 
+use super::dataqueues::DataQueues;
+
 /// Bytes per queue slot (one cache line).
 pub const SLOT: usize = 64;
 /// Bytes of a slot's body (the tag takes the last 8).
@@ -1055,6 +1057,8 @@ pub struct Hello {
     pub eager_count: u32,
     /// Geometry: eager buffer size.
     pub eager_size: u32,
+    /// Geometry: data queues.
+    pub data: DataQueues,
     /// The sender's incarnation (changes every time a transport starts).
     pub incarnation: u64,
     /// The receiver's incarnation as the sender last saw it (0: none).
@@ -1076,6 +1080,9 @@ impl Hello {
         put_u32(&mut b, 16, self.eager_size);
         put_u64(&mut b, 24, self.incarnation);
         put_u64(&mut b, 32, self.seen);
+        b[40..42].copy_from_slice(&self.data.count.to_le_bytes());
+        put_u32(&mut b, 44, self.data.nb_desc);
+        put_u32(&mut b, 48, self.data.buf_size);
         b
     }
 
@@ -1085,7 +1092,7 @@ impl Hello {
         if u32_at(b, 0) != HELLO_MAGIC || !all_zero(&b[20..24]) {
             return None;
         }
-        if !all_zero(&b[40..56]) {
+        if !all_zero(&b[42..44]) || !all_zero(&b[52..56]) {
             return None;
         }
         let h = Self {
@@ -1094,6 +1101,11 @@ impl Hello {
             queue_depth: u32_at(b, 8),
             eager_count: u32_at(b, 12),
             eager_size: u32_at(b, 16),
+            data: DataQueues {
+                count: u16::from_le_bytes([b[40], b[41]]),
+                nb_desc: u32_at(b, 44),
+                buf_size: u32_at(b, 48),
+            },
             incarnation: u64_at(b, 24),
             seen: u64_at(b, 32),
         };
