@@ -241,16 +241,29 @@ impl PeerWindow {
     /// Copies `src` to `offset` in the peer's window (posted writes).
     #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        check(offset, src.len(), self.len)?;
-        self.admitted(offset, src.len())?;
+        // SAFETY: `src` is ordinary memory of `src.len()` bytes, readable.
+        unsafe { self.write_from_ptr(offset, src.as_ptr(), src.len()) }
+    }
+
+    /// Copies `len` bytes at `src` to `offset` in the peer's window (posted
+    /// writes), pointer to pointer: for sources no slice may be made over,
+    /// such as a buffer of our own window that a peer filled (a received
+    /// mbuf being forwarded).
+    ///
+    /// # Safety
+    /// `src .. src + len` is valid for reads for the whole call (it may be
+    /// written concurrently: the copy then carries whatever bytes it read).
+    #[inline]
+    pub unsafe fn write_from_ptr(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        check(offset, len, self.len)?;
+        self.admitted(offset, len)?;
         // SAFETY: bounds checked above; the mapping is valid while `_keep`
-        // lives; `src` is ordinary memory that cannot overlap a mapping we only
-        // hold raw pointers to unless the caller built one from it, in which
-        // case `copy` (memmove) still holds.
-        // SAFETY: holds for the reasons given just above.
-        unsafe { std::ptr::copy(src.as_ptr(), self.base.add(offset), src.len()) };
-        self.mine.posted(src.len());
-        self.note_data(offset, src.len());
+        // lives; `src` is readable for `len` bytes (the caller's contract);
+        // `copy` (memmove) holds even if the two overlap (a loopback fabric
+        // maps one memory as both windows).
+        unsafe { std::ptr::copy(src, self.base.add(offset), len) };
+        self.mine.posted(len);
+        self.note_data(offset, len);
         Ok(())
     }
 

@@ -137,6 +137,9 @@ pub(crate) struct Movers<'a>(
 impl Drop for Transport {
     fn drop(&mut self) {
         self.say_goodbye();
+        for p in &self.peers {
+            p.watch.down();
+        }
     }
 }
 

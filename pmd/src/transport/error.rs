@@ -142,6 +142,30 @@ pub enum TransportError {
         /// Ports of the fabric.
         fabric: usize,
     },
+    /// No such data queue in the geometry.
+    #[error(
+        "data queue {queue} towards port {peer} does not exist: the geometry has {count} data queues per peer (set Geometry::data)"
+    )]
+    NoDataQueue {
+        /// The peer asked for.
+        peer: u16,
+        /// The queue asked for.
+        queue: u16,
+        /// Data queues per peer.
+        count: u16,
+    },
+    /// The data queue was taken already (each is taken once, then moved
+    /// between threads as needed).
+    #[error("data queue {queue} towards port {peer} was taken already: move that handle instead")]
+    DataQueueTaken {
+        /// The peer.
+        peer: u16,
+        /// The queue.
+        queue: u16,
+    },
+    /// The receive pool over a data queue's buffers could not be built.
+    #[error("data queue receive pool: {0}")]
+    DataQueuePool(String),
     /// The device's window cannot hold the geometry's sections.
     #[error(
         "window of {len} bytes is too small for this geometry (needs at least {needed}): use a smaller Geometry or a larger window"

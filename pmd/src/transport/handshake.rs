@@ -23,7 +23,7 @@ use super::conn::Conn;
 use super::counters::DropKind;
 use super::endpoint::{Transport, random_u64};
 use super::error::Result;
-use super::geometry::{HEADER_SIZE, Part};
+use super::geometry::{DataPart, HEADER_SIZE, Part};
 use super::ops::{InOp, OutKind};
 use super::types::Status;
 use super::types::{Completion, OpKind, PeerState};
@@ -65,10 +65,22 @@ impl Transport {
         Ok(())
     }
 
-    /// Clears our section for `peer` (its mailbox lies elsewhere and stays).
+    /// Clears our section for `peer` (its mailbox lies elsewhere and stays),
+    /// except the data queues' receive buffers: the application may still
+    /// hold some of them as received mbufs.
     pub(crate) fn reset_section(&self, peer: Port) -> Result<()> {
-        let start = self.layout.section_offset(peer);
-        let end = self.layout.section_offset(peer) + self.layout.section_size();
+        let l = &self.layout;
+        let start = l.section_offset(peer);
+        self.zero(start, start + l.data_area())?;
+        for q in 0..l.geometry().data.count {
+            let block = l.data_part(peer, q, DataPart::Credit);
+            self.zero(block, l.data_part(peer, q, DataPart::Bufs))?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes bytes `start..end` of our window.
+    fn zero(&self, start: usize, end: usize) -> Result<()> {
         const ZERO: [u8; 4096] = [0u8; 4096];
         let mut at = start;
         while at < end {
@@ -285,6 +297,7 @@ impl Transport {
         }
         p.conn = Some(c);
         p.state = PeerState::Connected;
+        p.watch.up(e);
         p.counters.connects += 1;
         if !self.connected.contains(&peer) {
             self.connected.push(peer);
@@ -317,6 +330,7 @@ impl Transport {
     pub(crate) fn teardown(&mut self, peer: Port, status: Status) {
         let p = &mut self.peers[peer as usize];
         let conn = p.conn.take();
+        p.watch.down();
         self.connected.retain(|&q| q != peer);
         let Some(conn) = conn else { return };
         p.counters.disconnects += 1;

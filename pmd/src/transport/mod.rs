@@ -105,6 +105,7 @@
 mod config;
 mod conn;
 mod counters;
+mod dataq;
 mod dataqueues;
 mod direct;
 mod dma;
@@ -129,6 +130,7 @@ mod region;
 mod sgl;
 mod target;
 mod types;
+mod watch;
 #[cfg(feature = "internals")]
 pub mod wire;
 #[cfg(not(feature = "internals"))]
@@ -136,6 +138,7 @@ mod wire;
 
 pub use config::Config;
 pub use counters::{DROP_KINDS, DropKind, QpCounters};
+pub use dataq::{DataQueue, DataQueueStats};
 pub use dma::{CpuEngine, DmaEngine, MIN_NT_THRESHOLD, default_nt_threshold};
 pub use endpoint::Transport;
 pub use error::{GeometryError, Result, TransportError};

@@ -2,12 +2,14 @@
 //! receives and, while connected, the connection.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::conn::Conn;
 use super::counters::QpCounters;
 use super::ops::RecvWr;
 use super::types::PeerState;
+use super::watch::ConnWatch;
 
 /// One peer port as seen by us.
 pub(crate) struct Peer {
@@ -36,6 +38,8 @@ pub(crate) struct Peer {
     pub recvs: VecDeque<RecvWr>,
     /// Whether the application created the queue pair.
     pub qp: bool,
+    /// The connection as the peer's data queues see it.
+    pub watch: Arc<ConnWatch>,
 }
 
 impl Peer {
@@ -53,6 +57,7 @@ impl Peer {
             counters: QpCounters::default(),
             recvs: VecDeque::new(),
             qp: false,
+            watch: Arc::new(ConnWatch::new()),
         }
     }
 }

@@ -64,6 +64,18 @@ impl Producer {
     }
 
     /// Messages produced so far.
+    /// Offset of the ring in the peer's window.
+    #[inline]
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Offset of the credit word in our window.
+    #[inline]
+    pub fn credit_offset(&self) -> usize {
+        self.credit_offset
+    }
+
     #[inline]
     pub fn produced(&self) -> u64 {
         self.seq
@@ -181,6 +193,12 @@ impl Consumer {
     }
 
     /// Copies out the next message if it has arrived (without consuming it).
+    /// Offset of the ring in our window.
+    #[inline]
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
     #[inline]
     pub fn peek(&self, local: &LocalWindow) -> Option<Body> {
         self.peek_ahead(local, 0)

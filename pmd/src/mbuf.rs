@@ -1,0 +1,436 @@
+//! Message buffers, as DPDK's `rte_mbuf`: a handle to one object of an
+//! `ntbdk-mempool` pool, with a data offset and length, where it came from
+//! (peer and queue) and a word of user metadata.
+//!
+//! Two kinds of pool lie under mbufs:
+//! - an [`MbufPool`] the application creates (private memory, hugepages
+//!   where available): it fills mbufs and sends them with
+//!   [`DataQueue::tx_burst`](crate::transport::DataQueue::tx_burst);
+//! - the receive pools a data queue builds over its buffers in our inbound
+//!   window ([`Pool::create_over`]): `rx_burst` hands those buffers out in
+//!   place, with no copy, and freeing one lends it back to the peer that
+//!   sent into it.
+//!
+//! A received mbuf's bytes lie in memory the peer can write at any time, so
+//! nobody gets a slice over them: [`read`](Mbuf::read), [`copy_to`]
+//! (Mbuf::copy_to) and [`load_u8`](Mbuf::load_u8) copy or load through raw
+//! pointers (rust-vmm/vm-memory's rule). Mbufs of a private pool also give
+//! [`data_mut`](Mbuf::data_mut).
+//!
+//! An mbuf returns its object to its pool when dropped, from any thread;
+//! [`free_bulk`](Mbuf::free_bulk) returns many at once.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use ntbdk_mempool::{ObjIdx, Pool, PoolError, PoolOptions, ZoneOptions};
+
+/// A pool of mbufs of one data room, created by the application (DPDK's
+/// `rte_pktmbuf_pool_create`).
+#[derive(Clone, Debug)]
+pub struct MbufPool {
+    pool: Pool,
+}
+
+impl MbufPool {
+    /// Creates a pool of `count` mbufs of `data_room` bytes each, with a
+    /// per-thread cache of `cache` mbufs, backed as `zone` says (2 MiB
+    /// hugepages, or a fallback to 4 KiB pages).
+    ///
+    /// # Errors
+    /// [`PoolError`] for an impossible shape or memory that cannot be had.
+    pub fn create(
+        name: &str,
+        count: u32,
+        data_room: usize,
+        cache: usize,
+        zone: &ZoneOptions,
+    ) -> Result<MbufPool, PoolError> {
+        let opts = PoolOptions {
+            cache_size: cache,
+            ..PoolOptions::new(data_room, count)
+        };
+        Ok(MbufPool {
+            pool: Pool::create(name, &opts, zone)?,
+        })
+    }
+
+    /// Takes one mbuf (empty, data offset 0).
+    ///
+    /// # Errors
+    /// [`PoolError::Exhausted`] when none is free.
+    pub fn alloc(&self) -> Result<Mbuf, PoolError> {
+        let h = self.pool.get_raw()?;
+        // SAFETY: `h` was just taken from this private pool and is ours.
+        Ok(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) })
+    }
+
+    /// Takes `n` mbufs into `out`, all or nothing (DPDK's
+    /// `rte_pktmbuf_alloc_bulk`).
+    ///
+    /// # Errors
+    /// [`PoolError::Exhausted`] when fewer than `n` are free; `out` is then
+    /// unchanged.
+    pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Mbuf>) -> Result<(), PoolError> {
+        const CHUNK: usize = 64;
+        let mut hs = [ObjIdx::default(); CHUNK];
+        let start = out.len();
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(CHUNK);
+            if let Err(e) = self.pool.get_bulk(&mut hs[..k]) {
+                out.truncate(start); // the mbufs taken so far go back on drop
+                return Err(e);
+            }
+            for &h in &hs[..k] {
+                // SAFETY: `h` was just taken from this private pool.
+                out.push(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) });
+            }
+            left -= k;
+        }
+        Ok(())
+    }
+
+    /// Bytes of data room per mbuf.
+    pub fn data_room(&self) -> usize {
+        self.pool.elt_size()
+    }
+
+    /// Mbufs in the pool.
+    pub fn size(&self) -> usize {
+        self.pool.size()
+    }
+
+    /// Mbufs free (in the pool's ring and this process's caches).
+    pub fn available(&self) -> usize {
+        self.pool.available()
+    }
+
+    /// The pool under the mbufs.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+/// One message buffer: an object of a pool, owned by this handle until it
+/// is dropped, freed or sent.
+pub struct Mbuf {
+    pool: Pool,
+    obj: ObjIdx,
+    /// The object's first byte (valid while `pool` lives).
+    base: NonNull<u8>,
+    room: u32,
+    data_off: u32,
+    len: u32,
+    /// Whether the bytes lie in memory a peer writes (a receive pool).
+    shared: bool,
+    port: u16,
+    queue: u16,
+    user: u64,
+}
+
+// SAFETY: an Mbuf owns its object exclusively (taken from the pool, not
+// returned until drop), `Pool` is Send + Sync, and `base` points into
+// memory the pool keeps mapped; nothing in it is tied to a thread.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// An mbuf over object `obj` of `pool` holding `len` bytes at offset 0.
+    ///
+    /// # Safety
+    /// `obj` is a handle of `pool` taken as a raw handle by the caller and
+    /// not returned: the mbuf becomes its only owner.
+    pub(crate) unsafe fn from_pool(
+        pool: &Pool,
+        obj: ObjIdx,
+        len: u32,
+        port: u16,
+        queue: u16,
+    ) -> Mbuf {
+        let base = pool
+            .ptr(obj)
+            .expect("a handle just taken from this pool is its own");
+        Mbuf {
+            pool: pool.clone(),
+            obj,
+            base,
+            room: pool.elt_size() as u32,
+            data_off: 0,
+            len: len.min(pool.elt_size() as u32),
+            shared: pool.is_external(),
+            port,
+            queue,
+            user: 0,
+        }
+    }
+
+    /// Bytes of data.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether it holds no data.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of the buffer (data offset plus the most data).
+    #[inline]
+    pub fn data_room(&self) -> usize {
+        self.room as usize
+    }
+
+    /// Where the data starts in the buffer (headroom).
+    #[inline]
+    pub fn data_off(&self) -> usize {
+        self.data_off as usize
+    }
+
+    /// Bytes that can still be appended.
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        (self.room - self.data_off - self.len) as usize
+    }
+
+    /// The peer it came from (received mbufs; 0 otherwise).
+    #[inline]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data queue it came from (received mbufs; 0 otherwise).
+    #[inline]
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// The user word: carried to the receiver with the data.
+    #[inline]
+    pub fn user(&self) -> u64 {
+        self.user
+    }
+
+    /// Sets the user word.
+    #[inline]
+    pub fn set_user(&mut self, user: u64) {
+        self.user = user;
+    }
+
+    /// Whether its bytes lie in memory a peer can write (a received mbuf):
+    /// then only copies and loads reach them.
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Empties it and moves the data start to `headroom`.
+    ///
+    /// # Panics
+    /// If `headroom` exceeds the data room.
+    pub fn reset(&mut self, headroom: usize) {
+        assert!(headroom <= self.data_room(), "headroom past the data room");
+        self.data_off = headroom as u32;
+        self.len = 0;
+    }
+
+    /// Sets the data length (the bytes are whatever the buffer holds).
+    ///
+    /// # Errors
+    /// [`MbufError::NoRoom`] past the data room.
+    pub fn set_len(&mut self, len: usize) -> Result<(), MbufError> {
+        if len > (self.room - self.data_off) as usize {
+            return Err(self.no_room(len));
+        }
+        self.len = len as u32;
+        Ok(())
+    }
+
+    /// Appends `bytes` after the data (DPDK's `rte_pktmbuf_append` and a
+    /// copy).
+    ///
+    /// # Errors
+    /// [`MbufError::NoRoom`] when they do not fit; the mbuf is unchanged.
+    pub fn append(&mut self, bytes: &[u8]) -> Result<(), MbufError> {
+        if bytes.len() > self.tailroom() {
+            return Err(self.no_room(self.len() + bytes.len()));
+        }
+        let at = self.data_off as usize + self.len as usize;
+        // SAFETY: `at + bytes.len() <= room` (checked), inside the object,
+        // which this mbuf owns; raw copy, so no reference is made over
+        // memory a peer may write (a received buffer).
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.as_ptr().add(at), bytes.len())
+        };
+        self.len += bytes.len() as u32;
+        Ok(())
+    }
+
+    /// Copies data bytes `off .. off + out.len()` into `out`.
+    ///
+    /// # Errors
+    /// [`MbufError::OutOfRange`] past the data.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> Result<(), MbufError> {
+        let start = self.data_at(off, out.len())?;
+        // SAFETY: `data_at` checked the range lies in the data, inside the
+        // object this mbuf owns; raw copy (the bytes may be a peer's).
+        unsafe { std::ptr::copy_nonoverlapping(start, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Copies all the data into a new vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len()];
+        self.read(0, &mut v).expect("the whole data is in range");
+        v
+    }
+
+    /// Loads data byte `off` (`None` past the data): a volatile load, for
+    /// polling a byte a peer writes.
+    #[inline]
+    pub fn load_u8(&self, off: usize) -> Option<u8> {
+        let p = self.data_at(off, 1).ok()?;
+        // SAFETY: in the data (checked), inside the object this mbuf owns;
+        // a volatile read of one byte makes no reference.
+        Some(unsafe { p.read_volatile() })
+    }
+
+    /// The data as a slice, for mbufs of a private pool (`None` for a
+    /// received mbuf, whose bytes a peer can write).
+    pub fn data(&self) -> Option<&[u8]> {
+        if self.shared {
+            return None;
+        }
+        // SAFETY: private memory this mbuf owns exclusively (nobody else
+        // writes it while `&self` lives); in bounds of the object.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.base.as_ptr().add(self.data_off as usize), self.len())
+        })
+    }
+
+    /// The data as a mutable slice, for mbufs of a private pool (`None` for
+    /// a received mbuf).
+    pub fn data_mut(&mut self) -> Option<&mut [u8]> {
+        if self.shared {
+            return None;
+        }
+        // SAFETY: as in `data`, and `&mut self` makes the borrow unique.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(
+                self.base.as_ptr().add(self.data_off as usize),
+                self.len(),
+            )
+        })
+    }
+
+    /// Pointer to the first data byte and the data length, for copying the
+    /// data out pointer to pointer (see `PeerWindow::write_from_ptr`).
+    #[inline]
+    pub(crate) fn data_ptr(&self) -> (*const u8, usize) {
+        // SAFETY: `data_off <= room`: inside the object (or one past it).
+        (
+            unsafe { self.base.as_ptr().add(self.data_off as usize) },
+            self.len(),
+        )
+    }
+
+    /// Returns every mbuf of `mbufs` to its pool, in bulk where consecutive
+    /// mbufs share a pool (DPDK's `rte_pktmbuf_free_bulk`); `mbufs` is left
+    /// empty.
+    pub fn free_bulk(mbufs: &mut Vec<Mbuf>) {
+        const CHUNK: usize = 64;
+        let mut hs = [ObjIdx::default(); CHUNK];
+        let mut drain = mbufs.drain(..).peekable();
+        while let Some(first) = drain.next() {
+            let first = std::mem::ManuallyDrop::new(first);
+            hs[0] = first.obj;
+            let mut n = 1;
+            while n < CHUNK {
+                match drain.next_if(|m| m.pool.tag() == first.pool.tag()) {
+                    Some(m) => {
+                        let m = std::mem::ManuallyDrop::new(m);
+                        hs[n] = m.obj;
+                        n += 1;
+                        // SAFETY: `m` is never used or dropped again; its
+                        // pool handle is released here, its object below.
+                        drop(unsafe { std::ptr::read(&m.pool) });
+                    }
+                    None => break,
+                }
+            }
+            // SAFETY: each handle was owned by exactly one mbuf, which is
+            // gone (ManuallyDrop, never dropped): returned once.
+            unsafe { first.pool.put_bulk(&hs[..n]) };
+            // SAFETY: `first` is never used again; release its pool handle.
+            drop(unsafe { std::ptr::read(&first.pool) });
+        }
+    }
+
+    /// A pointer to data bytes `off .. off + len`, checked.
+    #[inline]
+    fn data_at(&self, off: usize, len: usize) -> Result<*mut u8, MbufError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => {
+                // SAFETY: `data_off + end <= room`: inside the object.
+                Ok(unsafe { self.base.as_ptr().add(self.data_off as usize + off) })
+            }
+            _ => Err(MbufError::OutOfRange {
+                off,
+                len,
+                data_len: self.len(),
+            }),
+        }
+    }
+
+    fn no_room(&self, len: usize) -> MbufError {
+        MbufError::NoRoom {
+            len,
+            room: (self.room - self.data_off) as usize,
+        }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: the mbuf owned its object and is going away: returned once.
+        unsafe { self.pool.put(self.obj) };
+    }
+}
+
+impl fmt::Debug for Mbuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mbuf")
+            .field("pool", &self.pool.name())
+            .field("index", &self.obj.index())
+            .field("len", &self.len)
+            .field("data_off", &self.data_off)
+            .field("port", &self.port)
+            .field("queue", &self.queue)
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+/// What an mbuf call refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MbufError {
+    /// More data than the buffer holds after its data offset.
+    #[error("{len} bytes do not fit an mbuf with {room} bytes of room after its headroom")]
+    NoRoom {
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes of room.
+        room: usize,
+    },
+    /// A range past the data.
+    #[error("bytes {off}..{off}+{len} are past the mbuf's {data_len} bytes of data")]
+    OutOfRange {
+        /// Start asked for.
+        off: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes of data.
+        data_len: usize,
+    },
+}

@@ -1,0 +1,411 @@
+//! Data queues on the emulated fabric: bursts of mbufs with every byte and
+//! every user word checked, each mbuf delivered once and in place (no copy),
+//! pools back to full after a run, after a peer's death and after the
+//! application dropped mbufs on the floor, several queues driven from
+//! several threads at once, back-pressure on exhaustion, and the same
+//! between two processes.
+
+mod transport_common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ntbdk_mempool::ZoneOptions;
+use ntbdk_pmd::hw::Port;
+use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
+use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
+use ntbdk_pmd::transport::{
+    Config, DataPart, DataQueue, DataQueues, Geometry, Transport, TransportError,
+};
+use transport_common::{RoleChild, TestDir, child_role, env};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn geometry(queues: u16, nb_desc: u32, buf_size: u32) -> Geometry {
+    Geometry {
+        data: DataQueues {
+            count: queues,
+            nb_desc,
+            buf_size,
+        },
+        ..Geometry::small(2)
+    }
+}
+
+fn fabric(dir: &TestDir, name: &str, g: &Geometry) -> EmuFabric {
+    let window = g.layout().unwrap().window_size_for(256 << 10);
+    let fc = FabricConfig {
+        slots: 2,
+        window_size: window.next_multiple_of(1 << 20),
+        ..Default::default()
+    };
+    EmuFabric::create_in(dir.path(), name, &fc).unwrap()
+}
+
+fn host(fabric: &EmuFabric, dir: &TestDir, slot: Port, g: Geometry) -> Transport {
+    let d = fabric
+        .join(&DeviceConfig {
+            slot: Some(slot),
+            dir: Some(dir.path().to_owned()),
+            ..Default::default()
+        })
+        .unwrap();
+    Transport::new(Arc::new(d), Config::new(g)).unwrap()
+}
+
+fn connect(ts: &mut [Transport]) {
+    let end = Instant::now() + LONG;
+    while !(ts[0].is_connected(1) && ts[1].is_connected(0)) {
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+        assert!(Instant::now() < end, "no connection within {LONG:?}");
+    }
+}
+
+/// Payload of message `seq`: its length and bytes follow from `seq` alone.
+fn payload(seq: u64, max: usize) -> Vec<u8> {
+    let len = 1 + (seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % max;
+    (0..len)
+        .map(|i| (seq as u8).wrapping_mul(31).wrapping_add(i as u8))
+        .collect()
+}
+
+fn pool(name: &str, count: u32, room: usize) -> MbufPool {
+    MbufPool::create(name, count, room, 32, &ZoneOptions::no_huge()).unwrap()
+}
+
+/// Sends `count` messages (sequence in the user word) through `q`.
+fn send_all(q: &mut DataQueue, pool: &MbufPool, count: u64, max: usize, burst: usize) {
+    let mut seq = 0;
+    let mut batch: Vec<Mbuf> = Vec::with_capacity(burst);
+    let end = Instant::now() + LONG;
+    while seq < count || !batch.is_empty() {
+        while batch.len() < burst && seq < count {
+            let mut m = pool.alloc().expect("the sender's pool has room");
+            m.append(&payload(seq, max)).unwrap();
+            m.set_user(seq);
+            batch.push(m);
+            seq += 1;
+        }
+        q.tx_burst(&mut batch);
+        assert!(
+            Instant::now() < end,
+            "sent {seq} of {count} within {LONG:?}"
+        );
+    }
+}
+
+/// Receives `count` messages from `q`, checking order, user words and every
+/// byte; frees them in bulk.
+fn receive_all(q: &mut DataQueue, count: u64, max: usize, burst: usize) {
+    let mut next = 0u64;
+    let mut got: Vec<Mbuf> = Vec::with_capacity(burst);
+    let end = Instant::now() + LONG;
+    while next < count {
+        q.rx_burst(&mut got, burst);
+        for m in &got {
+            assert_eq!(m.user(), next, "messages out of order or lost");
+            assert!(m.is_shared() && m.data().is_none());
+            assert_eq!(m.to_vec(), payload(next, max), "message {next} corrupted");
+            assert_eq!((m.port(), m.queue()), (q.peer(), q.queue()));
+            next += 1;
+        }
+        Mbuf::free_bulk(&mut got);
+        assert!(Instant::now() < end, "received {next} of {count}");
+    }
+}
+
+/// Sets its flag when dropped, so control threads stop even when a check
+/// in the scope that owns it panics (no hang instead of a failure).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Polls both transports (the control path) until `stop`.
+fn control(ts: &mut [Transport], stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn bursts_deliver_every_byte_once_and_pools_come_back_full() {
+    let dir = TestDir::new("dataq-bytes");
+    let g = geometry(1, 64, 256);
+    let f = fabric(&dir, "dataq-bytes", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let mut tx = ts[0].data_queue(1, 0).unwrap();
+    let mut rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    let txp = pool("dataq-bytes-tx", 256, 256);
+    const N: u64 = 50_000;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| send_all(&mut tx, &txp, N, 256, 32));
+        let receiver = s.spawn(|| receive_all(&mut rx, N, 256, 32));
+        s.spawn(|| control(&mut ts, &stop));
+        let _stop = StopOnDrop(&stop);
+        sender.join().unwrap();
+        receiver.join().unwrap();
+    });
+    assert_eq!(txp.available(), txp.size(), "every sent mbuf freed");
+    // Every receive buffer is lent to the sender or free: none leaked.
+    rx.rx_burst(&mut Vec::new(), 0);
+    assert_eq!(rx.rx_lent() + rx.rx_pool_available(), rx.rx_pool_size());
+    let (ts_, rs) = (tx.stats(), rx.stats());
+    assert_eq!((ts_.tx, rs.rx), (N, N));
+    assert_eq!(ts_.tx_bytes, rs.rx_bytes);
+    assert_eq!((rs.bad_desc, ts_.bad_lend), (0, 0));
+}
+
+#[test]
+fn a_received_mbuf_is_the_buffer_the_peer_wrote() {
+    let dir = TestDir::new("dataq-inplace");
+    let g = geometry(1, 16, 128);
+    let f = fabric(&dir, "dataq-inplace", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let mut tx = ts[0].data_queue(1, 0).unwrap();
+    let mut rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    let txp = pool("dataq-inplace-tx", 16, 128);
+    let mut got = Vec::new();
+    let end = Instant::now() + LONG;
+    let mut m = txp.alloc().unwrap();
+    m.append(&[0x11; 100]).unwrap();
+    let mut one = vec![m];
+    while got.is_empty() {
+        tx.tx_burst(&mut one);
+        rx.rx_burst(&mut got, 1);
+        assert!(Instant::now() < end);
+    }
+    assert_eq!(got[0].to_vec(), vec![0x11; 100]);
+    // The sender's raw window: overwrite every receive buffer of the queue.
+    // The mbuf held by the receiver sees it — it was never copied out.
+    let layout = g.layout().unwrap();
+    let raw = ts[0].device().peer_window(1, 0).unwrap();
+    let bufs = layout.data_part(0, 0, DataPart::Bufs);
+    raw.write(bufs, &vec![0xEE; 16 * 128]).unwrap();
+    assert_eq!(got[0].to_vec(), vec![0xEE; 100], "the mbuf is not in place");
+    assert_eq!(got[0].load_u8(99), Some(0xEE));
+    assert_eq!(got[0].load_u8(100), None);
+}
+
+#[test]
+fn exhaustion_is_back_pressure_and_dropped_mbufs_come_back() {
+    let dir = TestDir::new("dataq-exhaust");
+    let g = geometry(1, 16, 64);
+    let f = fabric(&dir, "dataq-exhaust", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let mut tx = ts[0].data_queue(1, 0).unwrap();
+    let mut rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    let txp = pool("dataq-exhaust-tx", 64, 64);
+    // The receiver holds everything it gets: after 16 the sender stalls.
+    let mut held = Vec::new();
+    let mut batch = Vec::new();
+    txp.alloc_bulk(40, &mut batch).unwrap();
+    for (i, m) in batch.iter_mut().enumerate() {
+        m.append(&[i as u8; 8]).unwrap();
+        m.set_user(i as u64);
+    }
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        tx.tx_burst(&mut batch);
+        rx.rx_burst(&mut held, 64);
+    }
+    assert_eq!(held.len(), 16, "only as many as the receive buffers");
+    assert_eq!(batch.len(), 40 - 16, "the rest stays with the caller");
+    assert!(tx.stats().tx_full > 0);
+    assert_eq!(rx.rx_pool_available(), 0);
+    // Dropped on the floor (not freed explicitly): back to the pool, lent
+    // again, and the rest flows in order.
+    let first: Vec<u64> = held.iter().map(|m| m.user()).collect();
+    assert_eq!(first, (0..16).collect::<Vec<u64>>());
+    drop(held);
+    let mut rest = Vec::new();
+    let end = Instant::now() + LONG;
+    while rest.len() < 24 {
+        tx.tx_burst(&mut batch);
+        let mut got = Vec::new();
+        rx.rx_burst(&mut got, 64);
+        rest.extend(got.iter().map(|m| (m.user(), m.to_vec())));
+        assert!(Instant::now() < end);
+    }
+    for (k, (user, bytes)) in rest.iter().enumerate() {
+        assert_eq!(*user, 16 + k as u64);
+        assert_eq!(bytes, &vec![(16 + k) as u8; 8]);
+    }
+    rx.rx_burst(&mut Vec::new(), 0);
+    assert_eq!(rx.rx_lent() + rx.rx_pool_available(), 16);
+    assert_eq!(txp.available(), 64);
+}
+
+#[test]
+fn buffers_lent_to_a_dead_peer_are_reclaimed() {
+    let dir = TestDir::new("dataq-death");
+    let g = geometry(1, 32, 64);
+    let f = fabric(&dir, "dataq-death", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let mut rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    rx.rx_burst(&mut Vec::new(), 0);
+    assert_eq!(rx.rx_lent(), 32, "all buffers lent once connected");
+    // The peer goes away (its goodbye tears the connection down).
+    let peer = ts.remove(0);
+    drop(peer);
+    let end = Instant::now() + LONG;
+    while ts[0].is_connected(0) {
+        ts[0].progress();
+        assert!(Instant::now() < end);
+    }
+    assert!(!rx.is_up());
+    assert_eq!(rx.rx_lent(), 0);
+    assert_eq!(
+        rx.rx_pool_available(),
+        32,
+        "buffers lent to the dead peer reclaimed"
+    );
+    assert_eq!(rx.rx_burst(&mut Vec::new(), 32), 0);
+}
+
+#[test]
+fn several_queues_run_on_several_threads_at_once() {
+    let dir = TestDir::new("dataq-multi");
+    let g = geometry(2, 64, 128);
+    let f = fabric(&dir, "dataq-multi", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let mut txs: Vec<DataQueue> = (0..2).map(|q| ts[0].data_queue(1, q).unwrap()).collect();
+    let mut rxs: Vec<DataQueue> = (0..2).map(|q| ts[1].data_queue(0, q).unwrap()).collect();
+    connect(&mut ts);
+    let pools: Vec<MbufPool> = (0..2)
+        .map(|q| pool(&format!("dataq-multi-{q}"), 128, 128))
+        .collect();
+    const N: u64 = 20_000;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let mut joins = Vec::new();
+        for (q, p) in txs.iter_mut().zip(&pools) {
+            joins.push(s.spawn(move || send_all(q, p, N, 128, 16)));
+        }
+        for q in rxs.iter_mut() {
+            joins.push(s.spawn(move || receive_all(q, N, 128, 16)));
+        }
+        s.spawn(|| control(&mut ts, &stop));
+        let _stop = StopOnDrop(&stop);
+        for j in joins {
+            j.join().unwrap();
+        }
+    });
+    for (t, r) in txs.iter().zip(&rxs) {
+        assert_eq!((t.stats().tx, r.stats().rx), (N, N));
+    }
+}
+
+#[test]
+fn queue_errors_say_what_to_do() {
+    let dir = TestDir::new("dataq-errors");
+    let g = geometry(2, 16, 64);
+    let f = fabric(&dir, "dataq-errors", &g);
+    let mut t = host(&f, &dir, 0, g);
+    assert!(matches!(
+        t.data_queue(1, 2),
+        Err(TransportError::NoDataQueue { count: 2, .. })
+    ));
+    assert!(matches!(
+        t.data_queue(0, 0),
+        Err(TransportError::NoSuchPeer { .. })
+    ));
+    let _q = t.data_queue(1, 1).unwrap();
+    let e = t.data_queue(1, 1).unwrap_err();
+    assert!(matches!(e, TransportError::DataQueueTaken { .. }));
+    assert!(e.to_string().contains("move that handle"));
+}
+
+// ---- between two processes ----
+
+const XN: u64 = 30_000;
+
+/// The dispatcher for child roles; a no-op in a normal test run.
+#[test]
+fn child_entry() {
+    if child_role().as_deref() == Some("sender") {
+        sender_child();
+    }
+}
+
+fn sender_child() {
+    let dir: String = env("DQ_DIR");
+    let f = EmuFabric::attach_in(std::path::Path::new(&dir), "dataq-xproc").unwrap();
+    let g = geometry(1, 128, 512);
+    let d = f
+        .join(&DeviceConfig {
+            slot: Some(1),
+            dir: Some(dir.into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let mut t = Transport::new(Arc::new(d), Config::new(g)).unwrap();
+    let mut q = t.data_queue(0, 0).unwrap();
+    t.wait_connected(0, LONG).unwrap();
+    let p = pool("dataq-xproc-tx", 512, 512);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                t.progress();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        send_all(&mut q, &p, XN, 512, 32);
+        // Stay until the receiver says it has everything.
+        let end = Instant::now() + LONG;
+        while q.is_up() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    assert_eq!(p.available(), p.size());
+    println!("SENT {}", q.stats().tx);
+}
+
+#[test]
+fn bursts_between_two_processes_verify_every_byte() {
+    let dir = TestDir::new("dataq-xproc");
+    let g = geometry(1, 128, 512);
+    let f = fabric(&dir, "dataq-xproc", &g);
+    let mut t = host(&f, &dir, 0, g);
+    let mut q = t.data_queue(1, 0).unwrap();
+    let mut child = RoleChild::spawn(
+        "child_entry",
+        "sender",
+        &[("DQ_DIR", dir.path().display().to_string())],
+    );
+    t.wait_connected(1, LONG).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                t.progress();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        receive_all(&mut q, XN, 512, 32);
+    });
+    assert_eq!(q.stats().rx, XN);
+    drop(t); // goodbye: the child sees the connection go and reports
+    let line = child.expect_line("SENT", LONG);
+    assert_eq!(line.trim(), XN.to_string());
+    assert!(child.wait_success(LONG));
+    assert!(!q.is_up(), "our transport is gone");
+    assert_eq!(q.rx_pool_available(), q.rx_pool_size());
+}
