@@ -23,6 +23,9 @@ pub struct ObjIdx {
 }
 
 impl ObjIdx {
+    /// A handle of no pool (tag 0 is never a pool's): a placeholder.
+    pub const NONE: ObjIdx = ObjIdx { tag: 0, index: 0 };
+
     pub(crate) const fn new(tag: u32, index: u32) -> Self {
         ObjIdx { tag, index }
     }

@@ -18,99 +18,19 @@
 //! [`data_mut`](Mbuf::data_mut).
 //!
 //! An mbuf returns its object to its pool when dropped, from any thread;
-//! [`free_bulk`](Mbuf::free_bulk) returns many at once.
+//! [`free_bulk`](Mbuf::free_bulk) returns many at once. Pipeline stages pass
+//! mbufs to each other through an [`MbufRing`] (an `ntbdk-ring` ring).
 
 use std::fmt;
 use std::ptr::NonNull;
 
-use ntbdk_mempool::{ObjIdx, Pool, PoolError, PoolOptions, ZoneOptions};
+mod pool;
+mod ring;
 
-/// A pool of mbufs of one data room, created by the application (DPDK's
-/// `rte_pktmbuf_pool_create`).
-#[derive(Clone, Debug)]
-pub struct MbufPool {
-    pool: Pool,
-}
+pub use pool::MbufPool;
+pub use ring::MbufRing;
 
-impl MbufPool {
-    /// Creates a pool of `count` mbufs of `data_room` bytes each, with a
-    /// per-thread cache of `cache` mbufs, backed as `zone` says (2 MiB
-    /// hugepages, or a fallback to 4 KiB pages).
-    ///
-    /// # Errors
-    /// [`PoolError`] for an impossible shape or memory that cannot be had.
-    pub fn create(
-        name: &str,
-        count: u32,
-        data_room: usize,
-        cache: usize,
-        zone: &ZoneOptions,
-    ) -> Result<MbufPool, PoolError> {
-        let opts = PoolOptions {
-            cache_size: cache,
-            ..PoolOptions::new(data_room, count)
-        };
-        Ok(MbufPool {
-            pool: Pool::create(name, &opts, zone)?,
-        })
-    }
-
-    /// Takes one mbuf (empty, data offset 0).
-    ///
-    /// # Errors
-    /// [`PoolError::Exhausted`] when none is free.
-    pub fn alloc(&self) -> Result<Mbuf, PoolError> {
-        let h = self.pool.get_raw()?;
-        // SAFETY: `h` was just taken from this private pool and is ours.
-        Ok(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) })
-    }
-
-    /// Takes `n` mbufs into `out`, all or nothing (DPDK's
-    /// `rte_pktmbuf_alloc_bulk`).
-    ///
-    /// # Errors
-    /// [`PoolError::Exhausted`] when fewer than `n` are free; `out` is then
-    /// unchanged.
-    pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Mbuf>) -> Result<(), PoolError> {
-        const CHUNK: usize = 64;
-        let mut hs = [ObjIdx::default(); CHUNK];
-        let start = out.len();
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(CHUNK);
-            if let Err(e) = self.pool.get_bulk(&mut hs[..k]) {
-                out.truncate(start); // the mbufs taken so far go back on drop
-                return Err(e);
-            }
-            for &h in &hs[..k] {
-                // SAFETY: `h` was just taken from this private pool.
-                out.push(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) });
-            }
-            left -= k;
-        }
-        Ok(())
-    }
-
-    /// Bytes of data room per mbuf.
-    pub fn data_room(&self) -> usize {
-        self.pool.elt_size()
-    }
-
-    /// Mbufs in the pool.
-    pub fn size(&self) -> usize {
-        self.pool.size()
-    }
-
-    /// Mbufs free (in the pool's ring and this process's caches).
-    pub fn available(&self) -> usize {
-        self.pool.available()
-    }
-
-    /// The pool under the mbufs.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-}
+use ntbdk_mempool::{ObjIdx, Pool};
 
 /// One message buffer: an object of a pool, owned by this handle until it
 /// is dropped, freed or sent.
@@ -335,6 +255,52 @@ impl Mbuf {
         )
     }
 
+    /// Gives the mbuf up as plain data (for a ring slot); its object and
+    /// pool handle stay taken until [`from_raw`](Mbuf::from_raw).
+    #[inline]
+    pub(crate) fn into_raw(self) -> RawMbuf {
+        let m = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `m` is never dropped or used again: its pool handle moves
+        // into the raw form.
+        let pool = unsafe { std::ptr::read(&m.pool) };
+        RawMbuf {
+            pool: pool.into_raw() as usize,
+            obj: m.obj,
+            base: m.base.as_ptr() as usize,
+            room: m.room,
+            data_off: m.data_off,
+            len: m.len,
+            shared: m.shared,
+            port: m.port,
+            queue: m.queue,
+            user: m.user,
+        }
+    }
+
+    /// Takes an mbuf back from its raw form.
+    ///
+    /// # Safety
+    /// `raw` came from [`into_raw`](Mbuf::into_raw) and is taken back
+    /// exactly once.
+    #[inline]
+    pub(crate) unsafe fn from_raw(raw: RawMbuf) -> Mbuf {
+        Mbuf {
+            // SAFETY: the caller's contract: the handle was given up once by
+            // `into_raw` and is taken back once.
+            pool: unsafe { Pool::from_raw(raw.pool as *const ()) },
+            obj: raw.obj,
+            // SAFETY: `into_raw` stored a NonNull's address.
+            base: unsafe { NonNull::new_unchecked(raw.base as *mut u8) },
+            room: raw.room,
+            data_off: raw.data_off,
+            len: raw.len,
+            shared: raw.shared,
+            port: raw.port,
+            queue: raw.queue,
+            user: raw.user,
+        }
+    }
+
     /// Returns every mbuf of `mbufs` to its pool, in bulk where consecutive
     /// mbufs share a pool (DPDK's `rte_pktmbuf_free_bulk`); `mbufs` is left
     /// empty.
@@ -389,6 +355,38 @@ impl Mbuf {
             room: (self.room - self.data_off) as usize,
         }
     }
+}
+
+/// An mbuf given up as plain data (integers only, so an all-zero value is
+/// a valid placeholder), to travel through a ring.
+#[derive(Clone, Copy)]
+pub(crate) struct RawMbuf {
+    pool: usize,
+    obj: ObjIdx,
+    base: usize,
+    room: u32,
+    data_off: u32,
+    len: u32,
+    shared: bool,
+    port: u16,
+    queue: u16,
+    user: u64,
+}
+
+impl RawMbuf {
+    /// A placeholder for ring output buffers (never taken back).
+    pub(crate) const EMPTY: RawMbuf = RawMbuf {
+        pool: 0,
+        obj: ObjIdx::NONE,
+        base: 0,
+        room: 0,
+        data_off: 0,
+        len: 0,
+        shared: false,
+        port: 0,
+        queue: 0,
+        user: 0,
+    };
 }
 
 impl Drop for Mbuf {

@@ -1,0 +1,93 @@
+//! Pools of mbufs the application creates (DPDK's
+//! `rte_pktmbuf_pool_create`).
+
+use ntbdk_mempool::{ObjIdx, Pool, PoolError, PoolOptions, ZoneOptions};
+
+use super::Mbuf;
+
+/// A pool of mbufs of one data room, created by the application (DPDK's
+/// `rte_pktmbuf_pool_create`).
+#[derive(Clone, Debug)]
+pub struct MbufPool {
+    pool: Pool,
+}
+
+impl MbufPool {
+    /// Creates a pool of `count` mbufs of `data_room` bytes each, with a
+    /// per-thread cache of `cache` mbufs, backed as `zone` says (2 MiB
+    /// hugepages, or a fallback to 4 KiB pages).
+    ///
+    /// # Errors
+    /// [`PoolError`] for an impossible shape or memory that cannot be had.
+    pub fn create(
+        name: &str,
+        count: u32,
+        data_room: usize,
+        cache: usize,
+        zone: &ZoneOptions,
+    ) -> Result<MbufPool, PoolError> {
+        let opts = PoolOptions {
+            cache_size: cache,
+            ..PoolOptions::new(data_room, count)
+        };
+        Ok(MbufPool {
+            pool: Pool::create(name, &opts, zone)?,
+        })
+    }
+
+    /// Takes one mbuf (empty, data offset 0).
+    ///
+    /// # Errors
+    /// [`PoolError::Exhausted`] when none is free.
+    pub fn alloc(&self) -> Result<Mbuf, PoolError> {
+        let h = self.pool.get_raw()?;
+        // SAFETY: `h` was just taken from this private pool and is ours.
+        Ok(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) })
+    }
+
+    /// Takes `n` mbufs into `out`, all or nothing (DPDK's
+    /// `rte_pktmbuf_alloc_bulk`).
+    ///
+    /// # Errors
+    /// [`PoolError::Exhausted`] when fewer than `n` are free; `out` is then
+    /// unchanged.
+    pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Mbuf>) -> Result<(), PoolError> {
+        const CHUNK: usize = 64;
+        let mut hs = [ObjIdx::default(); CHUNK];
+        let start = out.len();
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(CHUNK);
+            if let Err(e) = self.pool.get_bulk(&mut hs[..k]) {
+                out.truncate(start); // the mbufs taken so far go back on drop
+                return Err(e);
+            }
+            for &h in &hs[..k] {
+                // SAFETY: `h` was just taken from this private pool.
+                out.push(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) });
+            }
+            left -= k;
+        }
+        Ok(())
+    }
+
+    /// Bytes of data room per mbuf.
+    pub fn data_room(&self) -> usize {
+        self.pool.elt_size()
+    }
+
+    /// Mbufs in the pool.
+    pub fn size(&self) -> usize {
+        self.pool.size()
+    }
+
+    /// Mbufs free (in the pool's ring and this process's caches).
+    pub fn available(&self) -> usize {
+        self.pool.available()
+    }
+
+    /// The pool under the mbufs.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
