@@ -40,7 +40,10 @@ const RECVS: u64 = 256;
 const BUF: u32 = 4096;
 
 #[derive(Debug, Parser)]
-#[command(name = "dataplane", about = "data queues (rx_burst) vs the copy path, side by side")]
+#[command(
+    name = "dataplane",
+    about = "data queues (rx_burst) vs the copy path, side by side"
+)]
 struct Args {
     /// Seconds of each continuous run (after a 0.2 s warm-up).
     #[arg(long, default_value_t = 1.0)]
@@ -54,6 +57,14 @@ struct Args {
     /// Skip the two-queue scaling case.
     #[arg(long)]
     no_scaling: bool,
+    /// Run only the burst path (for profiling it).
+    #[arg(long)]
+    burst_only: bool,
+    /// Instead of the table: N messages of the first size through one
+    /// queue with both sides on this thread (software cost per message;
+    /// run it under callgrind to count instructions).
+    #[arg(long, value_name = "N")]
+    one_core: Option<u64>,
 }
 
 fn geometry() -> Geometry {
@@ -195,7 +206,11 @@ fn copy_path(size: usize, secs: f64) -> Result<Rate> {
                     for x in &comps[..n] {
                         if x.op == OpKind::Recv && x.status.is_ok() {
                             let len = x.bytes as usize;
-                            b.region_read(recv, (x.cookie % RECVS) * u64::from(BUF), &mut app[..len])?;
+                            b.region_read(
+                                recv,
+                                (x.cookie % RECVS) * u64::from(BUF),
+                                &mut app[..len],
+                            )?;
                             b.post_recv(qb, sge(x.cookie), x.cookie)?;
                             got += 1;
                             bytes += len as u64;
@@ -211,7 +226,13 @@ fn copy_path(size: usize, secs: f64) -> Result<Rate> {
             let tx = s.spawn(|| -> Result<()> {
                 pin(ca);
                 let msg = vec![7u8; size];
-                let wrs = vec![SendWr { data: &msg, cookie: 0 }; BURST];
+                let wrs = vec![
+                    SendWr {
+                        data: &msg,
+                        cookie: 0
+                    };
+                    BURST
+                ];
                 let mut comps = vec![Completion::default(); 64];
                 while !c.stop.load(Ordering::Relaxed) {
                     match a.post_sends(qa, &wrs) {
@@ -320,6 +341,45 @@ fn burst_path(size: usize, senders: usize, secs: f64) -> Result<Rate> {
     })
 }
 
+/// Both sides of one queue on this thread: `n` messages in bursts, sent,
+/// received and freed; returns nanoseconds per message.
+fn one_core(size: usize, n: u64) -> Result<f64> {
+    with_hosts(|mut a, mut b| {
+        let mut tx = a.data_queue(1, 0)?;
+        let mut rx = b.data_queue(0, 0)?;
+        let pool = MbufPool::create(
+            &format!("bench-dp1-{}", std::process::id()),
+            2048,
+            BUF as usize,
+            64,
+            &ZoneOptions::huge_or_fallback(),
+        )?;
+        let (mut batch, mut got) = (Vec::with_capacity(BURST), Vec::with_capacity(BURST));
+        let (mut sent, mut recvd) = (0u64, 0u64);
+        let start = Instant::now();
+        while recvd < n {
+            if batch.is_empty() && sent < n {
+                pool.alloc_bulk(BURST, &mut batch)?;
+                for m in &mut batch {
+                    m.append(&sent.to_le_bytes())?;
+                    m.set_len(size)?;
+                    sent += 1;
+                }
+            }
+            tx.tx_burst(&mut batch);
+            recvd += rx.rx_burst(&mut got, BURST) as u64;
+            Mbuf::free_bulk(&mut got);
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("one-core run stalled at {recvd} of {n}");
+            }
+        }
+        let dt = start.elapsed();
+        a.progress();
+        b.progress();
+        Ok(dt.as_nanos() as f64 / n as f64)
+    })
+}
+
 /// Median and range of `runs`.
 fn summary(runs: &[Rate], pick: impl Fn(&Rate) -> f64) -> (f64, f64, f64) {
     let mut v: Vec<f64> = runs.iter().map(pick).collect();
@@ -329,6 +389,14 @@ fn summary(runs: &[Rate], pick: impl Fn(&Rate) -> f64) -> (f64, f64, f64) {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(n) = args.one_core {
+        let size = args.sizes[0];
+        let ns = one_core(size, n)?;
+        println!(
+            "one core, {size} B, {n} messages: {ns:.1} ns per message (tx_burst + rx_burst + free)"
+        );
+        return Ok(());
+    }
     println!("# bench dataplane — {}", describe_machine());
     println!(
         "continuous runs of {} s counted at the receiver, {} interleaved repetitions; median [min – max]\n",
@@ -342,8 +410,20 @@ fn main() -> Result<()> {
         }
         let (mut copy, mut burst) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            copy.push(copy_path(size, args.seconds)?);
+            if !args.burst_only {
+                copy.push(copy_path(size, args.seconds)?);
+            }
             burst.push(burst_path(size, 1, args.seconds)?);
+        }
+        if args.burst_only {
+            let (bm, bl, bh) = summary(&burst, |r| r.mps);
+            println!(
+                "| rx_burst + free_bulk | {size} B | {:.2} [{:.2} – {:.2}] | | |",
+                bm / 1e6,
+                bl / 1e6,
+                bh / 1e6
+            );
+            continue;
         }
         let (cm, cl, ch) = summary(&copy, |r| r.mps);
         let (bm, bl, bh) = summary(&burst, |r| r.mps);

@@ -84,6 +84,7 @@ impl Inner {
 
     /// First byte of object `index` (`index < count`, checked: an index out
     /// of range can only come from a free ring corrupted by another process).
+    #[inline]
     pub(crate) fn elem_ptr(&self, index: u32) -> NonNull<u8> {
         assert!(
             index < self.count,
@@ -96,6 +97,7 @@ impl Inner {
     }
 
     /// Whether `h` names an object of this pool.
+    #[inline]
     pub(crate) fn owns(&self, h: ObjIdx) -> bool {
         h.tag() == self.tag && h.index() < self.count
     }

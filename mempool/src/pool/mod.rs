@@ -294,6 +294,7 @@ impl Pool {
 
     /// Whether the objects lie in memory the pool does not own
     /// ([`create_over`](Pool::create_over)).
+    #[inline]
     pub fn is_external(&self) -> bool {
         self.inner.external.is_some()
     }
@@ -491,6 +492,7 @@ impl Pool {
     ///
     /// # Errors
     /// [`PoolError::ForeignHandle`] when `index >= size()`.
+    #[inline]
     pub fn handle(&self, index: u32) -> Result<ObjIdx, PoolError> {
         let h = ObjIdx::new(self.inner.tag, index);
         if self.inner.owns(h) {
@@ -506,6 +508,7 @@ impl Pool {
     ///
     /// # Errors
     /// [`PoolError::ForeignHandle`].
+    #[inline]
     pub fn ptr(&self, handle: ObjIdx) -> Result<NonNull<u8>, PoolError> {
         if !self.inner.owns(handle) {
             return Err(self.inner.foreign(handle));
@@ -584,6 +587,14 @@ impl Pool {
         self.inner.ring.len() + self.inner.cached()
     }
 
+    /// Objects free in the shared ring only (not counting thread caches): a
+    /// lock-free read for pools without caches, whose every free object is
+    /// there.
+    #[inline]
+    pub fn available_in_ring(&self) -> usize {
+        self.inner.ring.len()
+    }
+
     /// Objects not [`available`](Pool::available): taken by someone (or held
     /// in another process's caches).
     pub fn in_use(&self) -> usize {
@@ -624,6 +635,7 @@ impl Pool {
     }
 
     /// Bytes of each object.
+    #[inline]
     pub fn elt_size(&self) -> usize {
         self.inner.elt_size
     }
@@ -649,6 +661,7 @@ impl Pool {
     }
 
     /// The pool's tag: random, recorded in its header, part of every handle.
+    #[inline]
     pub fn tag(&self) -> u32 {
         self.inner.tag
     }

@@ -305,29 +305,34 @@ impl Mbuf {
     /// mbufs share a pool (DPDK's `rte_pktmbuf_free_bulk`); `mbufs` is left
     /// empty.
     pub fn free_bulk(mbufs: &mut Vec<Mbuf>) {
+        Self::free_front(mbufs, mbufs.len());
+    }
+
+    /// Returns the first `n` mbufs of `mbufs` to their pools in bulk and
+    /// removes them from `mbufs`.
+    pub(crate) fn free_front(mbufs: &mut Vec<Mbuf>, n: usize) {
         const CHUNK: usize = 64;
         let mut hs = [ObjIdx::default(); CHUNK];
-        let mut drain = mbufs.drain(..).peekable();
+        let mut drain = mbufs.drain(..n).map(std::mem::ManuallyDrop::new).peekable();
         while let Some(first) = drain.next() {
-            let first = std::mem::ManuallyDrop::new(first);
             hs[0] = first.obj;
-            let mut n = 1;
-            while n < CHUNK {
+            let mut k = 1;
+            while k < CHUNK {
                 match drain.next_if(|m| m.pool.tag() == first.pool.tag()) {
                     Some(m) => {
-                        let m = std::mem::ManuallyDrop::new(m);
-                        hs[n] = m.obj;
-                        n += 1;
-                        // SAFETY: `m` is never used or dropped again; its
-                        // pool handle is released here, its object below.
+                        hs[k] = m.obj;
+                        k += 1;
+                        // SAFETY: `m` (ManuallyDrop) is never used or dropped
+                        // again: its pool handle is released here, its
+                        // object below.
                         drop(unsafe { std::ptr::read(&m.pool) });
                     }
                     None => break,
                 }
             }
-            // SAFETY: each handle was owned by exactly one mbuf, which is
-            // gone (ManuallyDrop, never dropped): returned once.
-            unsafe { first.pool.put_bulk(&hs[..n]) };
+            // SAFETY: each handle was owned by exactly one mbuf, now gone
+            // (ManuallyDrop, never dropped): each is returned once.
+            unsafe { first.pool.put_bulk(&hs[..k]) };
             // SAFETY: `first` is never used again; release its pool handle.
             drop(unsafe { std::ptr::read(&first.pool) });
         }

@@ -277,7 +277,7 @@ impl DataQueue {
         if sent < mbufs.len() {
             self.stats.tx_full += 1;
         }
-        mbufs.drain(..sent); // dropped: freed to their pools
+        Mbuf::free_front(mbufs, sent);
         sent
     }
 
@@ -370,7 +370,8 @@ impl DataQueue {
             return;
         };
         let room = self.nb_desc - self.lent_now;
-        let avail = self.pool.available().min(room as usize);
+        // The pool has no thread caches: every free buffer is in its ring.
+        let avail = self.pool.available_in_ring().min(room as usize);
         if avail == 0 || (avail < LEND_BATCH.min(self.nb_desc as usize / 4) && self.lent_now > 0) {
             return;
         }
