@@ -16,8 +16,15 @@ use crate::hw::{
 
 const SPADS: usize = 8;
 
+/// One cache line of window memory: windows are cache-line aligned, as a
+/// device's BAR or a hugepage is (receive buffers are carved at 64-byte
+/// boundaries).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u64; 8]);
+
 struct PortState {
-    window: Arc<Vec<u64>>,
+    window: Arc<Vec<Line>>,
     up: bool,
     generation: u64,
     events: Vec<LinkEvent>,
@@ -68,7 +75,7 @@ impl LoopbackFabric {
     /// A fabric of `ports` ports with windows of `window_size` bytes
     /// (rounded up to 8).
     pub fn new(ports: u16, window_size: usize) -> Arc<Self> {
-        let window_size = window_size.next_multiple_of(8);
+        let window_size = window_size.next_multiple_of(64);
         Arc::new(Self {
             window_size,
             ports: Mutex::new(
@@ -108,7 +115,7 @@ impl LoopbackFabric {
         }
         st.up = true;
         st.generation += 1;
-        st.window = Arc::new(vec![0u64; self.window_size / 8]);
+        st.window = Arc::new(vec![Line([0; 8]); self.window_size / 64]);
         st.events.clear();
         let generation = st.generation;
         announce(
@@ -238,7 +245,7 @@ impl NtbDevice for LoopbackDevice {
         self.mw_geometry(mw)?;
         let w = self.fabric.lock()[self.port as usize].window.clone();
         let base = w.as_ptr() as *mut u8;
-        // SAFETY: the Vec holds `window_size` bytes, 8-byte aligned, and the
+        // SAFETY: the Vec holds `window_size` bytes, 64-byte aligned, and the
         // Arc kept by the handle keeps it alive; it is only ever accessed
         // through window handles (raw pointers and atomics).
         Ok(unsafe { LocalWindow::from_raw(base, self.fabric.window_size, base as u64, w) })

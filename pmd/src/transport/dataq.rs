@@ -80,6 +80,49 @@ pub struct DataQueueStats {
 
 /// One data queue towards one peer: `tx_burst` and `rx_burst`, `Send`, owned
 /// by one thread at a time (see the module docs).
+///
+/// # Example
+/// ```
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+/// use ntbdk_mempool::ZoneOptions;
+/// use ntbdk_pmd::hw::loopback::LoopbackFabric;
+/// use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
+/// use ntbdk_pmd::transport::{Config, DataQueues, Geometry, Transport};
+///
+/// // Both hosts agree on one data queue per peer: 64 descriptors, 256 B buffers.
+/// let g = Geometry {
+///     data: DataQueues { count: 1, nb_desc: 64, buf_size: 256 },
+///     ..Geometry::small(2)
+/// };
+/// let fabric = LoopbackFabric::new(2, 1 << 20);
+/// let mut a = Transport::new(Arc::new(fabric.join(0)?), Config::new(g))?;
+/// let mut b = Transport::new(Arc::new(fabric.join(1)?), Config::new(g))?;
+/// let (mut tx, mut rx) = (a.data_queue(1, 0)?, b.data_queue(0, 0)?);
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// while !a.is_connected(1) || !b.is_connected(0) {
+///     a.progress(); // the control path: keep polling it (any thread)
+///     b.progress();
+///     assert!(Instant::now() < deadline);
+/// }
+/// let pool = MbufPool::create("doc-tx", 64, 256, 0, &ZoneOptions::no_huge())?;
+/// let mut burst = Vec::new();
+/// pool.alloc_bulk(4, &mut burst)?;
+/// for (i, m) in burst.iter_mut().enumerate() {
+///     m.append(format!("message {i}").as_bytes())?;
+/// }
+/// while !burst.is_empty() {
+///     tx.tx_burst(&mut burst); // sent mbufs are freed; the rest stay
+/// }
+/// let mut got = Vec::new();
+/// while got.len() < 4 {
+///     rx.rx_burst(&mut got, 32); // the peer's buffers, in place
+///     assert!(Instant::now() < deadline);
+/// }
+/// assert_eq!(got[3].to_vec(), b"message 3");
+/// Mbuf::free_bulk(&mut got); // lent back to the sender in batches
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct DataQueue {
     peer: Port,
     queue: u16,
