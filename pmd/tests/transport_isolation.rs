@@ -1,7 +1,7 @@
 //! Isolation between peers and recovery from lost state, on the emulated
 //! fabric: a host dropped from the fabric (it stalled past the heartbeat
 //! timeout) is told so and writes nothing more, so the host that took its
-//! place is undisturbed.
+//! place is undisturbed; a peer stores only where it was granted.
 
 mod transport_common;
 
@@ -14,7 +14,7 @@ use ntbdk_pmd::transport::{
     Access, Config, DropKind, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
     TransportError,
 };
-use transport_common::{Host, TestDir, death_bound};
+use transport_common::{Host, Rng, TestDir, death_bound};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -402,7 +402,7 @@ fn a_wedged_ring_is_detected_and_the_connection_resyncs() {
 }
 
 #[test]
-fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
+fn a_peer_reaches_only_its_own_mailbox_and_section() {
     use ntbdk_pmd::transport::Layout;
 
     let dir = TestDir::new("grants");
@@ -441,12 +441,14 @@ fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
         hs[2].t.device().counters().ungranted_writes - before,
         2 * attacks.len() as u64
     );
-    // Its own mailbox, its own section and the region area are writable.
+    // Its own mailbox and its own section are writable (regions: see
+    // a_peer_stores_only_into_the_regions_registered_for_it).
     win.write(Layout::mailbox(2) + 8, &[0u8; 8]).unwrap();
-    win.write(layout.section_offset(2) + 64 * 1024, &[0u8; 8])
-        .unwrap_or_else(|e| panic!("own section: {e}"));
-    win.write(layout.region_area_start() + 4096, &[0u8; 64])
-        .unwrap();
+    win.write(
+        layout.section_offset(2) + layout.section_size() - 8,
+        &[0u8; 8],
+    )
+    .unwrap_or_else(|e| panic!("own section: {e}"));
     // Hosts 0 and 1 never noticed.
     let (h0, rest) = hs.split_at_mut(1);
     exchange(&mut h0[0], &mut rest[0], 0, 1, 50, 0x50);
@@ -454,4 +456,194 @@ fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
     assert_eq!(hs[1].t.counters(q10).disconnects, 0);
     drop(hs);
     EmuFabric::destroy_in(dir.path(), "grants").unwrap();
+}
+
+/// Where region `key` of host `h` starts in its window: a random mark
+/// written into the region, found in the window.
+fn window_offset(h: &mut Host, key: RegionKey, rng: &mut Rng) -> usize {
+    let mut mark = [0u8; 64];
+    rng.fill(&mut mark);
+    h.t.region_write(key, 0, &mark).unwrap();
+    let local = h.t.device().local_window(0).unwrap();
+    let start = h.t.layout().region_area_start();
+    let mut grain = [0u8; 64];
+    (start..local.len())
+        .step_by(64)
+        .find(|&o| {
+            local.read(o, &mut grain).unwrap();
+            grain == mark
+        })
+        .expect("the region's mark is not in the window")
+}
+
+/// Posts a read by host `from` of `len` bytes of `to`'s region `remote`
+/// into `from`'s region `dst`, and waits for its completion.
+fn read_into(hs: &mut [Host], from: usize, to: usize, remote: RegionKey, dst: RegionKey) -> Status {
+    let len = hs[from].t.region_len(dst).unwrap();
+    let qp = hs[from].qp(to as Port);
+    let sge = Sge {
+        key: dst,
+        offset: 0,
+        len,
+    };
+    let cookie = 0x6000 + to as u64;
+    let remote = RemoteAddr {
+        key: remote,
+        offset: 0,
+    };
+    hs[from].t.post_read(qp, &[sge], remote, cookie).unwrap();
+    let end = Instant::now() + LONG;
+    loop {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        if let Some(c) = hs[from].done.remove(&cookie) {
+            return c.status;
+        }
+        assert!(Instant::now() < end, "{from} -> {to} never completed");
+    }
+}
+
+#[test]
+fn a_peer_stores_only_into_the_regions_registered_for_it() {
+    let dir = TestDir::new("regions");
+    let (fabric, mut hs) = three(&dir, "regions");
+    let mut rng = Rng(13);
+    // Host 0 registers a region for host 1, one for host 2, one for all.
+    let for1 = hs[0]
+        .t
+        .register_region_for(8192, Access::ALL, &[1])
+        .unwrap();
+    let for2 = hs[0]
+        .t
+        .register_region_for(4096, Access::ALL, &[2])
+        .unwrap();
+    let open = hs[0].t.register_region(4096, Access::ALL).unwrap();
+    let at2 = window_offset(&mut hs[0], for2, &mut rng);
+    let mut secret = vec![0u8; 8192];
+    rng.fill(&mut secret);
+    hs[0].t.region_write(for1, 0, &secret).unwrap();
+
+    // Host 2 stores 64 bytes at every grain of host 0's region area through
+    // its own device: only the regions for it or for all take them.
+    let win = hs[2].t.device().peer_window(0, 0).unwrap();
+    let start = hs[0].t.layout().region_area_start();
+    let before = hs[2].t.device().counters().ungranted_writes;
+    let (mut taken, mut refused) = (0u64, 0u64);
+    for o in (start..win.len()).step_by(64) {
+        match win.write(o, &[0u8; 64]) {
+            Ok(()) => taken += 64,
+            Err(HwError::NotGranted { peer: 0, .. }) => refused += 1,
+            Err(e) => panic!("store at {o}: {e}"),
+        }
+    }
+    let recv_len = hs[0].t.region_len(hs[0].recv_region).unwrap();
+    assert_eq!(
+        taken,
+        4096 + 4096 + recv_len.next_multiple_of(64),
+        "host 2 stored outside the regions open to it"
+    );
+    assert_eq!(
+        hs[2].t.device().counters().ungranted_writes - before,
+        refused
+    );
+    let mut got = vec![0u8; 8192];
+    hs[0].t.region_read(for1, 0, &mut got).unwrap();
+    assert!(
+        got == secret,
+        "host 1's region changed under host 2's stores"
+    );
+    for key in [for2, open] {
+        let mut g = vec![1u8; 4096];
+        hs[0].t.region_read(key, 0, &mut g).unwrap();
+        assert!(g.iter().all(|&b| b == 0), "a granted store did not land");
+    }
+
+    // Host 1 still reaches its region: a rendezvous write and a read, every
+    // byte; a one-sided write; and host 0 writes host 1's read destination
+    // when it is in host 0's domain — a destination of another domain is
+    // refused when the read is posted.
+    let mut data = vec![0u8; 8192];
+    rng.fill(&mut data);
+    assert_eq!(write(&mut hs, 1, 0, for1, &data), Status::Success);
+    hs[0].t.region_read(for1, 0, &mut got).unwrap();
+    assert!(got == data, "host 1's write did not land byte for byte");
+    let dst = hs[1]
+        .t
+        .register_region_for(8192, Access::LOCAL, &[0])
+        .unwrap();
+    assert_eq!(read_into(&mut hs, 1, 0, for1, dst), Status::Success);
+    hs[1].t.region_read(dst, 0, &mut got).unwrap();
+    assert!(got == data, "host 1's read did not land byte for byte");
+    let elsewhere = hs[1]
+        .t
+        .register_region_for(64, Access::LOCAL, &[2])
+        .unwrap();
+    let qp10 = hs[1].qp(0);
+    let sge = Sge {
+        key: elsewhere,
+        offset: 0,
+        len: 64,
+    };
+    let remote = RemoteAddr {
+        key: for1,
+        offset: 0,
+    };
+    assert!(matches!(
+        hs[1].t.post_read(qp10, &[sge], remote, 1),
+        Err(TransportError::NotInDomain { peer: 0, .. })
+    ));
+    let direct = hs[0]
+        .t
+        .register_region_for(4096, Access::LOCAL | Access::REMOTE_WRITE, &[1])
+        .unwrap();
+    let end = Instant::now() + LONG;
+    let remote = RemoteAddr {
+        key: direct,
+        offset: 100,
+    };
+    loop {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        match hs[1]
+            .t
+            .post_write_direct(qp10, &data[..999], remote, None, 2)
+        {
+            Ok(()) => break,
+            Err(TransportError::UnknownRemoteKey { .. }) => {}
+            Err(e) => panic!("one-sided write: {e}"),
+        }
+        assert!(Instant::now() < end, "the region was never advertised");
+    }
+    let mut g = vec![0u8; 999];
+    hs[0].t.region_read(direct, 100, &mut g).unwrap();
+    assert!(g == data[..999], "the one-sided write did not land");
+    let (h0, rest) = hs.split_at_mut(1);
+    exchange(&mut h0[0], &mut rest[0], 0, 1, 50, 0x60);
+    let q10 = hs[1].qp(0);
+    assert_eq!(hs[1].t.counters(q10).disconnects, 0);
+
+    // Deregistered, the region for host 2 (advertised to it for one-sided
+    // writes) stays writable by it until it acknowledged the revocation;
+    // then the grant is gone.
+    let free = hs[0].t.region_area_free();
+    let grants = fabric.status().slots[0].granted_ranges;
+    hs[0].t.deregister_region(for2).unwrap();
+    win.write(at2, &[7u8; 64])
+        .expect("the bytes of a region being revoked are still granted");
+    let end = Instant::now() + LONG;
+    while hs[0].t.region_area_free() < free + 4096 {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        assert!(Instant::now() < end, "the revocation never completed");
+    }
+    assert!(matches!(
+        win.write(at2, &[7u8; 64]),
+        Err(HwError::NotGranted { peer: 0, .. })
+    ));
+    assert_eq!(fabric.status().slots[0].granted_ranges, grants - 1);
+    drop((win, hs));
+    EmuFabric::destroy_in(dir.path(), "regions").unwrap();
 }
