@@ -1,7 +1,8 @@
 //! Isolation between peers and recovery from lost state, on the emulated
 //! fabric: a host dropped from the fabric (it stalled past the heartbeat
-//! timeout) is told so and writes nothing more, so the host that took its
-//! place is undisturbed; a peer stores only where it was granted.
+//! timeout, in this process or as a stopped child process) is told so and
+//! writes nothing more, so the host that took its place is undisturbed; a
+//! peer stores only where it was granted.
 
 mod transport_common;
 
@@ -14,7 +15,7 @@ use ntbdk_pmd::transport::{
     Access, Config, DropKind, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
     TransportError,
 };
-use transport_common::{Host, Rng, TestDir, death_bound};
+use transport_common::{Host, Rng, RoleChild, TestDir, child_role, death_bound, env};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -646,4 +647,173 @@ fn a_peer_stores_only_into_the_regions_registered_for_it() {
     assert_eq!(fabric.status().slots[0].granted_ranges, grants - 1);
     drop((win, hs));
     EmuFabric::destroy_in(dir.path(), "regions").unwrap();
+}
+
+/// The dispatcher for child roles; a no-op in a normal test run.
+#[test]
+fn child_entry() {
+    match child_role().as_deref() {
+        None => {}
+        Some("echo") => echo(),
+        Some(r) => panic!("unknown role {r}"),
+    }
+}
+
+/// A child on slot 0 (heartbeat thread on, as a real process has) that
+/// echoes every message from port 1 until its transport says it lost its
+/// place; then it checks that posting fails with `Lost` and says so.
+fn echo() {
+    let dir: String = env("ISO_DIR");
+    let name: String = env("ISO_NAME");
+    let fabric = EmuFabric::attach_in(std::path::Path::new(&dir), &name).expect("attach");
+    let d = fabric
+        .join(&DeviceConfig {
+            slot: Some(0),
+            dir: Some(dir.into()),
+            ..Default::default()
+        })
+        .expect("join slot 0");
+    let mut h = Host::new(
+        Transport::new(Arc::new(d), Config::new(geo())).unwrap(),
+        2,
+        8,
+    );
+    h.t.wait_connected(1, LONG).unwrap();
+    println!("READY");
+    let qp = h.qp(1);
+    let mut refused = None;
+    let mut resumed = None;
+    let mut last = Instant::now();
+    loop {
+        // A turn of this loop as long as the heartbeat timeout: we were
+        // stopped. Write at once, before polling again (the rest of a poll
+        // the stop fell into may have told us already).
+        if resumed.is_none() && last.elapsed() >= Duration::from_millis(100) {
+            resumed = Some(match h.t.post_send(qp, b"zombie", 7) {
+                Err(TransportError::Hw(HwError::SlotLost { port: 0 })) => "SlotLost",
+                Err(TransportError::Lost) => "Lost",
+                Ok(()) => "accepted",
+                Err(_) => "other",
+            });
+        }
+        last = Instant::now();
+        if h.t.peer_state(1) == PeerState::Lost {
+            let post = h.t.post_send(qp, b"zombie", 7);
+            let post = matches!(post, Err(TransportError::Lost));
+            let first = resumed.unwrap_or("none");
+            println!("LOST post_refused={post} first_after_resume={first} earlier={refused:?}");
+            return;
+        }
+        h.pump();
+        while let Some(m) = h.inbox.get_mut(&1).and_then(|q| q.pop_front()) {
+            match h.t.post_send(qp, &m, 0) {
+                Ok(()) => {}
+                // The first write after the resume may find the place gone
+                // before a poll has said so.
+                Err(e) => refused = Some(e.to_string()),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stopped_process_is_dropped_and_told_so_when_resumed() {
+    let dir = TestDir::new("sigstop");
+    let fc = FabricConfig {
+        slots: 2,
+        window_size: 1 << 20,
+        heartbeat_timeout: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let fabric = EmuFabric::create_in(dir.path(), "sigstop", &fc).unwrap();
+    let join = |slot: Port| {
+        let d = fabric
+            .join(&DeviceConfig {
+                slot: Some(slot),
+                dir: Some(dir.path().to_owned()),
+                ..Default::default()
+            })
+            .expect("join");
+        Arc::new(d)
+    };
+    let mut b = Host::new(Transport::new(join(1), Config::new(geo())).unwrap(), 2, 8);
+    let env = [
+        ("ISO_DIR", dir.path().display().to_string()),
+        ("ISO_NAME", "sigstop".to_owned()),
+    ];
+    let mut child = RoleChild::spawn("child_entry", "echo", &env);
+    let end = Instant::now() + LONG;
+    while !b.t.is_connected(0) {
+        b.pump();
+        assert!(Instant::now() < end, "the child never connected");
+    }
+    child.expect_line("READY", LONG);
+    // The child echoes: every byte comes back.
+    for i in 0..20u8 {
+        let m = vec![i ^ 0x5a; 24 + 7 * i as usize];
+        b.send(0, &m);
+        assert_eq!(b.recv(0, LONG), m, "echo {i}");
+    }
+
+    // Stop it (all its threads, its heartbeat too): B declares it dead and
+    // slot 0 is freed.
+    // SAFETY: a signal to our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.pid() as i32, libc::SIGSTOP) }, 0);
+    let stopped = Instant::now();
+    while b.t.peer_state(0) == PeerState::Connected
+        || fabric.status().slots[0].state != SlotState::Free
+    {
+        b.pump();
+        assert!(
+            Instant::now() < stopped + LONG,
+            "the stopped child was never dropped"
+        );
+    }
+    assert!(
+        stopped.elapsed() <= death_bound(fc.heartbeat_timeout),
+        "the stopped child was dropped after {:?}",
+        stopped.elapsed()
+    );
+    // C takes slot 0 in this process and talks to B.
+    let mut c = Host::new(Transport::new(join(0), Config::new(geo())).unwrap(), 2, 8);
+    connect(&mut c, &mut b, 0, 1);
+    b.repost_all(0);
+    exchange(&mut c, &mut b, 0, 1, 20, 0x70);
+    let qb = b.qp(0);
+    let (connects, drops) = (b.t.counters(qb).connects, b.t.counters(qb).dropped_total());
+
+    // Resume it while C and B keep talking: it learns it was dropped and
+    // posts nothing; C and B see nothing of it.
+    // SAFETY: a signal to our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.pid() as i32, libc::SIGCONT) }, 0);
+    exchange(&mut c, &mut b, 0, 1, 30, 0x71);
+    let said = child.expect_line("LOST", LONG);
+    assert!(
+        said.starts_with("post_refused=true"),
+        "the child said: {said}"
+    );
+    // Its first write after the resume was refused: by its device's
+    // tenure check, or by the transport if the poll the stop fell into
+    // had told it already.
+    assert!(
+        ["SlotLost", "Lost"]
+            .iter()
+            .any(|w| said.contains(&format!("first_after_resume={w} "))),
+        "the child said: {said}"
+    );
+    assert!(child.wait_success(LONG), "the child failed");
+    exchange(&mut c, &mut b, 0, 1, 50, 0x72);
+    assert_eq!(
+        b.t.counters(qb).connects,
+        connects,
+        "B's connection was reset"
+    );
+    assert_eq!(
+        b.t.counters(qb).dropped_total(),
+        drops,
+        "B dropped messages"
+    );
+    assert_eq!(fabric.status().slots[0].owner_pid, Some(std::process::id()));
+    drop((b, c, child));
+    EmuFabric::destroy_in(dir.path(), "sigstop").unwrap();
 }
