@@ -137,6 +137,17 @@ pub struct RegionTable {
     granter: Option<Granter>,
 }
 
+impl Drop for RegionTable {
+    /// The transport is gone: nothing it registered stays granted.
+    fn drop(&mut self) {
+        let live = self.regions.values().map(|r| &r.grants);
+        let revoking = self.revoking.values().map(|(_, _, g)| g);
+        for g in live.chain(revoking) {
+            self.withdraw(g);
+        }
+    }
+}
+
 impl RegionTable {
     /// A table over the window bytes `start..end`.
     pub fn new(start: u64, end: u64) -> Self {
