@@ -434,11 +434,33 @@ impl Guard {
     fn admit(&self, peer: u16, counters: &DeviceCounters, offset: usize, len: usize) -> Result<()> {
         if let Some(g) = &self.granted
             && !covered(g, offset, len)
-            && !self.live.as_ref().is_some_and(|l| l.admits(offset, len))
         {
+            return self.admit_live(peer, counters, offset, len);
+        }
+        self.held()
+    }
+
+    /// [`admit`](Self::admit) outside the fixed ranges: by the live table
+    /// (out of line, so the hot path into a section stays small).
+    #[cold]
+    #[inline(never)]
+    fn admit_live(
+        &self,
+        peer: u16,
+        counters: &DeviceCounters,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        if !self.live.as_ref().is_some_and(|l| l.admits(offset, len)) {
             counters.ungranted();
             return Err(HwError::NotGranted { peer, offset, len });
         }
+        self.held()
+    }
+
+    /// `Ok` while we hold our place on the fabric (or nothing says).
+    #[inline]
+    fn held(&self) -> Result<()> {
         match &self.tenure {
             Some(t) => t.check(),
             None => Ok(()),
