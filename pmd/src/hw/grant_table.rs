@@ -252,6 +252,36 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_racing_edits_never_admits_a_torn_entry() {
+        // The owner flips one entry between 0..128 and 4096..4160; a torn
+        // read (the new start with the old length) would admit 4160..4224,
+        // which neither grant covers.
+        let t: &'static GrantTable = Box::leak(table());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let owner = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut id = t.grant(0, 128, Some(1)).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    t.withdraw(id);
+                    id = t.grant(4096, 64, Some(1)).unwrap();
+                    t.withdraw(id);
+                    id = t.grant(0, 128, Some(1)).unwrap();
+                }
+            })
+        };
+        let h = AtomicUsize::new(0);
+        let mut admitted = 0u64;
+        for _ in 0..2_000_000 {
+            assert!(!t.admits(1, 4160, 64, &h), "a torn entry was admitted");
+            admitted += u64::from(t.admits(1, 0, 64, &h));
+        }
+        stop.store(true, Ordering::Relaxed);
+        owner.join().unwrap();
+        assert!(admitted > 0, "the reader never saw a grant");
+    }
+
+    #[test]
     fn a_full_table_refuses_and_a_table_left_mid_edit_admits_nothing() {
         let t = table();
         for i in 0..GRANT_TABLE_LEN {
