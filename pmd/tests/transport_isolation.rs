@@ -660,6 +660,50 @@ fn a_peer_stores_only_into_the_regions_registered_for_it() {
     EmuFabric::destroy_in(dir.path(), "regions").unwrap();
 }
 
+#[test]
+fn a_revoked_region_stays_granted_to_each_peer_until_it_acknowledges() {
+    let dir = TestDir::new("revoke");
+    let (_fabric, mut hs) = three(&dir, "revoke");
+    let mut rng = Rng(17);
+    let both = hs[0]
+        .t
+        .register_region_for(4096, Access::ALL, &[1, 2])
+        .unwrap();
+    let at = window_offset(&mut hs[0], both, &mut rng);
+    let w1 = hs[1].t.device().peer_window(0, 0).unwrap();
+    let w2 = hs[2].t.device().peer_window(0, 0).unwrap();
+    // Advertised to both (one-sided writes), so deregistering holds it.
+    let end = Instant::now() + LONG;
+    let free = hs[0].t.region_area_free();
+    hs[0].t.deregister_region(both).unwrap();
+    w1.write(at, &[1u8; 64]).unwrap();
+    w2.write(at, &[2u8; 64]).unwrap();
+    // Host 1 acknowledges (host 2 does not poll): its grant goes, host 2's
+    // stays, and the bytes are not free yet.
+    while w1.write(at, &[1u8; 64]).is_ok() {
+        hs[0].pump();
+        hs[1].pump();
+        assert!(Instant::now() < end, "host 1 never acknowledged");
+    }
+    assert!(matches!(
+        w1.write(at, &[1u8; 64]),
+        Err(HwError::NotGranted { peer: 0, .. })
+    ));
+    w2.write(at, &[2u8; 64])
+        .expect("host 2 has not acknowledged: still granted");
+    assert_eq!(hs[0].t.region_area_free(), free);
+    // Host 2 acknowledges: its grant goes too and the bytes are free.
+    while hs[0].t.region_area_free() < free + 4096 {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        assert!(Instant::now() < end, "host 2 never acknowledged");
+    }
+    assert!(w2.write(at, &[2u8; 64]).is_err());
+    drop((w1, w2, hs));
+    EmuFabric::destroy_in(dir.path(), "revoke").unwrap();
+}
+
 /// The dispatcher for child roles; a no-op in a normal test run.
 #[test]
 fn child_entry() {

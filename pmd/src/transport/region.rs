@@ -59,7 +59,10 @@ impl Extents {
 
 /// A deregistered region waiting for peers to acknowledge its revocation:
 /// its extents, the peers still pending, and its grants.
-type Revoking = (Vec<(u64, u64)>, Vec<Port>, Vec<GrantId>);
+type Revoking = (Vec<(u64, u64)>, Vec<Port>, Vec<Grant>);
+
+/// A grant of one extent, to one peer or (`None`) to every peer.
+type Grant = (Option<Port>, GrantId);
 
 /// The device that enforces regions' grants, and our window on it.
 struct Granter {
@@ -88,7 +91,7 @@ pub struct Region {
     /// The peers it was advertised to for one-sided writes.
     pub advertised: Vec<Port>,
     /// The device's grants of its extents to its domain.
-    grants: Vec<GrantId>,
+    grants: Vec<Grant>,
 }
 
 impl Region {
@@ -176,7 +179,7 @@ impl RegionTable {
 
     /// Grants `extents` to each of `peers` (every peer: `None`); on a
     /// refusal, withdraws what it granted and returns the error.
-    fn grant(&self, extents: &[(u64, u64)], peers: Option<&[Port]>) -> Result<Vec<GrantId>> {
+    fn grant(&self, extents: &[(u64, u64)], peers: Option<&[Port]>) -> Result<Vec<Grant>> {
         let Some(g) = &self.granter else {
             return Ok(Vec::new());
         };
@@ -188,7 +191,7 @@ impl RegionTable {
         for &(s, l) in extents {
             for &p in &who {
                 match g.dev.grant_range(g.mw, s as usize, l as usize, p) {
-                    Ok(id) => ids.extend(id),
+                    Ok(id) => ids.extend(id.map(|id| (p, id))),
                     Err(e) => {
                         self.withdraw(&ids);
                         return Err(e.into());
@@ -200,9 +203,9 @@ impl RegionTable {
     }
 
     /// Withdraws `grants` (a region's bytes leave its domain).
-    fn withdraw(&self, grants: &[GrantId]) {
+    fn withdraw(&self, grants: &[Grant]) {
         if let Some(g) = &self.granter {
-            for &id in grants {
+            for &(_, id) in grants {
                 g.dev.withdraw_range(g.mw, id);
             }
         }
@@ -327,24 +330,28 @@ impl RegionTable {
     }
 
     /// A region's end: its grants withdrawn, then its bytes free again.
-    fn retire(&mut self, extents: Vec<(u64, u64)>, grants: &[GrantId]) {
+    fn retire(&mut self, extents: Vec<(u64, u64)>, grants: &[Grant]) {
         self.withdraw(grants);
         for (s, l) in extents {
             self.release(s, l);
         }
     }
 
-    /// `peer` acknowledged the revocation of `key` (or is gone): once no
-    /// peer is pending, the region's grants are withdrawn and its bytes
-    /// return to the area.
+    /// `peer` acknowledged the revocation of `key` (or is gone): what was
+    /// granted to it alone is withdrawn; once no peer is pending, the rest
+    /// of the region's grants are, and its bytes return to the area.
     pub fn revoke_acked(&mut self, key: RegionKey, peer: Port) {
-        let Some((_, pending, _)) = self.revoking.get_mut(&key.0) else {
+        let Some((_, pending, grants)) = self.revoking.get_mut(&key.0) else {
             return;
         };
         pending.retain(|&p| p != peer);
-        if pending.is_empty()
-            && let Some((extents, _, grants)) = self.revoking.remove(&key.0)
-        {
+        let done = pending.is_empty();
+        let (its, rest): (Vec<Grant>, Vec<Grant>) = std::mem::take(grants)
+            .into_iter()
+            .partition(|&(p, _)| p == Some(peer));
+        *grants = rest;
+        self.withdraw(&its);
+        if done && let Some((extents, _, grants)) = self.revoking.remove(&key.0) {
             self.retire(extents, &grants);
         }
     }
