@@ -704,6 +704,45 @@ fn a_revoked_region_stays_granted_to_each_peer_until_it_acknowledges() {
     EmuFabric::destroy_in(dir.path(), "revoke").unwrap();
 }
 
+#[test]
+fn a_full_grant_table_refuses_a_registration_cleanly() {
+    let dir = TestDir::new("full");
+    let (_fabric, mut hs) = three(&dir, "full");
+    let free = hs[0].t.region_area_free();
+    // Each region for one peer takes one entry; fill the table (regions
+    // not for one-sided writes: no advertisement, no revocation hold).
+    let mut keys = Vec::new();
+    let err = loop {
+        match hs[0].t.register_region_for(64, Access::LOCAL, &[1]) {
+            Ok(k) => keys.push(k),
+            Err(e) => break e,
+        }
+        assert!(keys.len() <= 512, "more regions than the table holds");
+    };
+    assert!(
+        matches!(
+            err,
+            TransportError::Hw(HwError::GrantTableFull { capacity: 512, .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("deregister regions"), "{err}");
+    // Nothing of the refused region stays allocated.
+    assert_eq!(hs[0].t.region_area_free(), free - 64 * keys.len() as u64);
+    // One entry freed, one registration fits again.
+    hs[0].t.deregister_region(keys.pop().unwrap()).unwrap();
+    let k = hs[0]
+        .t
+        .register_region_for(64, Access::LOCAL, &[1])
+        .unwrap();
+    keys.push(k);
+    for k in keys {
+        hs[0].t.deregister_region(k).unwrap();
+    }
+    drop(hs);
+    EmuFabric::destroy_in(dir.path(), "full").unwrap();
+}
+
 /// The dispatcher for child roles; a no-op in a normal test run.
 #[test]
 fn child_entry() {
