@@ -280,9 +280,9 @@ impl Transport {
     }
 
     /// Whether the device keeps each peer's writes to its own mailbox and
-    /// section of our window and the region area (per-peer translation);
-    /// `false` where the backend cannot isolate peers (see the README's
-    /// threat model).
+    /// section of our window and the regions registered for it (per-peer
+    /// translation); `false` where the backend cannot isolate peers (see
+    /// the README's threat model).
     pub fn peers_isolated(&self) -> bool {
         self.isolated
     }
