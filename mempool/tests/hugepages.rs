@@ -121,7 +121,7 @@ fn hugepage_zone_is_reserved_up_front() {
     let _g = serialize();
     let _r = match Reservation::at_least(4) {
         Ok(r) => r,
-        Err(why) => return println!("SKIPPED hugepage_zone_is_reserved_up_front: {why}"),
+        Err(why) => return common::skip("hugepage_zone_is_reserved_up_front", why),
     };
     let before = counts().unwrap();
     // 3 MiB + the 4 KiB header: two 2 MiB pages.
@@ -172,11 +172,11 @@ fn hugepage_zone_is_reserved_up_front() {
 fn hugepage_iova_pa_is_contiguous_within_a_page() {
     let _g = serialize();
     if !is_root() {
-        return println!("SKIPPED hugepage_iova_pa_is_contiguous_within_a_page: needs root");
+        return common::skip("hugepage_iova_pa_is_contiguous_within_a_page", "needs root");
     }
     let _r = match Reservation::at_least(2) {
         Ok(r) => r,
-        Err(why) => return println!("SKIPPED hugepage_iova_pa_is_contiguous_within_a_page: {why}"),
+        Err(why) => return common::skip("hugepage_iova_pa_is_contiguous_within_a_page", why),
     };
     let z = Zone::create("huge-pa", MB2, &ZoneOptions::default()).unwrap();
     let pa0 = z.iova(0, IovaMode::Pa).unwrap();
@@ -197,7 +197,10 @@ fn hugepage_iova_pa_is_contiguous_within_a_page() {
 fn shortage_is_a_clear_error() {
     let _g = serialize();
     let Some(c) = counts() else {
-        return println!("SKIPPED shortage_is_a_clear_error: no 2 MiB hugepages on this system");
+        return common::skip(
+            "shortage_is_a_clear_error",
+            "no 2 MiB hugepages on this system",
+        );
     };
     let free = c.available();
     // One byte more than the free pages hold (with the header): free + 1 pages.
@@ -229,14 +232,16 @@ fn shortage_is_a_clear_error() {
 fn fallback_to_small_pages_warns_once() {
     let _g = serialize();
     let Some(c) = counts() else {
-        return println!("SKIPPED fallback_to_small_pages_warns_once: no 2 MiB hugepages");
+        return common::skip("fallback_to_small_pages_warns_once", "no 2 MiB hugepages");
     };
     if c.available() > 16 {
-        return println!(
-            "SKIPPED fallback_to_small_pages_warns_once: {} hugepages free, a shortage would \
-             need a {} MiB zone",
-            c.available(),
-            2 * c.available()
+        return common::skip(
+            "fallback_to_small_pages_warns_once",
+            format_args!(
+                "{} hugepages free, a shortage would need a {} MiB zone",
+                c.available(),
+                2 * c.available()
+            ),
         );
     }
     let len = c.available() * MB2 + 1;
@@ -263,7 +268,7 @@ fn hugepages_when_free_need_no_fallback() {
     let _g = serialize();
     let _r = match Reservation::at_least(1) {
         Ok(r) => r,
-        Err(why) => return println!("SKIPPED hugepages_when_free_need_no_fallback: {why}"),
+        Err(why) => return common::skip("hugepages_when_free_need_no_fallback", why),
     };
     let (z, warnings) =
         fallback_warnings(|| Zone::create("no-fallback", 4096, &ZoneOptions::huge_or_fallback()));
@@ -295,9 +300,9 @@ fn gigantic_pages_error_or_fallback() {
             );
         }
         Some(c) => {
-            return println!(
-                "SKIPPED gigantic_pages_error_or_fallback: {} 1 GiB pages are free",
-                c.available()
+            return common::skip(
+                "gigantic_pages_error_or_fallback",
+                format_args!("{} 1 GiB pages are free", c.available()),
             );
         }
     }

@@ -328,7 +328,7 @@ fn iova_va_is_the_virtual_address() {
 #[test]
 fn iova_pa_as_root() {
     if !is_root() {
-        println!("SKIPPED iova_pa_as_root: needs root to read physical addresses");
+        common::skip("iova_pa_as_root", "needs root to read physical addresses");
         return;
     }
     let z = Zone::create("iova-pa", 4 * 4096, &ZoneOptions::no_huge()).unwrap();
@@ -388,13 +388,19 @@ fn iova_pa_without_root_is_a_clear_error() {
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            println!("SKIPPED iova_pa_without_root_is_a_clear_error: cannot run as nobody: {e}");
+            common::skip(
+                "iova_pa_without_root_is_a_clear_error",
+                format_args!("cannot run as nobody: {e}"),
+            );
             return;
         }
     };
     let st = common::Reaper(Some(child)).wait(TIMEOUT);
     if st.code() == Some(126) || st.code() == Some(127) {
-        println!("SKIPPED iova_pa_without_root_is_a_clear_error: nobody cannot execute the test");
+        common::skip(
+            "iova_pa_without_root_is_a_clear_error",
+            "nobody cannot execute the test",
+        );
         return;
     }
     assert!(st.success(), "unprivileged child failed: {st}");

@@ -295,6 +295,67 @@ fn rlut_exhaustion_refuses_non_posted_reads_and_counts_them() {
 }
 
 #[test]
+fn posted_writes_go_through_while_the_rlut_is_exhausted() {
+    let dir = TestDir::new("rlut-busy");
+    let c = cfg(&dir, small(4));
+    let target = EmuDevice::open("rlut-busy", &c).unwrap();
+    let slow = DeviceConfig {
+        read_latency: Some(Duration::from_secs(2)),
+        ..c.clone()
+    };
+    let reader = Arc::new(EmuDevice::open("rlut-busy", &slow).unwrap());
+    let other = EmuDevice::open("rlut-busy", &c).unwrap();
+    let t = target.port();
+    // 32 reads of 2 s each hold every entry of the target's R-LUT.
+    let reads: Vec<_> = (0..32)
+        .map(|_| {
+            let r = reader.clone();
+            std::thread::spawn(move || r.non_posted_read(t, 0, 0, &mut [0u8; 64]))
+        })
+        .collect();
+    let in_use = || target.fabric().status().slots[t as usize].rlut_in_use;
+    wait_for(Duration::from_secs(10), "32 entries held", || {
+        (in_use() == 32).then_some(())
+    });
+    // Exhausted: one more read is refused at once...
+    assert!(matches!(
+        other.non_posted_read(t, 0, 0, &mut [0u8; 8]),
+        Err(HwError::RlutExhausted { entries: 32 })
+    ));
+    // ...while posted writes from the reader holding the entries and from
+    // another host take none, are refused nothing, and land.
+    let before = (reader.counters(), other.counters());
+    let (wr, wo) = (
+        reader.peer_window(t, 0).unwrap(),
+        other.peer_window(t, 0).unwrap(),
+    );
+    for i in 0..64usize {
+        wr.write(4096 + i * 64, &[i as u8; 64]).unwrap();
+        wo.write_u64(8192 + i * 8, 0xabc0 + i as u64).unwrap();
+    }
+    assert_eq!(in_use(), 32, "a posted write took or waited for an entry");
+    let after = (reader.counters(), other.counters());
+    assert_eq!(after.0.posted_writes - before.0.posted_writes, 64);
+    assert_eq!(after.1.posted_writes - before.1.posted_writes, 64);
+    assert_eq!(after.0.rlut_refusals, before.0.rlut_refusals);
+    assert_eq!(after.1.rlut_refusals, before.1.rlut_refusals);
+    let mine = target.local_window(0).unwrap();
+    for i in 0..64usize {
+        let mut got = [0u8; 64];
+        mine.read(4096 + i * 64, &mut got).unwrap();
+        assert_eq!(got, [i as u8; 64]);
+        assert_eq!(mine.load_u64(8192 + i * 8).unwrap(), 0xabc0 + i as u64);
+    }
+    // The reads all complete and give their entries back.
+    for r in reads {
+        r.join().unwrap().unwrap();
+    }
+    assert_eq!(in_use(), 0);
+    drop((target, reader, other, wr, wo));
+    EmuFabric::destroy_in(dir.path(), "rlut-busy").unwrap();
+}
+
+#[test]
 fn version_and_geometry_mismatches_are_clear_errors() {
     let dir = TestDir::new("mismatch");
     let fc = small(4);

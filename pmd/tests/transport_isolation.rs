@@ -1,7 +1,8 @@
 //! Isolation between peers and recovery from lost state, on the emulated
 //! fabric: a host dropped from the fabric (it stalled past the heartbeat
-//! timeout) is told so and writes nothing more, so the host that took its
-//! place is undisturbed.
+//! timeout, in this process or as a stopped child process) is told so and
+//! writes nothing more, so the host that took its place is undisturbed; a
+//! peer stores only where it was granted.
 
 mod transport_common;
 
@@ -14,7 +15,7 @@ use ntbdk_pmd::transport::{
     Access, Config, DropKind, Geometry, PeerState, RegionKey, RemoteAddr, Sge, Status, Transport,
     TransportError,
 };
-use transport_common::{Host, TestDir, death_bound};
+use transport_common::{Host, Rng, RoleChild, TestDir, child_role, death_bound, env};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -403,7 +404,7 @@ fn a_wedged_ring_is_detected_and_the_connection_resyncs() {
 }
 
 #[test]
-fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
+fn a_peer_reaches_only_its_own_mailbox_and_section() {
     use ntbdk_pmd::transport::Layout;
 
     let dir = TestDir::new("grants");
@@ -442,12 +443,14 @@ fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
         hs[2].t.device().counters().ungranted_writes - before,
         2 * attacks.len() as u64
     );
-    // Its own mailbox, its own section and the region area are writable.
+    // Its own mailbox and its own section are writable (regions: see
+    // a_peer_stores_only_into_the_regions_registered_for_it).
     win.write(Layout::mailbox(2) + 8, &[0u8; 8]).unwrap();
-    win.write(layout.section_offset(2) + 64 * 1024, &[0u8; 8])
-        .unwrap_or_else(|e| panic!("own section: {e}"));
-    win.write(layout.region_area_start() + 4096, &[0u8; 64])
-        .unwrap();
+    win.write(
+        layout.section_offset(2) + layout.section_size() - 8,
+        &[0u8; 8],
+    )
+    .unwrap_or_else(|e| panic!("own section: {e}"));
     // Hosts 0 and 1 never noticed.
     let (h0, rest) = hs.split_at_mut(1);
     exchange(&mut h0[0], &mut rest[0], 0, 1, 50, 0x50);
@@ -455,4 +458,457 @@ fn a_peer_reaches_only_its_own_mailbox_and_section_and_the_region_area() {
     assert_eq!(hs[1].t.counters(q10).disconnects, 0);
     drop(hs);
     EmuFabric::destroy_in(dir.path(), "grants").unwrap();
+}
+
+/// Where region `key` of host `h` starts in its window: a random mark
+/// written into the region, found in the window.
+fn window_offset(h: &mut Host, key: RegionKey, rng: &mut Rng) -> usize {
+    let mut mark = [0u8; 64];
+    rng.fill(&mut mark);
+    h.t.region_write(key, 0, &mark).unwrap();
+    let local = h.t.device().local_window(0).unwrap();
+    let start = h.t.layout().region_area_start();
+    let mut grain = [0u8; 64];
+    (start..local.len())
+        .step_by(64)
+        .find(|&o| {
+            local.read(o, &mut grain).unwrap();
+            grain == mark
+        })
+        .expect("the region's mark is not in the window")
+}
+
+/// Posts a read by host `from` of `len` bytes of `to`'s region `remote`
+/// into `from`'s region `dst`, and waits for its completion.
+fn read_into(hs: &mut [Host], from: usize, to: usize, remote: RegionKey, dst: RegionKey) -> Status {
+    let len = hs[from].t.region_len(dst).unwrap();
+    let qp = hs[from].qp(to as Port);
+    let sge = Sge {
+        key: dst,
+        offset: 0,
+        len,
+    };
+    let cookie = 0x6000 + to as u64;
+    let remote = RemoteAddr {
+        key: remote,
+        offset: 0,
+    };
+    hs[from].t.post_read(qp, &[sge], remote, cookie).unwrap();
+    let end = Instant::now() + LONG;
+    loop {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        if let Some(c) = hs[from].done.remove(&cookie) {
+            return c.status;
+        }
+        assert!(Instant::now() < end, "{from} -> {to} never completed");
+    }
+}
+
+#[test]
+fn a_peer_stores_only_into_the_regions_registered_for_it() {
+    let dir = TestDir::new("regions");
+    let (fabric, mut hs) = three(&dir, "regions");
+    let mut rng = Rng(13);
+    // Host 0 registers a region for host 1, one for host 2, one for all.
+    let for1 = hs[0]
+        .t
+        .register_region_for(8192, Access::ALL, &[1])
+        .unwrap();
+    let for2 = hs[0]
+        .t
+        .register_region_for(4096, Access::ALL, &[2])
+        .unwrap();
+    let open = hs[0].t.register_region(4096, Access::ALL).unwrap();
+    let at2 = window_offset(&mut hs[0], for2, &mut rng);
+    // A domain may name the owner itself (it needs no grant).
+    let with_self = hs[0]
+        .t
+        .register_region_for(64, Access::LOCAL, &[0, 1])
+        .unwrap();
+    hs[0].t.deregister_region(with_self).unwrap();
+    let mut secret = vec![0u8; 8192];
+    rng.fill(&mut secret);
+    hs[0].t.region_write(for1, 0, &secret).unwrap();
+
+    // Host 2 stores 64 bytes at every grain of host 0's region area through
+    // its own device: only the regions for it or for all take them.
+    let win = hs[2].t.device().peer_window(0, 0).unwrap();
+    let start = hs[0].t.layout().region_area_start();
+    let before = hs[2].t.device().counters().ungranted_writes;
+    let (mut taken, mut refused) = (0u64, 0u64);
+    for o in (start..win.len()).step_by(64) {
+        match win.write(o, &[0u8; 64]) {
+            Ok(()) => taken += 64,
+            Err(HwError::NotGranted { peer: 0, .. }) => refused += 1,
+            Err(e) => panic!("store at {o}: {e}"),
+        }
+    }
+    let recv_len = hs[0].t.region_len(hs[0].recv_region).unwrap();
+    assert_eq!(
+        taken,
+        4096 + 4096 + recv_len.next_multiple_of(64),
+        "host 2 stored outside the regions open to it"
+    );
+    assert_eq!(
+        hs[2].t.device().counters().ungranted_writes - before,
+        refused
+    );
+    let mut got = vec![0u8; 8192];
+    hs[0].t.region_read(for1, 0, &mut got).unwrap();
+    assert!(
+        got == secret,
+        "host 1's region changed under host 2's stores"
+    );
+    for key in [for2, open] {
+        let mut g = vec![1u8; 4096];
+        hs[0].t.region_read(key, 0, &mut g).unwrap();
+        assert!(g.iter().all(|&b| b == 0), "a granted store did not land");
+    }
+
+    // Host 1 still reaches its region: a rendezvous write and a read, every
+    // byte; a one-sided write; and host 0 writes host 1's read destination
+    // when it is in host 0's domain — a destination of another domain is
+    // refused when the read is posted.
+    let mut data = vec![0u8; 8192];
+    rng.fill(&mut data);
+    assert_eq!(write(&mut hs, 1, 0, for1, &data), Status::Success);
+    hs[0].t.region_read(for1, 0, &mut got).unwrap();
+    assert!(got == data, "host 1's write did not land byte for byte");
+    let dst = hs[1]
+        .t
+        .register_region_for(8192, Access::LOCAL, &[0])
+        .unwrap();
+    assert_eq!(read_into(&mut hs, 1, 0, for1, dst), Status::Success);
+    hs[1].t.region_read(dst, 0, &mut got).unwrap();
+    assert!(got == data, "host 1's read did not land byte for byte");
+    let elsewhere = hs[1]
+        .t
+        .register_region_for(64, Access::LOCAL, &[2])
+        .unwrap();
+    let qp10 = hs[1].qp(0);
+    let sge = Sge {
+        key: elsewhere,
+        offset: 0,
+        len: 64,
+    };
+    let remote = RemoteAddr {
+        key: for1,
+        offset: 0,
+    };
+    assert!(matches!(
+        hs[1].t.post_read(qp10, &[sge], remote, 1),
+        Err(TransportError::NotInDomain { peer: 0, .. })
+    ));
+    let direct = hs[0]
+        .t
+        .register_region_for(4096, Access::LOCAL | Access::REMOTE_WRITE, &[1])
+        .unwrap();
+    let end = Instant::now() + LONG;
+    let remote = RemoteAddr {
+        key: direct,
+        offset: 100,
+    };
+    loop {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        match hs[1]
+            .t
+            .post_write_direct(qp10, &data[..999], remote, None, 2)
+        {
+            Ok(()) => break,
+            Err(TransportError::UnknownRemoteKey { .. }) => {}
+            Err(e) => panic!("one-sided write: {e}"),
+        }
+        assert!(Instant::now() < end, "the region was never advertised");
+    }
+    let mut g = vec![0u8; 999];
+    hs[0].t.region_read(direct, 100, &mut g).unwrap();
+    assert!(g == data[..999], "the one-sided write did not land");
+    let (h0, rest) = hs.split_at_mut(1);
+    exchange(&mut h0[0], &mut rest[0], 0, 1, 50, 0x60);
+    let q10 = hs[1].qp(0);
+    assert_eq!(hs[1].t.counters(q10).disconnects, 0);
+
+    // Deregistered, the region for host 2 (advertised to it for one-sided
+    // writes) stays writable by it until it acknowledged the revocation;
+    // then the grant is gone.
+    let free = hs[0].t.region_area_free();
+    let grants = fabric.status().slots[0].granted_ranges;
+    hs[0].t.deregister_region(for2).unwrap();
+    win.write(at2, &[7u8; 64])
+        .expect("the bytes of a region being revoked are still granted");
+    let end = Instant::now() + LONG;
+    while hs[0].t.region_area_free() < free + 4096 {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        assert!(Instant::now() < end, "the revocation never completed");
+    }
+    assert!(matches!(
+        win.write(at2, &[7u8; 64]),
+        Err(HwError::NotGranted { peer: 0, .. })
+    ));
+    assert_eq!(fabric.status().slots[0].granted_ranges, grants - 1);
+    // A transport that ends leaves nothing granted on its device.
+    let dev0 = hs[0].t.device().clone();
+    drop(hs);
+    assert!(grants > 1);
+    assert_eq!(fabric.status().slots[0].granted_ranges, 0);
+    drop((win, dev0));
+    EmuFabric::destroy_in(dir.path(), "regions").unwrap();
+}
+
+#[test]
+fn a_revoked_region_stays_granted_to_each_peer_until_it_acknowledges() {
+    let dir = TestDir::new("revoke");
+    let (_fabric, mut hs) = three(&dir, "revoke");
+    let mut rng = Rng(17);
+    let both = hs[0]
+        .t
+        .register_region_for(4096, Access::ALL, &[1, 2])
+        .unwrap();
+    let at = window_offset(&mut hs[0], both, &mut rng);
+    let w1 = hs[1].t.device().peer_window(0, 0).unwrap();
+    let w2 = hs[2].t.device().peer_window(0, 0).unwrap();
+    // Advertised to both (one-sided writes), so deregistering holds it.
+    let end = Instant::now() + LONG;
+    let free = hs[0].t.region_area_free();
+    hs[0].t.deregister_region(both).unwrap();
+    w1.write(at, &[1u8; 64]).unwrap();
+    w2.write(at, &[2u8; 64]).unwrap();
+    // Host 1 acknowledges (host 2 does not poll): its grant goes, host 2's
+    // stays, and the bytes are not free yet.
+    while w1.write(at, &[1u8; 64]).is_ok() {
+        hs[0].pump();
+        hs[1].pump();
+        assert!(Instant::now() < end, "host 1 never acknowledged");
+    }
+    assert!(matches!(
+        w1.write(at, &[1u8; 64]),
+        Err(HwError::NotGranted { peer: 0, .. })
+    ));
+    w2.write(at, &[2u8; 64])
+        .expect("host 2 has not acknowledged: still granted");
+    assert_eq!(hs[0].t.region_area_free(), free);
+    // Host 2 acknowledges: its grant goes too and the bytes are free.
+    while hs[0].t.region_area_free() < free + 4096 {
+        for h in hs.iter_mut() {
+            h.pump();
+        }
+        assert!(Instant::now() < end, "host 2 never acknowledged");
+    }
+    assert!(w2.write(at, &[2u8; 64]).is_err());
+    drop((w1, w2, hs));
+    EmuFabric::destroy_in(dir.path(), "revoke").unwrap();
+}
+
+#[test]
+fn a_full_grant_table_refuses_a_registration_cleanly() {
+    let dir = TestDir::new("full");
+    let (_fabric, mut hs) = three(&dir, "full");
+    let free = hs[0].t.region_area_free();
+    // Each region for one peer takes one entry; fill the table (regions
+    // not for one-sided writes: no advertisement, no revocation hold).
+    let mut keys = Vec::new();
+    let err = loop {
+        match hs[0].t.register_region_for(64, Access::LOCAL, &[1]) {
+            Ok(k) => keys.push(k),
+            Err(e) => break e,
+        }
+        assert!(keys.len() <= 512, "more regions than the table holds");
+    };
+    assert!(
+        matches!(
+            err,
+            TransportError::Hw(HwError::GrantTableFull { capacity: 512, .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("deregister regions"), "{err}");
+    // Nothing of the refused region stays allocated.
+    assert_eq!(hs[0].t.region_area_free(), free - 64 * keys.len() as u64);
+    // One entry freed, one registration fits again.
+    hs[0].t.deregister_region(keys.pop().unwrap()).unwrap();
+    let k = hs[0]
+        .t
+        .register_region_for(64, Access::LOCAL, &[1])
+        .unwrap();
+    keys.push(k);
+    for k in keys {
+        hs[0].t.deregister_region(k).unwrap();
+    }
+    drop(hs);
+    EmuFabric::destroy_in(dir.path(), "full").unwrap();
+}
+
+/// The dispatcher for child roles; a no-op in a normal test run.
+#[test]
+fn child_entry() {
+    match child_role().as_deref() {
+        None => {}
+        Some("echo") => echo(),
+        Some(r) => panic!("unknown role {r}"),
+    }
+}
+
+/// A child on slot 0 (heartbeat thread on, as a real process has) that
+/// echoes every message from port 1 until its transport says it lost its
+/// place; then it checks that posting fails with `Lost` and says so.
+fn echo() {
+    let dir: String = env("ISO_DIR");
+    let name: String = env("ISO_NAME");
+    let fabric = EmuFabric::attach_in(std::path::Path::new(&dir), &name).expect("attach");
+    let d = fabric
+        .join(&DeviceConfig {
+            slot: Some(0),
+            dir: Some(dir.into()),
+            ..Default::default()
+        })
+        .expect("join slot 0");
+    let mut h = Host::new(
+        Transport::new(Arc::new(d), Config::new(geo())).unwrap(),
+        2,
+        8,
+    );
+    h.t.wait_connected(1, LONG).unwrap();
+    println!("READY");
+    let qp = h.qp(1);
+    let mut refused = None;
+    let mut resumed = None;
+    let mut last = Instant::now();
+    loop {
+        // A turn of this loop as long as the heartbeat timeout: we were
+        // stopped. Write at once, before polling again (the rest of a poll
+        // the stop fell into may have told us already).
+        if resumed.is_none() && last.elapsed() >= Duration::from_millis(100) {
+            resumed = Some(match h.t.post_send(qp, b"zombie", 7) {
+                Err(TransportError::Hw(HwError::SlotLost { port: 0 })) => "SlotLost",
+                Err(TransportError::Lost) => "Lost",
+                Ok(()) => "accepted",
+                Err(_) => "other",
+            });
+        }
+        last = Instant::now();
+        if h.t.peer_state(1) == PeerState::Lost {
+            let post = h.t.post_send(qp, b"zombie", 7);
+            let post = matches!(post, Err(TransportError::Lost));
+            let first = resumed.unwrap_or("none");
+            println!("LOST post_refused={post} first_after_resume={first} earlier={refused:?}");
+            return;
+        }
+        h.pump();
+        while let Some(m) = h.inbox.get_mut(&1).and_then(|q| q.pop_front()) {
+            match h.t.post_send(qp, &m, 0) {
+                Ok(()) => {}
+                // The first write after the resume may find the place gone
+                // before a poll has said so.
+                Err(e) => refused = Some(e.to_string()),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stopped_process_is_dropped_and_told_so_when_resumed() {
+    let dir = TestDir::new("sigstop");
+    let fc = FabricConfig {
+        slots: 2,
+        window_size: 1 << 20,
+        heartbeat_timeout: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let fabric = EmuFabric::create_in(dir.path(), "sigstop", &fc).unwrap();
+    let join = |slot: Port| {
+        let d = fabric
+            .join(&DeviceConfig {
+                slot: Some(slot),
+                dir: Some(dir.path().to_owned()),
+                ..Default::default()
+            })
+            .expect("join");
+        Arc::new(d)
+    };
+    let mut b = Host::new(Transport::new(join(1), Config::new(geo())).unwrap(), 2, 8);
+    let env = [
+        ("ISO_DIR", dir.path().display().to_string()),
+        ("ISO_NAME", "sigstop".to_owned()),
+    ];
+    let mut child = RoleChild::spawn("child_entry", "echo", &env);
+    let end = Instant::now() + LONG;
+    while !b.t.is_connected(0) {
+        b.pump();
+        assert!(Instant::now() < end, "the child never connected");
+    }
+    child.expect_line("READY", LONG);
+    // The child echoes: every byte comes back.
+    for i in 0..20u8 {
+        let m = vec![i ^ 0x5a; 24 + 7 * i as usize];
+        b.send(0, &m);
+        assert_eq!(b.recv(0, LONG), m, "echo {i}");
+    }
+
+    // Stop it (all its threads, its heartbeat too): B declares it dead and
+    // slot 0 is freed.
+    // SAFETY: a signal to our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.pid() as i32, libc::SIGSTOP) }, 0);
+    let stopped = Instant::now();
+    while b.t.peer_state(0) == PeerState::Connected
+        || fabric.status().slots[0].state != SlotState::Free
+    {
+        b.pump();
+        assert!(
+            Instant::now() < stopped + LONG,
+            "the stopped child was never dropped"
+        );
+    }
+    assert!(
+        stopped.elapsed() <= death_bound(fc.heartbeat_timeout),
+        "the stopped child was dropped after {:?}",
+        stopped.elapsed()
+    );
+    // C takes slot 0 in this process and talks to B.
+    let mut c = Host::new(Transport::new(join(0), Config::new(geo())).unwrap(), 2, 8);
+    connect(&mut c, &mut b, 0, 1);
+    b.repost_all(0);
+    exchange(&mut c, &mut b, 0, 1, 20, 0x70);
+    let qb = b.qp(0);
+    let (connects, drops) = (b.t.counters(qb).connects, b.t.counters(qb).dropped_total());
+
+    // Resume it while C and B keep talking: it learns it was dropped and
+    // posts nothing; C and B see nothing of it.
+    // SAFETY: a signal to our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.pid() as i32, libc::SIGCONT) }, 0);
+    exchange(&mut c, &mut b, 0, 1, 30, 0x71);
+    let said = child.expect_line("LOST", LONG);
+    assert!(
+        said.starts_with("post_refused=true"),
+        "the child said: {said}"
+    );
+    // Its first write after the resume was refused: by its device's
+    // tenure check, or by the transport if the poll the stop fell into
+    // had told it already.
+    assert!(
+        ["SlotLost", "Lost"]
+            .iter()
+            .any(|w| said.contains(&format!("first_after_resume={w} "))),
+        "the child said: {said}"
+    );
+    assert!(child.wait_success(LONG), "the child failed");
+    exchange(&mut c, &mut b, 0, 1, 50, 0x72);
+    assert_eq!(
+        b.t.counters(qb).connects,
+        connects,
+        "B's connection was reset"
+    );
+    assert_eq!(
+        b.t.counters(qb).dropped_total(),
+        drops,
+        "B dropped messages"
+    );
+    assert_eq!(fabric.status().slots[0].owner_pid, Some(std::process::id()));
+    drop((b, c, child));
+    EmuFabric::destroy_in(dir.path(), "sigstop").unwrap();
 }

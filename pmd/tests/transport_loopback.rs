@@ -41,9 +41,10 @@ fn a_transport_can_move_to_a_polling_thread() {
             })
         })
         .collect();
-    for h in handles {
-        assert!(h.join().unwrap().outstanding() == 0);
-    }
+    // Joined all before any is dropped: one that says goodbye while the
+    // other still waits would fail that wait.
+    let ts: Vec<Transport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(ts.iter().all(|t| t.outstanding() == 0));
 }
 
 #[test]

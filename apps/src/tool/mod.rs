@@ -73,7 +73,7 @@ pub fn render_status(st: &FabricStatus, all: bool) -> String {
     let _ = writeln!(out, "  {up} of {} slots up", c.slots);
     let _ = writeln!(
         out,
-        "{:>4} {:<7} {:>5} {:>8} {:<5} {:<4} {:>9} {:>18} {:>18} {:>4} {:>10} {:>12} {:>8} {:>8}",
+        "{:>4} {:<7} {:>5} {:>8} {:<5} {:<4} {:>9} {:>18} {:>18} {:>4} {:>10} {:>12} {:>8} {:>8} {:>6}",
         "slot",
         "state",
         "gen",
@@ -87,7 +87,8 @@ pub fn render_status(st: &FabricStatus, all: bool) -> String {
         "posted-wr",
         "posted-bytes",
         "np-reads",
-        "refused"
+        "refused",
+        "grants"
     );
     for s in &st.slots {
         if !all && s.generation == 0 && s.state == SlotState::Free {
@@ -108,7 +109,7 @@ pub fn render_status(st: &FabricStatus, all: bool) -> String {
         };
         let _ = writeln!(
             out,
-            "{:>4} {:<7} {:>5} {:>8} {:<5} {:<4} {:>9} {:>#18x} {:>#18x} {:>4} {:>10} {:>12} {:>8} {:>8}",
+            "{:>4} {:<7} {:>5} {:>8} {:<5} {:<4} {:>9} {:>#18x} {:>#18x} {:>4} {:>10} {:>12} {:>8} {:>8} {:>6}",
             s.slot,
             s.state.to_string(),
             s.generation,
@@ -122,7 +123,8 @@ pub fn render_status(st: &FabricStatus, all: bool) -> String {
             s.counters.posted_writes,
             s.counters.posted_bytes,
             s.counters.non_posted_reads,
-            s.rlut_refusals
+            s.rlut_refusals,
+            s.granted_ranges
         );
     }
     out

@@ -20,6 +20,17 @@ pub fn is_child(name: &str) -> bool {
     role().as_deref() == Some(name)
 }
 
+/// Reports that test `name` skipped its checks, and why, on standard
+/// error itself: the test harness captures `print!` and `eprint!` of a
+/// passing test but not writes to the stream, so a skip shows in a plain
+/// `cargo test` run. Every test that skips calls this.
+pub fn skip(name: &str, why: impl std::fmt::Display) {
+    use std::io::Write;
+    // One write, so the line is not split by the harness's own output.
+    let line = format!("SKIPPED {name}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// Whether we run as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -41,7 +41,7 @@ pub enum HwError {
     /// translation). Nothing was written.
     #[error(
         "write of {len} bytes at offset {offset} is outside what port {peer} granted us \
-         (our mailbox, our section, its region area)"
+         (our mailbox, our section, the regions it registered for us)"
     )]
     NotGranted {
         /// The peer whose window it was.
@@ -50,6 +50,21 @@ pub enum HwError {
         offset: usize,
         /// Requested length.
         len: usize,
+    },
+    /// The table of ranges granted to peers (regions registered for them)
+    /// is full.
+    #[error(
+        "cannot grant a peer {len} bytes at offset {offset}: all {capacity} entries of this \
+         window's grant table are in use (one per extent and peer of each registered region); \
+         deregister regions, or register fewer scattered or per-peer ones"
+    )]
+    GrantTableFull {
+        /// Offset of the range.
+        offset: usize,
+        /// Length of the range.
+        len: usize,
+        /// Entries in the table.
+        capacity: usize,
     },
     /// The peer (slot/port) number does not exist on this fabric or is our own.
     #[error("no such peer: port {peer} (this fabric has {ports} ports; own port {own})")]

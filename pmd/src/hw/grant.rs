@@ -3,12 +3,16 @@
 //! windows give it (an Intel NTB is point-to-point and has one peer).
 //!
 //! The transport lays every window out the same way: each port has a
-//! mailbox and a section at offsets that step by port, and the region area
-//! is shared. So a grant is a template — ranges that step with the peer's
-//! port, and ranges every peer may write — from which the range a given
-//! peer may write is computed. A backend that can enforce it builds each
-//! peer's [`PeerWindow`](super::PeerWindow) from those ranges only: a write
-//! outside them fails ([`HwError::NotGranted`](super::HwError), counted in
+//! mailbox and a section at offsets that step by port. So the fixed part
+//! of a grant is a template — ranges that step with the peer's port, and
+//! ranges every peer may write — from which the ranges a given peer may
+//! write are computed. The regions a host registers come and go; they are
+//! granted one by one, each to its protection domain, through the live
+//! table of [`grant_table`](super::grant_table) (see
+//! [`NtbDevice::grant_range`](super::NtbDevice::grant_range)). A backend
+//! that can enforce both builds each peer's
+//! [`PeerWindow`](super::PeerWindow) from them: a write outside them fails
+//! ([`HwError::NotGranted`](super::HwError), counted in
 //! [`CounterSnapshot::ungranted_writes`](super::CounterSnapshot)).
 
 use std::ops::Range;
@@ -29,7 +33,7 @@ pub struct Strided {
 pub struct PeerGrant {
     /// Ranges that step with the writer's port (its mailbox, its section).
     pub per_port: Vec<Strided>,
-    /// Ranges every peer may write (the region area).
+    /// Ranges every peer may write, fixed for the window's life.
     pub shared: Vec<Range<usize>>,
 }
 

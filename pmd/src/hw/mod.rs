@@ -15,6 +15,7 @@ mod counters;
 pub mod emu;
 mod error;
 mod grant;
+mod grant_table;
 pub mod intel;
 pub mod loopback;
 pub mod mmio;
@@ -27,6 +28,7 @@ mod window;
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{HwError, Result};
 pub use grant::{PeerGrant, Strided};
+pub use grant_table::GrantId;
 pub use tenure::Tenure;
 pub use wc::{StoreProbe, WriteCombining};
 pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
@@ -118,6 +120,26 @@ pub trait NtbDevice: Send + Sync {
     fn grant_peers(&self, mw: usize, grant: &PeerGrant) -> Result<bool> {
         let _ = (mw, grant);
         Ok(false)
+    }
+    /// Lets `peer` (every peer: `None`) also write `len` bytes at `offset`
+    /// of our window `mw` (a region registered for it), from now until
+    /// [`withdraw_range`](Self::withdraw_range). `None` where the backend
+    /// keeps no such grants (then [`grant_peers`](Self::grant_peers)'s
+    /// template, or nothing, is all it enforces).
+    fn grant_range(
+        &self,
+        mw: usize,
+        offset: usize,
+        len: usize,
+        peer: Option<Port>,
+    ) -> Result<Option<GrantId>> {
+        let _ = (mw, offset, len, peer);
+        Ok(None)
+    }
+    /// Withdraws a grant made by [`grant_range`](Self::grant_range): no
+    /// write on its strength is admitted after this returns.
+    fn withdraw_range(&self, mw: usize, id: GrantId) {
+        let _ = (mw, id);
     }
     /// Points inbound window `mw` at `size` bytes of local memory at bus
     /// address `iova` (the translation and limit registers on hardware).

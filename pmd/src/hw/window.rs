@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
 use super::grant::covered;
+use super::grant_table::LiveGrants;
 use super::tenure::Tenure;
 use super::wc::WriteCombining;
 
@@ -175,6 +176,14 @@ impl PeerWindow {
     /// them fails with [`HwError::NotGranted`] (nothing written, counted).
     pub fn with_grant(mut self, ranges: Vec<Range<usize>>) -> Self {
         self.guard_mut().granted = Some(ranges.into());
+        self
+    }
+
+    /// The same handle, also writing what the peer's live table grants us
+    /// (the regions it registered for us, consulted at each write outside
+    /// the ranges of [`with_grant`](Self::with_grant)).
+    pub(crate) fn with_live_grants(mut self, live: LiveGrants) -> Self {
+        self.guard_mut().live = Some(live);
         self
     }
 
@@ -417,27 +426,54 @@ impl PeerWindow {
 }
 
 /// What a backend adds to a peer window's writes: a tenure to check (no
-/// zombies), a grant to stay inside (per-peer translation), a
-/// write-combining policy. Kept behind one pointer, checked out of line, so
-/// the plain path (loopback, a window with none of them) pays one test.
+/// zombies), a grant to stay inside (per-peer translation: fixed ranges,
+/// then the peer's live table), a write-combining policy. Kept behind one
+/// pointer, checked out of line, so the plain path (loopback, a window
+/// with none of them) pays one test.
 #[derive(Clone, Default)]
 struct Guard {
     tenure: Option<Tenure>,
     granted: Option<Arc<[Range<usize>]>>,
+    live: Option<LiveGrants>,
     wc: Option<Arc<WriteCombining>>,
 }
 
 impl Guard {
-    /// `Ok` when `len` bytes at `offset` are inside the grant and we still
-    /// hold our place; else the error (a grant refusal is counted).
+    /// `Ok` when `len` bytes at `offset` are inside the grant (a fixed
+    /// range first: the writer's own section, where most writes go; else
+    /// the live table) and we still hold our place; else the error (a
+    /// grant refusal is counted).
     #[inline]
     fn admit(&self, peer: u16, counters: &DeviceCounters, offset: usize, len: usize) -> Result<()> {
         if let Some(g) = &self.granted
             && !covered(g, offset, len)
         {
+            return self.admit_live(peer, counters, offset, len);
+        }
+        self.held()
+    }
+
+    /// [`admit`](Self::admit) outside the fixed ranges: by the live table
+    /// (out of line, so the hot path into a section stays small).
+    #[cold]
+    #[inline(never)]
+    fn admit_live(
+        &self,
+        peer: u16,
+        counters: &DeviceCounters,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        if !self.live.as_ref().is_some_and(|l| l.admits(offset, len)) {
             counters.ungranted();
             return Err(HwError::NotGranted { peer, offset, len });
         }
+        self.held()
+    }
+
+    /// `Ok` while we hold our place on the fabric (or nothing says).
+    #[inline]
+    fn held(&self) -> Result<()> {
         match &self.tenure {
             Some(t) => t.check(),
             None => Ok(()),

@@ -188,7 +188,8 @@ impl Transport {
         }
         let me = dev.port();
         let incarnation = random_u64(dev.generation());
-        let regions = RegionTable::new(layout.region_area_start() as u64, local.len() as u64);
+        let regions = RegionTable::new(layout.region_area_start() as u64, local.len() as u64)
+            .with_grants(dev.clone(), cfg.mw);
         let others = (dev.port_count() as u64).saturating_sub(1).max(1);
         let storage_quota = cfg
             .peer_storage_quota
@@ -223,8 +224,9 @@ impl Transport {
             lost: false,
         };
         // Per-peer translation: each peer may write its own mailbox and
-        // section and the region area, nothing else (where the device can
-        // enforce it), published before our first hello.
+        // section, and the regions registered for it (granted one by one
+        // by the region table), nothing else (where the device can enforce
+        // it); published before our first hello.
         let grant = PeerGrant {
             per_port: vec![
                 Strided {
@@ -238,7 +240,7 @@ impl Transport {
                     len: t.layout.section_size(),
                 },
             ],
-            shared: std::iter::once(t.layout.region_area_start()..t.local.len()).collect(),
+            shared: Vec::new(),
         };
         t.isolated = t.dev.grant_peers(t.cfg.mw, &grant)?;
         t.write_header()?;
@@ -281,9 +283,9 @@ impl Transport {
     }
 
     /// Whether the device keeps each peer's writes to its own mailbox and
-    /// section of our window and the region area (per-peer translation);
-    /// `false` where the backend cannot isolate peers (see the README's
-    /// threat model).
+    /// section of our window and the regions registered for it (per-peer
+    /// translation); `false` where the backend cannot isolate peers (see
+    /// the README's threat model).
     pub fn peers_isolated(&self) -> bool {
         self.isolated
     }

@@ -53,7 +53,11 @@ impl Transport {
         if u64::from(len) > max_len {
             return self.finish(op, Status::TooLarge, 0);
         }
-        let Ok(key) = self.regions.register(u64::from(len), Access::LOCAL, None) else {
+        // Storage only the target writes.
+        let Ok(key) = self
+            .regions
+            .register_for(u64::from(len), Access::LOCAL, None, Some(&[p]))
+        else {
             return self.finish(op, Status::TooLarge, 0);
         };
         let ext = self.regions.extents(key, len);

@@ -67,6 +67,12 @@
 //! (a peer that stops crediting is disconnected), storage it asks for only
 //! from the region area and only until its operation's deadline.
 //!
+//! Where the device enforces per-peer translation (the emulated fabric:
+//! [`Transport::peers_isolated`]), a peer's raw stores reach only its own
+//! mailbox and section and the regions registered for it (each region's
+//! extents are granted to its protection domain while it is registered or
+//! being revoked; see `region.rs`), whatever it writes through its device.
+//!
 //! # Connections
 //! A handshake with posted writes only (see the `handshake` module source):
 //! each side writes a hello {magic, version, geometry, its incarnation, the

@@ -116,7 +116,11 @@ impl Transport {
         if !self.fresh(p, Ring::Rx, op) || !self.within_quota(p, op, len) {
             return;
         }
-        match self.regions.register(u64::from(len), Access::LOCAL, None) {
+        // Storage only the initiator writes.
+        match self
+            .regions
+            .register_for(u64::from(len), Access::LOCAL, None, Some(&[p]))
+        {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
                 let ext = self.regions.extents(key, len);
@@ -214,7 +218,11 @@ impl Transport {
         if !self.within_quota(p, op, len) {
             return;
         }
-        let Ok(key) = self.regions.register(u64::from(len), Access::LOCAL, None) else {
+        // Storage only the previous link of the chain writes.
+        let Ok(key) = self
+            .regions
+            .register_for(u64::from(len), Access::LOCAL, None, Some(&[prev]))
+        else {
             return self.nak(p, op, WireStatus::NoRoom);
         };
         let link = ChainLink {

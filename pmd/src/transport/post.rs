@@ -88,6 +88,17 @@ impl Transport {
     ) -> Result<()> {
         self.check_post(qp)?;
         let (ext, len) = self.resolve_sges(local, Access::LOCAL_WRITE)?;
+        // The target writes our destination: it must be in its domain (the
+        // device would refuse its stores otherwise).
+        if let Some(s) = local
+            .iter()
+            .find(|s| self.regions.get(s.key).is_some_and(|r| !r.admits(qp.peer)))
+        {
+            return Err(TransportError::NotInDomain {
+                key: s.key,
+                peer: qp.peer,
+            });
+        }
         let op = self.new_op(
             cookie,
             OutKind::Read {

@@ -5,11 +5,19 @@
 //! built from scattered extents of the area; an SGL naming it lists them.
 //! Every access a peer asks for is resolved here, against the key, the
 //! permissions and the region's length, before a byte moves.
+//!
+//! Where the device keeps per-peer grants (see
+//! [`NtbDevice::grant_range`]), the table also makes each region's extents
+//! writable by exactly its protection domain (every peer, for a region
+//! open to all) while it is registered — and, for a region being revoked,
+//! until the revocation completes — so a peer that ignores the protocol
+//! still cannot store into another domain's regions.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
-use crate::hw::Port;
+use crate::hw::{GrantId, NtbDevice, Port};
 
 use super::idhash::IdMap;
 
@@ -50,8 +58,23 @@ impl Extents {
 }
 
 /// A deregistered region waiting for peers to acknowledge its revocation:
-/// its extents, and the peers still pending.
-type Revoking = (Vec<(u64, u64)>, Vec<Port>);
+/// its extents, the peers still pending, and its grants.
+type Revoking = (Vec<(u64, u64)>, Vec<Port>, Vec<Grant>);
+
+/// A grant of one extent, to one peer or (`None`) to every peer.
+type Grant = (Option<Port>, GrantId);
+
+/// The device that enforces regions' grants, and our window on it.
+struct Granter {
+    dev: Arc<dyn NtbDevice>,
+    mw: usize,
+}
+
+impl std::fmt::Debug for Granter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Granter").field("mw", &self.mw).finish()
+    }
+}
 
 /// One registered region.
 #[derive(Debug, Clone)]
@@ -67,6 +90,8 @@ pub struct Region {
     pub peers: Option<Box<[Port]>>,
     /// The peers it was advertised to for one-sided writes.
     pub advertised: Vec<Port>,
+    /// The device's grants of its extents to its domain.
+    grants: Vec<Grant>,
 }
 
 impl Region {
@@ -111,6 +136,19 @@ pub struct RegionTable {
     keys: RandomState,
     /// Keys drawn so far.
     minted: u64,
+    /// Where regions' grants are made (none: the device keeps none).
+    granter: Option<Granter>,
+}
+
+impl Drop for RegionTable {
+    /// The transport is gone: nothing it registered stays granted.
+    fn drop(&mut self) {
+        let live = self.regions.values().map(|r| &r.grants);
+        let revoking = self.revoking.values().map(|(_, _, g)| g);
+        for g in live.chain(revoking) {
+            self.withdraw(g);
+        }
+    }
 }
 
 impl RegionTable {
@@ -128,6 +166,48 @@ impl RegionTable {
             revoking: IdMap::default(),
             keys: RandomState::new(),
             minted: 0,
+            granter: None,
+        }
+    }
+
+    /// The same table, granting each region's extents to its domain on
+    /// `dev`'s window `mw` (see the module docs).
+    pub fn with_grants(mut self, dev: Arc<dyn NtbDevice>, mw: usize) -> Self {
+        self.granter = Some(Granter { dev, mw });
+        self
+    }
+
+    /// Grants `extents` to each of `peers` (every peer: `None`); on a
+    /// refusal, withdraws what it granted and returns the error.
+    fn grant(&self, extents: &[(u64, u64)], peers: Option<&[Port]>) -> Result<Vec<Grant>> {
+        let Some(g) = &self.granter else {
+            return Ok(Vec::new());
+        };
+        let who: Vec<Option<Port>> = match peers {
+            None => vec![None],
+            Some(ps) => ps.iter().map(|&p| Some(p)).collect(),
+        };
+        let mut ids = Vec::with_capacity(extents.len() * who.len());
+        for &(s, l) in extents {
+            for &p in &who {
+                match g.dev.grant_range(g.mw, s as usize, l as usize, p) {
+                    Ok(id) => ids.extend(id.map(|id| (p, id))),
+                    Err(e) => {
+                        self.withdraw(&ids);
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Withdraws `grants` (a region's bytes leave its domain).
+    fn withdraw(&self, grants: &[Grant]) {
+        if let Some(g) = &self.granter {
+            for &(_, id) in grants {
+                g.dev.withdraw_range(g.mw, id);
+            }
         }
     }
 
@@ -185,6 +265,15 @@ impl RegionTable {
                 left -= piece;
             }
         }
+        let grants = match self.grant(&extents, peers) {
+            Ok(g) => g,
+            Err(e) => {
+                for (s, l) in extents {
+                    self.release(s, l);
+                }
+                return Err(e);
+            }
+        };
         // Trim the last extent's logical length to `len` (the grain padding
         // stays allocated and is returned with it).
         let key = self.mint_key();
@@ -196,6 +285,7 @@ impl RegionTable {
                 extents,
                 peers: peers.map(Box::from),
                 advertised: Vec::new(),
+                grants,
             },
         );
         Ok(RegionKey(key))
@@ -219,39 +309,50 @@ impl RegionTable {
         }
     }
 
-    /// Deregisters a region, returning its extents to the area — at once,
-    /// or (a region advertised for one-sided writes) once every peer it was
-    /// advertised to has acknowledged the revocation or is gone. Returns
-    /// those peers, to whom a revocation must be sent.
+    /// Deregisters a region, withdrawing its grants and returning its
+    /// extents to the area — at once, or (a region advertised for
+    /// one-sided writes) once every peer it was advertised to has
+    /// acknowledged the revocation or is gone. Returns those peers, to whom
+    /// a revocation must be sent.
     pub fn deregister(&mut self, key: RegionKey) -> Result<Vec<Port>> {
         let r = self
             .regions
             .remove(&key.0)
             .ok_or(TransportError::NoSuchRegion(key))?;
         if r.advertised.is_empty() {
-            for (s, l) in r.extents {
-                self.release(s, l);
-            }
+            self.retire(r.extents, &r.grants);
             return Ok(Vec::new());
         }
         let peers = r.advertised.clone();
-        self.revoking.insert(key.0, (r.extents, r.advertised));
+        self.revoking
+            .insert(key.0, (r.extents, r.advertised, r.grants));
         Ok(peers)
     }
 
-    /// `peer` acknowledged the revocation of `key` (or is gone): once no
-    /// peer is pending, the region's bytes return to the area.
+    /// A region's end: its grants withdrawn, then its bytes free again.
+    fn retire(&mut self, extents: Vec<(u64, u64)>, grants: &[Grant]) {
+        self.withdraw(grants);
+        for (s, l) in extents {
+            self.release(s, l);
+        }
+    }
+
+    /// `peer` acknowledged the revocation of `key` (or is gone): what was
+    /// granted to it alone is withdrawn; once no peer is pending, the rest
+    /// of the region's grants are, and its bytes return to the area.
     pub fn revoke_acked(&mut self, key: RegionKey, peer: Port) {
-        let Some((_, pending)) = self.revoking.get_mut(&key.0) else {
+        let Some((_, pending, grants)) = self.revoking.get_mut(&key.0) else {
             return;
         };
         pending.retain(|&p| p != peer);
-        if pending.is_empty()
-            && let Some((extents, _)) = self.revoking.remove(&key.0)
-        {
-            for (s, l) in extents {
-                self.release(s, l);
-            }
+        let done = pending.is_empty();
+        let (its, rest): (Vec<Grant>, Vec<Grant>) = std::mem::take(grants)
+            .into_iter()
+            .partition(|&(p, _)| p == Some(peer));
+        *grants = rest;
+        self.withdraw(&its);
+        if done && let Some((extents, _, grants)) = self.revoking.remove(&key.0) {
+            self.retire(extents, &grants);
         }
     }
 

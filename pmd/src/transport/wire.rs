@@ -1292,15 +1292,38 @@ mod tests {
             (6000, 4),
             (7000, 5),
         ];
+        // Walk the extents with a cursor (extent, bytes of it consumed):
+        // each entry must name the very next bytes, at their window offset.
+        let (mut i, mut used) = (0usize, 0u64);
         let mut pos = 0u64;
-        let mut total = 0u64;
+        let mut msgs = Vec::new();
         chunk_sgl(&ext, |start, n, sges| {
-            assert_eq!(u64::from(start), pos);
+            assert_eq!(u64::from(start), pos, "message start");
+            assert!((1..=SGES_PER_MSG).contains(&(n as usize)));
             for s in &sges[..n as usize] {
+                let (off, len) = ext[i];
+                assert_eq!(s.offset, off + used, "entry offset");
+                assert!(s.len > 0 && s.len <= SGE_MAX_LEN);
+                assert!(used + u64::from(s.len) <= len, "entry runs past its extent");
+                used += u64::from(s.len);
                 pos += u64::from(s.len);
-                total += u64::from(s.len);
+                if used == len {
+                    (i, used) = (i + 1, 0);
+                }
             }
+            assert!(
+                sges[n as usize..].iter().all(|s| *s == WireSge::default()),
+                "unused entries are zero"
+            );
+            msgs.push(n);
         });
-        assert_eq!(total, ext.iter().map(|e| e.1).sum::<u64>());
+        assert_eq!(i, ext.len(), "every extent consumed");
+        assert_eq!(pos, ext.iter().map(|e| e.1).sum::<u64>());
+        // The long extent is split at SGE_MAX_LEN; every message but the
+        // last is full.
+        assert_eq!(msgs.iter().map(|&n| n as usize).sum::<usize>(), 7);
+        let (last, full) = msgs.split_last().unwrap();
+        assert!(full.iter().all(|&n| n as usize == SGES_PER_MSG));
+        assert!(*last as usize <= SGES_PER_MSG);
     }
 }

@@ -14,9 +14,10 @@ use super::liveness::{now_ns, own_pid, own_start};
 use super::rlut;
 use super::segment::shm_dir;
 use super::windows::WindowMem;
+use crate::hw::grant_table::{GRANT_TABLE_LEN, GrantRefused, LiveGrants};
 use crate::hw::{
-    CounterSnapshot, DeviceCounters, HwError, Keepalive, LinkEvent, LinkState, LocalWindow,
-    MwGeometry, NtbDevice, PeerGrant, PeerWindow, Port, Result, Strided, Tenure,
+    CounterSnapshot, DeviceCounters, GrantId, HwError, Keepalive, LinkEvent, LinkState,
+    LocalWindow, MwGeometry, NtbDevice, PeerGrant, PeerWindow, Port, Result, Strided, Tenure,
 };
 
 /// Inbound translations must be aligned to this.
@@ -91,6 +92,8 @@ struct Inner {
     lost: AtomicBool,
     stop: AtomicBool,
     background: bool,
+    /// Serialises our edits of our slot's grant table (one writer).
+    grant_edits: Mutex<()>,
 }
 
 impl std::fmt::Debug for EmuDevice {
@@ -170,6 +173,7 @@ impl EmuDevice {
         regs.xlat_size.store(0, Relaxed);
         regs.rlut_refusals.store(0, Relaxed);
         regs.grant_count.store(0, Relaxed);
+        regs.grants.reset();
         for c in &regs.counters {
             c.store(0, Relaxed);
         }
@@ -232,6 +236,7 @@ impl EmuDevice {
             lost: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             background: cfg.heartbeat_thread,
+            grant_edits: Mutex::new(()),
         });
         let heartbeat = if cfg.heartbeat_thread {
             let period = (fcfg.heartbeat_timeout / 4).max(Duration::from_micros(500));
@@ -631,10 +636,17 @@ impl NtbDevice for EmuDevice {
                 self.inner.counters.clone(),
             )
             .with_tenure(tenure);
-        Ok(match self.published_grant(peer) {
-            Some(g) => win.with_grant(g.ranges_for(self.inner.port)),
-            None => win,
-        })
+        let Some(g) = self.published_grant(peer) else {
+            return Ok(win);
+        };
+        let table = &self.inner.fabric.regs_of(peer as usize).grants;
+        let keep: Keepalive = Arc::new(self.inner.fabric.clone());
+        // SAFETY: the peer's grant table lies in the control segment, which
+        // the fabric handle in `keep` keeps mapped; it is atomics only.
+        let live = unsafe { LiveGrants::from_raw(table, self.inner.port, keep) };
+        Ok(win
+            .with_grant(g.ranges_for(self.inner.port))
+            .with_live_grants(live))
     }
 
     fn grant_peers(&self, mw: usize, grant: &PeerGrant) -> Result<bool> {
@@ -661,6 +673,59 @@ impl NtbDevice for EmuDevice {
         // host maps one shared region whole (ivshmem), a host that ignores
         // the grant can still write anywhere: not isolation.
         Ok(self.inner.fabric.inner.windows.is_none())
+    }
+
+    fn grant_range(
+        &self,
+        mw: usize,
+        offset: usize,
+        len: usize,
+        peer: Option<Port>,
+    ) -> Result<Option<GrantId>> {
+        self.check_mw(mw)?;
+        let window_len = self.inner.fabric.config().window_size;
+        if offset.checked_add(len).is_none_or(|end| end > window_len) {
+            return Err(HwError::OutOfBounds {
+                offset,
+                len,
+                window_len,
+            });
+        }
+        match peer {
+            // We write our own window directly, not through a grant.
+            Some(p) if p == self.inner.port => return Ok(None),
+            Some(p) => self.inner.fabric.check_port(p, self.inner.port)?,
+            None => {}
+        }
+        let _one_editor = self
+            .inner
+            .grant_edits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match self.regs().grants.grant(offset, len, peer) {
+            Ok(id) => Ok(Some(id)),
+            Err(GrantRefused::Full) => Err(HwError::GrantTableFull {
+                offset,
+                len,
+                capacity: GRANT_TABLE_LEN,
+            }),
+            Err(GrantRefused::Unrepresentable) => Err(HwError::Invalid(format!(
+                "a grant of {len} bytes at offset {offset}: empty, or longer than a grant \
+                 table entry holds"
+            ))),
+        }
+    }
+
+    fn withdraw_range(&self, mw: usize, id: GrantId) {
+        if self.check_mw(mw).is_err() {
+            return;
+        }
+        let _one_editor = self
+            .inner
+            .grant_edits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.regs().grants.withdraw(id);
     }
 
     fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()> {

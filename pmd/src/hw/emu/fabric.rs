@@ -411,6 +411,7 @@ impl EmuFabric {
             window_len: (w.state == SlotState::Up).then(|| r.win_len.load(Relaxed) as usize),
             window_page_size: (w.state == SlotState::Up).then(|| r.win_page.load(Relaxed) as usize),
             inbound_translation: (xs != 0).then(|| (r.xlat_iova.load(Relaxed), xs)),
+            granted_ranges: if owned { r.grants.live() } else { 0 },
         }
     }
 

@@ -16,10 +16,12 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
+use crate::hw::grant_table::GrantTable;
+
 /// "NTBDKFAB", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NTBDKFAB");
 /// Bumped on every incompatible change of this layout.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 /// Most ranges in a slot's published grant.
 pub(crate) const MAX_GRANT: usize = 8;
 /// Bytes reserved for the header (one page).
@@ -152,6 +154,10 @@ pub(crate) struct SlotRegs {
     pub rlut_owner: [AtomicU32; MAX_RLUT],
     /// Scratchpad registers.
     pub spads: [AtomicU32; MAX_SPADS],
+    /// The live part of the grant: ranges of this slot's window (regions
+    /// the owner registered) each peer, or every peer, may write beyond
+    /// the template above; the owner edits it, writers consult it.
+    pub grants: GrantTable,
 }
 
 /// A slot's state.

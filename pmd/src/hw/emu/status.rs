@@ -80,6 +80,9 @@ pub struct SlotStatus {
     pub window_page_size: Option<usize>,
     /// The inbound translation it recorded (bus address, size), if any.
     pub inbound_translation: Option<(u64, usize)>,
+    /// Ranges of its window granted to peers beyond the fixed template
+    /// (one per extent and peer of each region it registered).
+    pub granted_ranges: usize,
 }
 
 /// Where a fabric's windows live.
