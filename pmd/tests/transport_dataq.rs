@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ntbdk_mempool::ZoneOptions;
-use ntbdk_pmd::hw::Port;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
 use ntbdk_pmd::transport::{
     Config, DataPart, DataQueue, DataQueues, Geometry, Transport, TransportError,
@@ -408,4 +408,65 @@ fn bursts_between_two_processes_verify_every_byte() {
     assert!(child.wait_success(LONG));
     assert!(!q.is_up(), "our transport is gone");
     assert_eq!(q.rx_pool_available(), q.rx_pool_size());
+}
+
+#[test]
+fn forged_descriptors_are_refused_and_counted_and_a_good_one_still_lands() {
+    use ntbdk_pmd::transport::{epoch, inject::Injector};
+    let dir = TestDir::new("dataq-forged");
+    let g = geometry(1, 16, 128);
+    let f = fabric(&dir, "dataq-forged", &g);
+    let rogue_dev = Arc::new(
+        f.join(&DeviceConfig {
+            slot: Some(0),
+            dir: Some(dir.path().to_owned()),
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let rogue = Transport::new(rogue_dev.clone(), Config::new(g)).unwrap();
+    let mut ts = vec![rogue, host(&f, &dir, 1, g)];
+    let mut rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    rx.rx_burst(&mut Vec::new(), 0); // lends every buffer to the rogue
+    let e = epoch(ts[0].incarnation(), ts[1].incarnation());
+    let layout = *ts[1].layout();
+    let mut inj = Injector::new(&*rogue_dev, 1, layout, e).unwrap();
+    let desc = |buffer: u32, len: u32, user: u64| {
+        let mut b = [0u8; 56];
+        b[0..4].copy_from_slice(&buffer.to_le_bytes());
+        b[4..8].copy_from_slice(&len.to_le_bytes());
+        b[8..16].copy_from_slice(&user.to_le_bytes());
+        b
+    };
+    // Which buffer the victim lent first: its FreeQ entry in the rogue's
+    // own window.
+    let lent = {
+        let local = rogue_dev.local_window(0).unwrap();
+        let raw = local
+            .load_u64(layout.data_part(1, 0, DataPart::FreeQ))
+            .unwrap();
+        (raw as u32) - 1
+    };
+    inj.push_descriptor(0, 0, &desc(1000, 8, 0)).unwrap(); // out of range
+    inj.push_descriptor(0, 1, &desc(lent, 129, 0)).unwrap(); // longer than a buffer
+    let mut got = Vec::new();
+    assert_eq!(rx.rx_burst(&mut got, 8), 0);
+    assert_eq!(rx.stats().bad_desc, 2);
+    // A good one: the payload written into the lent buffer, then named.
+    let bufs = layout.data_part(0, 0, DataPart::Bufs);
+    inj.scribble(bufs + lent as usize * 128, b"forged but fine")
+        .unwrap();
+    inj.push_descriptor(0, 2, &desc(lent, 15, 77)).unwrap();
+    // Naming the same buffer again (no longer lent) is refused.
+    inj.push_descriptor(0, 3, &desc(lent, 15, 78)).unwrap();
+    assert_eq!(rx.rx_burst(&mut got, 8), 1);
+    assert_eq!(
+        (got[0].to_vec(), got[0].user()),
+        (b"forged but fine".to_vec(), 77)
+    );
+    assert_eq!(rx.stats().bad_desc, 3);
+    drop(got);
+    rx.rx_burst(&mut Vec::new(), 0);
+    assert_eq!(rx.rx_lent() + rx.rx_pool_available(), 16, "nothing lost");
 }

@@ -111,12 +111,10 @@ pub struct DataQueueStats {
 /// for (i, m) in burst.iter_mut().enumerate() {
 ///     m.append(format!("message {i}").as_bytes())?;
 /// }
-/// while !burst.is_empty() {
-///     tx.tx_burst(&mut burst); // sent mbufs are freed; the rest stay
-/// }
 /// let mut got = Vec::new();
 /// while got.len() < 4 {
-///     rx.rx_burst(&mut got, 32); // the peer's buffers, in place
+///     tx.tx_burst(&mut burst); // sent mbufs are freed; the rest stay
+///     rx.rx_burst(&mut got, 32); // lends buffers; hands out the peer's, in place
 ///     assert!(Instant::now() < deadline);
 /// }
 /// assert_eq!(got[3].to_vec(), b"message 3");
@@ -327,7 +325,9 @@ impl DataQueue {
     /// Receives up to `max` mbufs into `out` (DPDK's `rte_eth_rx_burst`):
     /// each is the very buffer the peer wrote, in our window, handed out in
     /// place. Returns how many were appended. Also lends freed buffers back
-    /// to the peer and credits its descriptors.
+    /// to the peer and credits its descriptors: the peer can send nothing
+    /// on this queue until its receiver has called `rx_burst` once since
+    /// the connection came up (that first call lends every free buffer).
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         if !self.sync() {
             return 0;

@@ -4,7 +4,7 @@
 
 use crate::hw::{NtbDevice, PeerWindow, Port, Result};
 
-use super::geometry::{Layout, Part};
+use super::geometry::{DataPart, Layout, Part};
 use super::queue::tag;
 use super::wire::{Body, Ring, SLOT, TAG_OFFSET};
 
@@ -70,6 +70,18 @@ impl Injector {
             .write_u64(off + TAG_OFFSET, tag(self.epoch, self.seq[k]))?;
         self.seq[k] += 1;
         Ok(())
+    }
+
+    /// Writes `body` as descriptor `seq` of data queue `queue` (the victim's
+    /// `rx_burst` takes it when `seq` is the next it expects): a descriptor
+    /// names a buffer (u32 at 0), a length (u32 at 4) and a user word (u64
+    /// at 8).
+    pub fn push_descriptor(&mut self, queue: u16, seq: u64, body: &Body) -> Result<()> {
+        let depth = u64::from(self.layout.geometry().data.nb_desc);
+        let off =
+            self.layout.data_part(self.me, queue, DataPart::Desc) + (seq % depth) as usize * SLOT;
+        self.win.write(off, body)?;
+        self.win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))
     }
 
     /// Writes raw bytes anywhere in the victim's window (a peer can; the
