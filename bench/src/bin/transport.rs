@@ -54,13 +54,22 @@
 //!   crosses cores); and the 64 B `send` rate with bursts of 32, counted
 //!   where the messages arrive. Bandwidth and rate batches last about 2 ms
 //!   each (each drains its pipeline).
+//! - **continuous send rate** (`--small-only` only): one run of at least
+//!   1 s each, counted where the messages arrive, for 64 B (2 slots) and
+//!   48 B (1 slot), beside a **zero-software ring stream** of the same
+//!   slots (bursts of 32 written last-first, credits every quarter ring,
+//!   as ntbdk). Each row also gives its 100 ms windows, how often the
+//!   sender found no credit and the receiver nothing to take, and the CPU
+//!   time and involuntary context switches of both threads: a rate that
+//!   collapses while a thread got half its core was preempted, not slow.
 //!
 //! `--small-only` runs just the latency rows (the cache-line, two-line and
 //! ring baselines, then ntbdk's) and the rate row, for profiling; with
 //! `--only <SUBSTRING>` it runs only the cases whose label contains the
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
 //! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`, `one core 64 B`,
-//! `one core 48 B`, `rate`; e.g. `--only "one core"` or `--only ring`).
+//! `one core 48 B`, `rate`, `one-sided rate`, `continuous ring`,
+//! `continuous send`; e.g. `--only "one core"` or `--only continuous`).
 //!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
@@ -79,7 +88,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use ntbdk_bench::{Row, check_floor, core_pair, describe_machine, pin, print_floor_header};
+use crossbeam_utils::CachePadded;
+use ntbdk_bench::{
+    Row, check_floor, core_pair, describe_machine, pin, print_floor_header, thread_cpu,
+};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge,
@@ -120,7 +132,8 @@ struct Args {
     /// With --small-only: run only the cases whose label contains SUBSTRING
     /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one core 64 B",
-    /// "one core 48 B", "rate" (e.g. --only "one core", --only ring).
+    /// "one core 48 B", "rate", "one-sided rate", "continuous ring",
+    /// "continuous send" (e.g. --only "one core", --only continuous).
     #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
     only: Option<String>,
 }
@@ -665,6 +678,116 @@ fn slot_ring_pingpong(a: usize, b: usize, k: usize, plan: Plan) -> Samples {
     )
 }
 
+/// `k`-slot messages streamed for `run` over one ring of 64-byte slots from
+/// core `a` to core `b`, in bursts of [`BURST`] written last-first (as
+/// ntbdk's `post_sends`), the reader crediting its progress back every
+/// quarter ring (as ntbdk): the message rate of a ring with no software,
+/// counted where the messages arrive (the credited progress). What an
+/// ntbdk send rate of `k`-slot messages is to be compared with.
+fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
+    const WINDOW: Duration = Duration::from_millis(100);
+    let k = k as u64;
+    let depth = RING_DEPTH as u64;
+    let burst = BURST as u64 * k;
+    assert!(
+        burst <= depth,
+        "a burst of {BURST} {k}-slot messages fits the ring"
+    );
+    let ring = SlotRing::new();
+    let credit = CachePadded::new(AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    let (ring, credit, stop) = (&ring, &credit, &stop);
+    std::thread::scope(|s| {
+        let reader = s.spawn(move || {
+            pin(b);
+            let cpu0 = thread_cpu();
+            let (mut seq, mut credited, mut polls, mut empty) = (0u64, 0u64, 0u64, 0u64);
+            let mut acc = 0u64;
+            loop {
+                polls += 1;
+                let first = ring.slot(seq);
+                if first.tag.load(Ordering::Acquire) != seq {
+                    empty += 1;
+                    if empty.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if k > 1 {
+                        prefetch(ring.slot(seq + 1));
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                for j in 0..k {
+                    let slot = ring.slot(seq + j);
+                    spin_until(&slot.tag, seq + j);
+                    acc = slot
+                        .body
+                        .iter()
+                        .fold(acc, |acc, w| acc.wrapping_add(w.load(Ordering::Relaxed)));
+                }
+                seq += k;
+                if seq - credited >= depth / 4 {
+                    credit.store(seq, Ordering::Release);
+                    credited = seq;
+                }
+            }
+            black_box(acc);
+            let cpu = thread_cpu();
+            (polls, empty, (cpu.0 - cpu0.0, cpu.1 - cpu0.1))
+        });
+        pin(a);
+        let cpu0 = thread_cpu();
+        let (mut seq, mut seen, mut posts, mut busy) = (0u64, 0u64, 0u64, 0u64);
+        let start = Instant::now();
+        let mut windows = Vec::new();
+        let (mut w_start, mut w_base) = (start, 0u64);
+        let (received, elapsed) = loop {
+            posts += 1;
+            if seq + burst - seen > depth {
+                seen = credit.load(Ordering::Acquire);
+            }
+            if seq + burst - seen > depth {
+                busy += 1;
+            } else {
+                for m in (0..BURST as u64).rev() {
+                    ring.write(seq + m * k, k, seq + m);
+                }
+                seq += burst;
+            }
+            if posts.is_multiple_of(64) {
+                let now = Instant::now();
+                if now - w_start >= WINDOW {
+                    let got = credit.load(Ordering::Acquire) / k;
+                    windows.push((got - w_base) as f64 / (now - w_start).as_secs_f64() / 1e6);
+                    (w_start, w_base) = (now, got);
+                    if now - start >= run {
+                        break (got, now - start);
+                    }
+                }
+            }
+        };
+        let cpu = thread_cpu();
+        stop.store(true, Ordering::Relaxed);
+        let (polls, empty, reader_cpu) = reader.join().expect("ring reader panicked");
+        Sustained {
+            name: format!(
+                "{} B message ring stream, {k} slot{}, zero software, burst {BURST}, cores {a} -> {b} (credited)",
+                (SLOT_BODY * k as usize - RING_HEADER).min(MSG),
+                if k == 1 { "" } else { "s" }
+            ),
+            received,
+            elapsed,
+            windows,
+            posts,
+            busy,
+            server_polls: polls,
+            server_empty: empty,
+            sender_cpu: (cpu.0 - cpu0.0, cpu.1 - cpu0.1),
+            server_cpu: reader_cpu,
+        }
+    })
+}
+
 /// Round trips of a 64-byte message over a Unix stream socket pair between
 /// a thread on core `a` (timed) and one on core `b`.
 fn unix_socket_pingpong(a: usize, b: usize, plan: Plan) -> Result<Samples> {
@@ -823,7 +946,22 @@ struct Side {
     recv: RegionKey,
     /// Messages the serving thread received so far.
     received: Arc<AtomicU64>,
+    /// How the serving thread's polls went (published every 256 polls).
+    served: Arc<ServerPolls>,
     comps: Vec<Completion>,
+}
+
+/// The serving thread's poll loop, counted: how many times it polled and
+/// how many of those polls found nothing (published every 256 polls, so
+/// counting costs the loop nothing measurable).
+#[derive(Default)]
+struct ServerPolls {
+    polls: AtomicU64,
+    empty: AtomicU64,
+    /// The serving thread's CPU time (ns) and involuntary context switches
+    /// ([`thread_cpu`]).
+    cpu_ns: AtomicU64,
+    preempted: AtomicU64,
 }
 
 impl Side {
@@ -910,6 +1048,7 @@ fn session_on<R>(
 ) -> Result<R> {
     let stop = AtomicBool::new(false);
     let received = Arc::new(AtomicU64::new(0));
+    let served = Arc::new(ServerPolls::default());
     let (key_tx, key_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| -> Result<R> {
         let server = s.spawn(|| -> Result<()> {
@@ -923,7 +1062,7 @@ fn session_on<R>(
             pin(b);
             let mut comps = vec![Completion::default(); 64];
             let mut echo = vec![0u8; EAGER_SIZE as usize];
-            let mut polls = 0u32;
+            let (mut polls, mut empty) = (0u64, 0u64);
             let mut got = 0u64;
             if serve == Serve::EchoPolled {
                 return serve_polled(&mut t, qp, data, &stop);
@@ -969,10 +1108,23 @@ fn session_on<R>(
                     // One store per poll, not one per message: the
                     // initiator reads this line while it sends.
                     received.store(got, Ordering::Relaxed);
+                } else {
+                    empty += 1;
                 }
-                polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
-                    return Ok(());
+                polls += 1;
+                if polls.is_multiple_of(256) {
+                    served.polls.store(polls, Ordering::Relaxed);
+                    served.empty.store(empty, Ordering::Relaxed);
+                    if polls.is_multiple_of(1 << 12) {
+                        let (cpu, preempted) = thread_cpu();
+                        served
+                            .cpu_ns
+                            .store(cpu.as_nanos() as u64, Ordering::Relaxed);
+                        served.preempted.store(preempted, Ordering::Relaxed);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
                 }
             }
         });
@@ -994,6 +1146,7 @@ fn session_on<R>(
                 remote,
                 recv,
                 received: received.clone(),
+                served: served.clone(),
                 comps: vec![Completion::default(); 64],
             };
             f(&mut side)
@@ -1518,6 +1671,163 @@ fn ntb_send_burst(side: &mut Side, n: u64) -> Result<Duration> {
     }
 }
 
+/// What a sustained send run measured: messages counted where they
+/// arrived over the whole run, the rate of each window of it, and why the
+/// sender or the receiver waited.
+struct Sustained {
+    name: String,
+    /// Messages the serving thread received during the run.
+    received: u64,
+    elapsed: Duration,
+    /// Messages received per window, in M/s, in order.
+    windows: Vec<f64>,
+    /// `post_sends` calls, and how many of them posted nothing (Busy: no
+    /// PostQ credit).
+    posts: u64,
+    busy: u64,
+    /// The serving thread's polls, and how many of them found nothing.
+    server_polls: u64,
+    server_empty: u64,
+    /// CPU time and involuntary context switches of the sending and the
+    /// serving thread during the run.
+    sender_cpu: (Duration, u64),
+    server_cpu: (Duration, u64),
+}
+
+impl Sustained {
+    fn rate(&self) -> f64 {
+        self.received as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+}
+
+/// Sends `len` bytes in bursts of [`BURST`] without pause for `run`,
+/// counting what the serving thread received (read only at window
+/// boundaries: nothing else crosses cores but the transport's own lines).
+fn ntb_send_sustained(
+    side: &mut Side,
+    name: String,
+    len: usize,
+    run: Duration,
+) -> Result<Sustained> {
+    const WINDOW: Duration = Duration::from_millis(100);
+    let msg = vec![7u8; len];
+    let wrs = vec![
+        SendWr {
+            data: &msg,
+            cookie: 0
+        };
+        BURST
+    ];
+    // Warm up (faults the window's pages in, settles the credits).
+    ntb_send_burst(side, 1 << 16)?;
+    let polls0 = side.served.polls.load(Ordering::Relaxed);
+    let empty0 = side.served.empty.load(Ordering::Relaxed);
+    let server_cpu0 = server_cpu(&side.served);
+    let sender_cpu0 = thread_cpu();
+    let base = side.received.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let (mut posts, mut busy, mut spins) = (0u64, 0u64, 0u32);
+    let mut windows = Vec::new();
+    let (mut w_start, mut w_base) = (start, base);
+    loop {
+        match side.t.post_sends(side.qp, &wrs) {
+            Ok(_) => {}
+            Err(TransportError::Busy { .. }) => busy += 1,
+            Err(e) => return Err(e.into()),
+        }
+        posts += 1;
+        if std::env::var_os("PROBE_RECEIVED").is_some() {
+            black_box(side.received.load(Ordering::Relaxed));
+        }
+        let m = side.t.poll_completions(&mut side.comps);
+        for c in &side.comps[..m] {
+            ok(c)?;
+        }
+        spins += 1;
+        if spins.is_multiple_of(64) {
+            let now = Instant::now();
+            if now - w_start >= WINDOW {
+                let got = side.received.load(Ordering::Relaxed);
+                windows.push((got - w_base) as f64 / (now - w_start).as_secs_f64() / 1e6);
+                (w_start, w_base) = (now, got);
+                if now - start >= run {
+                    let (sender, server) = (thread_cpu(), server_cpu(&side.served));
+                    return Ok(Sustained {
+                        name,
+                        received: got - base,
+                        elapsed: now - start,
+                        windows,
+                        posts,
+                        busy,
+                        server_polls: side.served.polls.load(Ordering::Relaxed) - polls0,
+                        server_empty: side.served.empty.load(Ordering::Relaxed) - empty0,
+                        sender_cpu: (sender.0 - sender_cpu0.0, sender.1 - sender_cpu0.1),
+                        server_cpu: (server.0 - server_cpu0.0, server.1 - server_cpu0.1),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The serving thread's CPU time and involuntary switches as last published.
+fn server_cpu(s: &ServerPolls) -> (Duration, u64) {
+    (
+        Duration::from_nanos(s.cpu_ns.load(Ordering::Relaxed)),
+        s.preempted.load(Ordering::Relaxed),
+    )
+}
+
+/// The send rate of `len`-byte messages as one continuous run of `run`,
+/// counted where the messages arrive.
+fn ntb_send_rate_sustained(a: usize, b: usize, len: usize, run: Duration) -> Result<Sustained> {
+    ntb_session(a, b, Serve::Passive, None, |side| {
+        ntb_send_sustained(
+            side,
+            format!("ntbdk send {len} B, burst {BURST}, continuous, cores {a} -> {b} (received)"),
+            len,
+            run,
+        )
+    })
+}
+
+/// The continuous-run rows: the rate over the whole run, the spread of its
+/// 100 ms windows, how often each side found nothing to do, and how much
+/// CPU each thread got (a thread that shares its core with another job
+/// spins while the other side is off its core, and the rate collapses).
+fn print_sustained(rows: &[Sustained]) {
+    println!("\n### Send rate, one continuous run each\n");
+    println!(
+        "| case | M messages/s | seconds | messages | 100 ms windows: min / median / max M/s | posts Busy | receiver polls empty | CPU % sender / receiver | preempted sender / receiver |"
+    );
+    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |");
+    for s in rows {
+        print_sustained_row(s);
+    }
+}
+
+fn print_sustained_row(s: &Sustained) {
+    let mut w = s.windows.clone();
+    w.sort_by(f64::total_cmp);
+    let cpu = |c: Duration| 100.0 * c.as_secs_f64() / s.elapsed.as_secs_f64();
+    println!(
+        "| {} | {:.2} | {:.2} | {} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.1}% | {:.0} / {:.0} | {} / {} |",
+        s.name,
+        s.rate(),
+        s.elapsed.as_secs_f64(),
+        s.received,
+        w.first().copied().unwrap_or(0.0),
+        w.get(w.len() / 2).copied().unwrap_or(0.0),
+        w.last().copied().unwrap_or(0.0),
+        100.0 * s.busy as f64 / s.posts.max(1) as f64,
+        100.0 * s.server_empty as f64 / s.server_polls.max(1) as f64,
+        cpu(s.sender_cpu.0),
+        cpu(s.server_cpu.0),
+        s.sender_cpu.1,
+        s.server_cpu.1,
+    );
+}
+
 /// `n` one-sided 64-byte writes in bursts of up to [`BURST`] into the
 /// serving thread's region; the last of each burst carries an immediate
 /// saying how many writes the burst held, so they are counted where they
@@ -1626,10 +1936,12 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     ]);
     const RATE: &str = "rate";
     const DIRECT_RATE: &str = "one-sided rate";
+    const SUSTAINED_RING: &str = "continuous ring";
+    const SUSTAINED_SEND: &str = "continuous send";
     let labels: Vec<&str> = cases
         .iter()
         .map(|(l, _)| *l)
-        .chain([RATE, DIRECT_RATE])
+        .chain([RATE, DIRECT_RATE, SUSTAINED_RING, SUSTAINED_SEND])
         .collect();
     if !labels.iter().any(|l| wanted(l)) {
         bail!(
@@ -1662,6 +1974,21 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     if wanted(RATE) {
         let rate = ntb_send_rate(a, b, iters, target)?;
         print_rate(&rate);
+    }
+    // Continuous runs of at least 1 s, the zero-software ring beside
+    // ntbdk's send, for 2-slot (64 B) and 1-slot (48 B) messages.
+    let run = target.max(Duration::from_secs(1));
+    let mut sustained = Vec::new();
+    for (len, slots) in [(MSG, 2), (48, 1)] {
+        if wanted(SUSTAINED_RING) {
+            sustained.push(slot_ring_stream(a, b, slots, run));
+        }
+        if wanted(SUSTAINED_SEND) {
+            sustained.push(ntb_send_rate_sustained(a, b, len, run)?);
+        }
+    }
+    if !sustained.is_empty() {
+        print_sustained(&sustained);
     }
     if wanted(DIRECT_RATE) {
         let rate = ntb_direct_rate(a, b, iters, target)?;
