@@ -5,6 +5,9 @@
 //! the figures that matter are the ratios between rows, not the absolute times
 //! (the machines these run on are shared and noisy).
 
+#[cfg(feature = "iceoryx2")]
+pub mod iceoryx2_pingpong;
+
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 

@@ -41,6 +41,10 @@
 //! - **Unix domain socket ping-pong** of 64-byte messages between two
 //!   threads pinned to the same two cores (a stream socket pair, blocking
 //!   reads); half the round trip.
+//! - **iceoryx2 ping-pong** (built with `--features iceoryx2`; see
+//!   `bench/run-iceoryx2.sh`): 64-byte publish/subscribe over iceoryx2's
+//!   inter-process services, each thread with its own node, polled; half
+//!   the round trip. Label `iceoryx2`.
 //!
 //! - **ntbdk** rows: two transports on a private emulated fabric in this
 //!   process, one per thread, pinned to the same two cores (core `a`
@@ -133,7 +137,8 @@ struct Args {
     /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one core 64 B",
     /// "one core 48 B", "rate", "one-sided rate", "continuous ring",
-    /// "continuous send" (e.g. --only "one core", --only continuous).
+    /// "continuous send", and "iceoryx2" when built with that feature (e.g.
+    /// --only "one core", --only continuous).
     #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
     only: Option<String>,
 }
@@ -287,6 +292,8 @@ fn main() -> Result<()> {
         target,
     );
     lat.push(unix_socket_pingpong(a, b, p)?);
+    #[cfg(feature = "iceoryx2")]
+    lat.push(iceoryx2_latency(a, b, args.iters, target)?);
     // ntbdk rows: 64 B one-way latency (a send ping-pong: the serving thread
     // echoes each message), and the 64 B send rate with bursts of 32.
     lat.push(ntb_send_latency(a, b, MSG, args.iters, target)?);
@@ -347,6 +354,7 @@ fn main() -> Result<()> {
         &[
             (&ring_prefix(2), "the zero-software 2-slot ring"),
             (TWO_LINE, "the two-line ping-pong"),
+            (ICEORYX2, "iceoryx2's publish/subscribe ping-pong"),
         ],
     );
     println!(
@@ -417,6 +425,8 @@ fn spin_until_with(line: &AtomicU64, want: u64, mut meanwhile: impl FnMut()) {
 
 /// Start of the cache-line ping-pong row's name.
 const CACHE_LINE: &str = "cache-line ping-pong";
+/// Start of the iceoryx2 row's name (built with the `iceoryx2` feature).
+const ICEORYX2: &str = "iceoryx2 publish";
 /// Start of the two-line ping-pong row's name.
 const TWO_LINE: &str = "two-line ping-pong";
 
@@ -444,6 +454,27 @@ fn baseline_cases<'a>(
             case(|a, b, p| slot_ring_pingpong(a, b, 1, p)),
         ),
     ]
+}
+
+/// 64 B one-way latency as half an iceoryx2 publish/subscribe ping-pong
+/// (inter-process services, polled) between cores `a` and `b`, calibrated
+/// like the other rows: the peer row of a shared-memory IPC library.
+#[cfg(feature = "iceoryx2")]
+fn iceoryx2_latency(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    use ntbdk_bench::iceoryx2_pingpong::{MSG as ICE_MSG, pingpong};
+    // A failed probe ends the calibration; the run below reports the error.
+    let p = plan(
+        |n| pingpong(a, b, n, 1).map_or(Duration::MAX, |t| t[0]),
+        iters,
+        target,
+    );
+    Ok(Samples {
+        name: format!(
+            "{ICEORYX2}/subscribe ping-pong {ICE_MSG} B (ipc service, polled), cores {a} <-> {b}"
+        ),
+        batch: p.batch,
+        times: pingpong(a, b, p.batch, p.batches)?,
+    })
 }
 
 /// A latency case, run when called.
@@ -1908,6 +1939,11 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
             .is_none_or(|o| label.to_lowercase().contains(o.as_str()))
     };
     let mut cases = baseline_cases(a, b, iters, target);
+    #[cfg(feature = "iceoryx2")]
+    cases.push((
+        "iceoryx2",
+        Box::new(move || iceoryx2_latency(a, b, iters, target)),
+    ));
     cases.extend([
         (
             "send 64 B",
@@ -1968,6 +2004,7 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
                 ),
                 (&ring_prefix(2), "the zero-software 2-slot ring"),
                 (TWO_LINE, "the two-line ping-pong"),
+                (ICEORYX2, "iceoryx2's publish/subscribe ping-pong"),
             ],
         );
     }
