@@ -716,7 +716,6 @@ fn slot_ring_pingpong(a: usize, b: usize, k: usize, plan: Plan) -> Samples {
 /// counted where the messages arrive (the credited progress). What an
 /// ntbdk send rate of `k`-slot messages is to be compared with.
 fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
-    const WINDOW: Duration = Duration::from_millis(100);
     let k = k as u64;
     let depth = RING_DEPTH as u64;
     let burst = BURST as u64 * k;
@@ -769,9 +768,7 @@ fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
         pin(a);
         let cpu0 = thread_cpu();
         let (mut seq, mut seen, mut posts, mut busy) = (0u64, 0u64, 0u64, 0u64);
-        let start = Instant::now();
-        let mut windows = Vec::new();
-        let (mut w_start, mut w_base) = (start, 0u64);
+        let mut clock = Windows::start(0);
         let (received, elapsed) = loop {
             posts += 1;
             if seq + burst - seen > depth {
@@ -785,15 +782,11 @@ fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
                 }
                 seq += burst;
             }
-            if posts.is_multiple_of(64) {
-                let now = Instant::now();
-                if now - w_start >= WINDOW {
-                    let got = credit.load(Ordering::Acquire) / k;
-                    windows.push((got - w_base) as f64 / (now - w_start).as_secs_f64() / 1e6);
-                    (w_start, w_base) = (now, got);
-                    if now - start >= run {
-                        break (got, now - start);
-                    }
+            if posts.is_multiple_of(64) && clock.due(Instant::now()) {
+                let got = credit.load(Ordering::Acquire) / k;
+                let elapsed = clock.close(Instant::now(), got);
+                if elapsed >= run {
+                    break (got, elapsed);
                 }
             }
         };
@@ -808,7 +801,7 @@ fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
             ),
             received,
             elapsed,
-            windows,
+            windows: clock.rates,
             posts,
             busy,
             server_polls: polls,
@@ -1702,6 +1695,45 @@ fn ntb_send_burst(side: &mut Side, n: u64) -> Result<Duration> {
     }
 }
 
+/// Length of the windows a sustained run is cut into.
+const SUSTAINED_WINDOW: Duration = Duration::from_millis(100);
+
+/// The clock of a sustained run: its start, and the rate of each
+/// [`SUSTAINED_WINDOW`] of it from a count of messages read at its end.
+struct Windows {
+    start: Instant,
+    at: Instant,
+    count_at: u64,
+    rates: Vec<f64>,
+}
+
+impl Windows {
+    /// A run starting now, with the count at `count`.
+    fn start(count: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            start: now,
+            at: now,
+            count_at: count,
+            rates: Vec::new(),
+        }
+    }
+
+    /// Whether a window has passed by `now` (then [`close`](Self::close) it).
+    fn due(&self, now: Instant) -> bool {
+        now - self.at >= SUSTAINED_WINDOW
+    }
+
+    /// Ends the window at `now`, `count` messages so far; returns how long
+    /// the run has lasted.
+    fn close(&mut self, now: Instant, count: u64) -> Duration {
+        let secs = (now - self.at).as_secs_f64();
+        self.rates.push((count - self.count_at) as f64 / secs / 1e6);
+        (self.at, self.count_at) = (now, count);
+        now - self.start
+    }
+}
+
 /// What a sustained send run measured: messages counted where they
 /// arrived over the whole run, the rate of each window of it, and why the
 /// sender or the receiver waited.
@@ -1740,7 +1772,6 @@ fn ntb_send_sustained(
     len: usize,
     run: Duration,
 ) -> Result<Sustained> {
-    const WINDOW: Duration = Duration::from_millis(100);
     let msg = vec![7u8; len];
     let wrs = vec![
         SendWr {
@@ -1756,10 +1787,8 @@ fn ntb_send_sustained(
     let server_cpu0 = server_cpu(&side.served);
     let sender_cpu0 = thread_cpu();
     let base = side.received.load(Ordering::Relaxed);
-    let start = Instant::now();
+    let mut clock = Windows::start(base);
     let (mut posts, mut busy, mut spins) = (0u64, 0u64, 0u32);
-    let mut windows = Vec::new();
-    let (mut w_start, mut w_base) = (start, base);
     loop {
         match side.t.post_sends(side.qp, &wrs) {
             Ok(_) => {}
@@ -1767,35 +1796,28 @@ fn ntb_send_sustained(
             Err(e) => return Err(e.into()),
         }
         posts += 1;
-        if std::env::var_os("PROBE_RECEIVED").is_some() {
-            black_box(side.received.load(Ordering::Relaxed));
-        }
         let m = side.t.poll_completions(&mut side.comps);
         for c in &side.comps[..m] {
             ok(c)?;
         }
         spins += 1;
-        if spins.is_multiple_of(64) {
-            let now = Instant::now();
-            if now - w_start >= WINDOW {
-                let got = side.received.load(Ordering::Relaxed);
-                windows.push((got - w_base) as f64 / (now - w_start).as_secs_f64() / 1e6);
-                (w_start, w_base) = (now, got);
-                if now - start >= run {
-                    let (sender, server) = (thread_cpu(), server_cpu(&side.served));
-                    return Ok(Sustained {
-                        name,
-                        received: got - base,
-                        elapsed: now - start,
-                        windows,
-                        posts,
-                        busy,
-                        server_polls: side.served.polls.load(Ordering::Relaxed) - polls0,
-                        server_empty: side.served.empty.load(Ordering::Relaxed) - empty0,
-                        sender_cpu: (sender.0 - sender_cpu0.0, sender.1 - sender_cpu0.1),
-                        server_cpu: (server.0 - server_cpu0.0, server.1 - server_cpu0.1),
-                    });
-                }
+        if spins.is_multiple_of(64) && clock.due(Instant::now()) {
+            let got = side.received.load(Ordering::Relaxed);
+            let elapsed = clock.close(Instant::now(), got);
+            if elapsed >= run {
+                let (sender, server) = (thread_cpu(), server_cpu(&side.served));
+                return Ok(Sustained {
+                    name,
+                    received: got - base,
+                    elapsed,
+                    windows: clock.rates,
+                    posts,
+                    busy,
+                    server_polls: side.served.polls.load(Ordering::Relaxed) - polls0,
+                    server_empty: side.served.empty.load(Ordering::Relaxed) - empty0,
+                    sender_cpu: (sender.0 - sender_cpu0.0, sender.1 - sender_cpu0.1),
+                    server_cpu: (server.0 - server_cpu0.0, server.1 - server_cpu0.1),
+                });
             }
         }
     }
