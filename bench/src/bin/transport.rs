@@ -72,8 +72,11 @@
 //! `--only <SUBSTRING>` it runs only the cases whose label contains the
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
 //! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`, `one core 64 B`,
-//! `one core 48 B`, `rate`, `one-sided rate`, `continuous ring`,
-//! `continuous send`; e.g. `--only "one core"` or `--only continuous`).
+//! `one core 48 B`, `rate`, `one-sided rate`, `one core rate`,
+//! `continuous ring`, `continuous send`; e.g. `--only "one core"` or
+//! `--only continuous`). `one core rate` is the send rate's software
+//! alone: bursts of 32 sends from one transport to another on one core,
+//! the receiver polling after each burst (steady under callgrind).
 //!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
@@ -136,8 +139,9 @@ struct Args {
     /// With --small-only: run only the cases whose label contains SUBSTRING
     /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one core 64 B",
-    /// "one core 48 B", "rate", "one-sided rate", "continuous ring",
-    /// "continuous send", and "iceoryx2" when built with that feature (e.g.
+    /// "one core 48 B", "rate", "one-sided rate", "one core rate",
+    /// "continuous ring", "continuous send", and "iceoryx2" when built
+    /// with that feature (e.g.
     /// --only "one core", --only continuous).
     #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
     only: Option<String>,
@@ -1591,24 +1595,7 @@ fn ntb_send_one_core(
     iters: Option<u64>,
     target: Duration,
 ) -> Result<Samples> {
-    let (_, cfg) = ntb_config();
-    with_fabric(|fabric, dir| {
-        pin(a);
-        let (mut t0, _, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
-        let (mut t1, _, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
-        let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
-        let end = Instant::now() + Duration::from_secs(10);
-        while !(t0.is_connected(1) && t1.is_connected(0)) {
-            t0.progress();
-            t1.progress();
-            if Instant::now() > end {
-                bail!("the two transports did not connect");
-            }
-        }
-        for i in 0..RECVS {
-            t0.post_recv(q0, recv_sge(recv0, i), i)?;
-            t1.post_recv(q1, recv_sge(recv1, i), i)?;
-        }
+    one_core(a, |[(mut t0, q0, recv0), (mut t1, q1, recv1)]| {
         let msg = vec![7u8; len];
         let mut echo = vec![0u8; len];
         let mut comps = vec![Completion::default(); 64];
@@ -1647,6 +1634,104 @@ fn ntb_send_one_core(
                 for _ in 0..n {
                     hop(&mut t0, q0, &mut t1, q1, recv1, &msg, &mut echo)?;
                     hop(&mut t1, q1, &mut t0, q0, recv0, &echo, &mut back)?;
+                }
+                Ok(start.elapsed())
+            },
+        )
+    })
+}
+
+/// One connected end of a one-core pair: its transport, queue pair and
+/// receive region.
+type End = (Transport, Qp, RegionKey);
+
+/// Runs `f` on core `a` with two transports connected to each other on a
+/// private emulated fabric, each with [`RECVS`] receives posted: both ends
+/// in this one thread, so no cache line crosses cores (the software cost
+/// alone).
+fn one_core<R>(a: usize, f: impl FnOnce([End; 2]) -> Result<R>) -> Result<R> {
+    let (_, cfg) = ntb_config();
+    with_fabric(|fabric, dir| {
+        pin(a);
+        let (mut t0, _, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
+        let (mut t1, _, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
+        let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !(t0.is_connected(1) && t1.is_connected(0)) {
+            t0.progress();
+            t1.progress();
+            if Instant::now() > end {
+                bail!("the two transports did not connect");
+            }
+        }
+        for i in 0..RECVS {
+            t0.post_recv(q0, recv_sge(recv0, i), i)?;
+            t1.post_recv(q1, recv_sge(recv1, i), i)?;
+        }
+        f([(t0, q0, recv0), (t1, q1, recv1)])
+    })
+}
+
+/// The send rate's software cost: `len`-byte sends in bursts of [`BURST`]
+/// from one transport to another on the same core, the receiver polling
+/// (and reposting) after each burst, until it has received them all.
+/// Nothing crosses cores, so this is the per-message work of the streaming
+/// path, steady under callgrind and on a loaded machine.
+fn ntb_send_rate_one_core(
+    a: usize,
+    len: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Samples> {
+    one_core(a, |[(mut t0, q0, _), (mut t1, q1, recv1)]| {
+        let msg = vec![7u8; len];
+        let wrs = vec![
+            SendWr {
+                data: &msg,
+                cookie: 0
+            };
+            BURST
+        ];
+        let mut comps = vec![Completion::default(); 64];
+        ntb_sample(
+            format!("ntbdk send {len} B, burst {BURST}, one core (software only), core {a}"),
+            iters,
+            target,
+            BURST as u64,
+            NTB_BATCH_TIME,
+            |n| {
+                let start = Instant::now();
+                let (mut posted, mut got) = (0u64, 0u64);
+                while got < n {
+                    if posted < n {
+                        let k = BURST.min((n - posted) as usize);
+                        match t0.post_sends(q0, &wrs[..k]) {
+                            Ok(m) => posted += m as u64,
+                            Err(TransportError::Busy { .. }) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        let m = t0.poll_completions(&mut comps);
+                        for c in &comps[..m] {
+                            ok(c)?;
+                        }
+                    }
+                    let before = got;
+                    loop {
+                        let m = t1.poll_completions(&mut comps);
+                        if m == 0 {
+                            break;
+                        }
+                        for c in &comps[..m] {
+                            ok(c)?;
+                            if c.op == OpKind::Recv {
+                                t1.post_recv(q1, recv_sge(recv1, c.cookie), c.cookie)?;
+                                got += 1;
+                            }
+                        }
+                    }
+                    if got == before && posted == got {
+                        bail!("{got} of {n} sends on one core were received");
+                    }
                 }
                 Ok(start.elapsed())
             },
@@ -1994,12 +2079,19 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     ]);
     const RATE: &str = "rate";
     const DIRECT_RATE: &str = "one-sided rate";
+    const ONE_CORE_RATE: &str = "one core rate";
     const SUSTAINED_RING: &str = "continuous ring";
     const SUSTAINED_SEND: &str = "continuous send";
     let labels: Vec<&str> = cases
         .iter()
         .map(|(l, _)| *l)
-        .chain([RATE, DIRECT_RATE, SUSTAINED_RING, SUSTAINED_SEND])
+        .chain([
+            RATE,
+            DIRECT_RATE,
+            ONE_CORE_RATE,
+            SUSTAINED_RING,
+            SUSTAINED_SEND,
+        ])
         .collect();
     if !labels.iter().any(|l| wanted(l)) {
         bail!(
@@ -2052,6 +2144,9 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     if wanted(DIRECT_RATE) {
         let rate = ntb_direct_rate(a, b, iters, target)?;
         print_rate(&rate);
+    }
+    if wanted(ONE_CORE_RATE) {
+        print_rate(&ntb_send_rate_one_core(a, MSG, iters, target)?);
     }
     Ok(())
 }
