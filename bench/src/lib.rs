@@ -5,6 +5,9 @@
 //! the figures that matter are the ratios between rows, not the absolute times
 //! (the machines these run on are shared and noisy).
 
+#[cfg(feature = "iceoryx2")]
+pub mod iceoryx2_pingpong;
+
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -137,4 +140,22 @@ pub fn describe_machine() -> String {
         ""
     };
     format!("{cpu}, {cores} usable cores, Linux {kernel}, {date}{warn}")
+}
+
+/// The calling thread's CPU time and involuntary context switches so far
+/// (`getrusage(RUSAGE_THREAD)`): over a spinning run, CPU time well below
+/// the wall time, or many involuntary switches, means the thread was
+/// preempted (by another job on a shared core), not slow.
+pub fn thread_cpu() -> (Duration, u64) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_THREAD only reads
+    // the calling thread's accounting.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return (Duration::ZERO, 0);
+    }
+    // SAFETY: getrusage succeeded, so it filled `ru`.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_nivcsw as u64)
 }

@@ -41,6 +41,10 @@
 //! - **Unix domain socket ping-pong** of 64-byte messages between two
 //!   threads pinned to the same two cores (a stream socket pair, blocking
 //!   reads); half the round trip.
+//! - **iceoryx2 ping-pong** (built with `--features iceoryx2`; see
+//!   `bench/run-iceoryx2.sh`): 64-byte publish/subscribe over iceoryx2's
+//!   inter-process services, each thread with its own node, polled; half
+//!   the round trip. Label `iceoryx2`.
 //!
 //! - **ntbdk** rows: two transports on a private emulated fabric in this
 //!   process, one per thread, pinned to the same two cores (core `a`
@@ -54,13 +58,25 @@
 //!   crosses cores); and the 64 B `send` rate with bursts of 32, counted
 //!   where the messages arrive. Bandwidth and rate batches last about 2 ms
 //!   each (each drains its pipeline).
+//! - **continuous send rate** (`--small-only` only): one run of at least
+//!   1 s each, counted where the messages arrive, for 64 B (2 slots) and
+//!   48 B (1 slot), beside a **zero-software ring stream** of the same
+//!   slots (bursts of 32 written last-first, credits every quarter ring,
+//!   as ntbdk). Each row also gives its 100 ms windows, how often the
+//!   sender found no credit and the receiver nothing to take, and the CPU
+//!   time and involuntary context switches of both threads: a rate that
+//!   collapses while a thread got half its core was preempted, not slow.
 //!
 //! `--small-only` runs just the latency rows (the cache-line, two-line and
 //! ring baselines, then ntbdk's) and the rate row, for profiling; with
 //! `--only <SUBSTRING>` it runs only the cases whose label contains the
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
 //! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`, `one core 64 B`,
-//! `one core 48 B`, `rate`; e.g. `--only "one core"` or `--only ring`).
+//! `one core 48 B`, `rate`, `one-sided rate`, `one core rate`,
+//! `continuous ring`, `continuous send`; e.g. `--only "one core"` or
+//! `--only continuous`). `one core rate` is the send rate's software
+//! alone: bursts of 32 sends from one transport to another on one core,
+//! the receiver polling after each burst (steady under callgrind).
 //!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
@@ -79,7 +95,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use ntbdk_bench::{Row, check_floor, core_pair, describe_machine, pin, print_floor_header};
+use crossbeam_utils::CachePadded;
+use ntbdk_bench::{
+    Row, check_floor, core_pair, describe_machine, pin, print_floor_header, thread_cpu,
+};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, DataQueues, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr,
@@ -120,7 +139,10 @@ struct Args {
     /// With --small-only: run only the cases whose label contains SUBSTRING
     /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one core 64 B",
-    /// "one core 48 B", "rate" (e.g. --only "one core", --only ring).
+    /// "one core 48 B", "rate", "one-sided rate", "one core rate",
+    /// "continuous ring", "continuous send", and "iceoryx2" when built
+    /// with that feature (e.g.
+    /// --only "one core", --only continuous).
     #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
     only: Option<String>,
 }
@@ -274,6 +296,8 @@ fn main() -> Result<()> {
         target,
     );
     lat.push(unix_socket_pingpong(a, b, p)?);
+    #[cfg(feature = "iceoryx2")]
+    lat.push(iceoryx2_latency(a, b, args.iters, target)?);
     // ntbdk rows: 64 B one-way latency (a send ping-pong: the serving thread
     // echoes each message), and the 64 B send rate with bursts of 32.
     lat.push(ntb_send_latency(a, b, MSG, args.iters, target)?);
@@ -334,6 +358,7 @@ fn main() -> Result<()> {
         &[
             (&ring_prefix(2), "the zero-software 2-slot ring"),
             (TWO_LINE, "the two-line ping-pong"),
+            (ICEORYX2, "iceoryx2's publish/subscribe ping-pong"),
         ],
     );
     println!(
@@ -404,6 +429,8 @@ fn spin_until_with(line: &AtomicU64, want: u64, mut meanwhile: impl FnMut()) {
 
 /// Start of the cache-line ping-pong row's name.
 const CACHE_LINE: &str = "cache-line ping-pong";
+/// Start of the iceoryx2 row's name (built with the `iceoryx2` feature).
+const ICEORYX2: &str = "iceoryx2 publish";
 /// Start of the two-line ping-pong row's name.
 const TWO_LINE: &str = "two-line ping-pong";
 
@@ -431,6 +458,27 @@ fn baseline_cases<'a>(
             case(|a, b, p| slot_ring_pingpong(a, b, 1, p)),
         ),
     ]
+}
+
+/// 64 B one-way latency as half an iceoryx2 publish/subscribe ping-pong
+/// (inter-process services, polled) between cores `a` and `b`, calibrated
+/// like the other rows: the peer row of a shared-memory IPC library.
+#[cfg(feature = "iceoryx2")]
+fn iceoryx2_latency(a: usize, b: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    use ntbdk_bench::iceoryx2_pingpong::{MSG as ICE_MSG, pingpong};
+    // A failed probe ends the calibration; the run below reports the error.
+    let p = plan(
+        |n| pingpong(a, b, n, 1).map_or(Duration::MAX, |t| t[0]),
+        iters,
+        target,
+    );
+    Ok(Samples {
+        name: format!(
+            "{ICEORYX2}/subscribe ping-pong {ICE_MSG} B (ipc service, polled), cores {a} <-> {b}"
+        ),
+        batch: p.batch,
+        times: pingpong(a, b, p.batch, p.batches)?,
+    })
 }
 
 /// A latency case, run when called.
@@ -665,6 +713,109 @@ fn slot_ring_pingpong(a: usize, b: usize, k: usize, plan: Plan) -> Samples {
     )
 }
 
+/// `k`-slot messages streamed for `run` over one ring of 64-byte slots from
+/// core `a` to core `b`, in bursts of [`BURST`] written last-first (as
+/// ntbdk's `post_sends`), the reader crediting its progress back every
+/// quarter ring (as ntbdk): the message rate of a ring with no software,
+/// counted where the messages arrive (the credited progress). What an
+/// ntbdk send rate of `k`-slot messages is to be compared with.
+fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
+    let k = k as u64;
+    let depth = RING_DEPTH as u64;
+    let burst = BURST as u64 * k;
+    assert!(
+        burst <= depth,
+        "a burst of {BURST} {k}-slot messages fits the ring"
+    );
+    let ring = SlotRing::new();
+    let credit = CachePadded::new(AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    let (ring, credit, stop) = (&ring, &credit, &stop);
+    std::thread::scope(|s| {
+        let reader = s.spawn(move || {
+            pin(b);
+            let cpu0 = thread_cpu();
+            let (mut seq, mut credited, mut polls, mut empty) = (0u64, 0u64, 0u64, 0u64);
+            let mut acc = 0u64;
+            loop {
+                polls += 1;
+                let first = ring.slot(seq);
+                if first.tag.load(Ordering::Acquire) != seq {
+                    empty += 1;
+                    if empty.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if k > 1 {
+                        prefetch(ring.slot(seq + 1));
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                for j in 0..k {
+                    let slot = ring.slot(seq + j);
+                    spin_until(&slot.tag, seq + j);
+                    acc = slot
+                        .body
+                        .iter()
+                        .fold(acc, |acc, w| acc.wrapping_add(w.load(Ordering::Relaxed)));
+                }
+                seq += k;
+                if seq - credited >= depth / 4 {
+                    credit.store(seq, Ordering::Release);
+                    credited = seq;
+                }
+            }
+            black_box(acc);
+            let cpu = thread_cpu();
+            (polls, empty, (cpu.0 - cpu0.0, cpu.1 - cpu0.1))
+        });
+        pin(a);
+        let cpu0 = thread_cpu();
+        let (mut seq, mut seen, mut posts, mut busy) = (0u64, 0u64, 0u64, 0u64);
+        let mut clock = Windows::start(0);
+        let (received, elapsed) = loop {
+            posts += 1;
+            if seq + burst - seen > depth {
+                seen = credit.load(Ordering::Acquire);
+            }
+            if seq + burst - seen > depth {
+                busy += 1;
+            } else {
+                for m in (0..BURST as u64).rev() {
+                    ring.write(seq + m * k, k, seq + m);
+                }
+                seq += burst;
+            }
+            if posts.is_multiple_of(64) && clock.due(Instant::now()) {
+                let got = credit.load(Ordering::Acquire) / k;
+                let elapsed = clock.close(Instant::now(), got);
+                if elapsed >= run {
+                    break (got, elapsed);
+                }
+            }
+        };
+        let cpu = thread_cpu();
+        stop.store(true, Ordering::Relaxed);
+        let (polls, empty, reader_cpu) = reader.join().expect("ring reader panicked");
+        Sustained {
+            name: format!(
+                "{} B message ring stream, {k} slot{}, zero software, burst {BURST}, cores {a} -> {b} (credited)",
+                (SLOT_BODY * k as usize - RING_HEADER).min(MSG),
+                if k == 1 { "" } else { "s" }
+            ),
+            received,
+            elapsed,
+            windows: clock.rates,
+            posts,
+            busy,
+            server_polls: polls,
+            server_empty: empty,
+            sender_cpu: (cpu.0 - cpu0.0, cpu.1 - cpu0.1),
+            server_cpu: reader_cpu,
+        }
+    })
+}
+
 /// Round trips of a 64-byte message over a Unix stream socket pair between
 /// a thread on core `a` (timed) and one on core `b`.
 fn unix_socket_pingpong(a: usize, b: usize, plan: Plan) -> Result<Samples> {
@@ -823,7 +974,22 @@ struct Side {
     recv: RegionKey,
     /// Messages the serving thread received so far.
     received: Arc<AtomicU64>,
+    /// How the serving thread's polls went (published every 256 polls).
+    served: Arc<ServerPolls>,
     comps: Vec<Completion>,
+}
+
+/// The serving thread's poll loop, counted: how many times it polled and
+/// how many of those polls found nothing (published every 256 polls, so
+/// counting costs the loop nothing measurable).
+#[derive(Default)]
+struct ServerPolls {
+    polls: AtomicU64,
+    empty: AtomicU64,
+    /// The serving thread's CPU time (ns) and involuntary context switches
+    /// ([`thread_cpu`]).
+    cpu_ns: AtomicU64,
+    preempted: AtomicU64,
 }
 
 impl Side {
@@ -911,6 +1077,7 @@ fn session_on<R>(
 ) -> Result<R> {
     let stop = AtomicBool::new(false);
     let received = Arc::new(AtomicU64::new(0));
+    let served = Arc::new(ServerPolls::default());
     let (key_tx, key_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| -> Result<R> {
         let server = s.spawn(|| -> Result<()> {
@@ -924,7 +1091,7 @@ fn session_on<R>(
             pin(b);
             let mut comps = vec![Completion::default(); 64];
             let mut echo = vec![0u8; EAGER_SIZE as usize];
-            let mut polls = 0u32;
+            let (mut polls, mut empty) = (0u64, 0u64);
             let mut got = 0u64;
             if serve == Serve::EchoPolled {
                 return serve_polled(&mut t, qp, data, &stop);
@@ -970,10 +1137,23 @@ fn session_on<R>(
                     // One store per poll, not one per message: the
                     // initiator reads this line while it sends.
                     received.store(got, Ordering::Relaxed);
+                } else {
+                    empty += 1;
                 }
-                polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
-                    return Ok(());
+                polls += 1;
+                if polls.is_multiple_of(256) {
+                    served.polls.store(polls, Ordering::Relaxed);
+                    served.empty.store(empty, Ordering::Relaxed);
+                    if polls.is_multiple_of(1 << 12) {
+                        let (cpu, preempted) = thread_cpu();
+                        served
+                            .cpu_ns
+                            .store(cpu.as_nanos() as u64, Ordering::Relaxed);
+                        served.preempted.store(preempted, Ordering::Relaxed);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
                 }
             }
         });
@@ -995,6 +1175,7 @@ fn session_on<R>(
                 remote,
                 recv,
                 received: received.clone(),
+                served: served.clone(),
                 comps: vec![Completion::default(); 64],
             };
             f(&mut side)
@@ -1415,24 +1596,7 @@ fn ntb_send_one_core(
     iters: Option<u64>,
     target: Duration,
 ) -> Result<Samples> {
-    let (_, cfg) = ntb_config();
-    with_fabric(|fabric, dir| {
-        pin(a);
-        let (mut t0, _, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
-        let (mut t1, _, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
-        let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
-        let end = Instant::now() + Duration::from_secs(10);
-        while !(t0.is_connected(1) && t1.is_connected(0)) {
-            t0.progress();
-            t1.progress();
-            if Instant::now() > end {
-                bail!("the two transports did not connect");
-            }
-        }
-        for i in 0..RECVS {
-            t0.post_recv(q0, recv_sge(recv0, i), i)?;
-            t1.post_recv(q1, recv_sge(recv1, i), i)?;
-        }
+    one_core(a, |[(mut t0, q0, recv0), (mut t1, q1, recv1)]| {
         let msg = vec![7u8; len];
         let mut echo = vec![0u8; len];
         let mut comps = vec![Completion::default(); 64];
@@ -1471,6 +1635,104 @@ fn ntb_send_one_core(
                 for _ in 0..n {
                     hop(&mut t0, q0, &mut t1, q1, recv1, &msg, &mut echo)?;
                     hop(&mut t1, q1, &mut t0, q0, recv0, &echo, &mut back)?;
+                }
+                Ok(start.elapsed())
+            },
+        )
+    })
+}
+
+/// One connected end of a one-core pair: its transport, queue pair and
+/// receive region.
+type End = (Transport, Qp, RegionKey);
+
+/// Runs `f` on core `a` with two transports connected to each other on a
+/// private emulated fabric, each with [`RECVS`] receives posted: both ends
+/// in this one thread, so no cache line crosses cores (the software cost
+/// alone).
+fn one_core<R>(a: usize, f: impl FnOnce([End; 2]) -> Result<R>) -> Result<R> {
+    let (_, cfg) = ntb_config();
+    with_fabric(|fabric, dir| {
+        pin(a);
+        let (mut t0, _, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
+        let (mut t1, _, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
+        let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !(t0.is_connected(1) && t1.is_connected(0)) {
+            t0.progress();
+            t1.progress();
+            if Instant::now() > end {
+                bail!("the two transports did not connect");
+            }
+        }
+        for i in 0..RECVS {
+            t0.post_recv(q0, recv_sge(recv0, i), i)?;
+            t1.post_recv(q1, recv_sge(recv1, i), i)?;
+        }
+        f([(t0, q0, recv0), (t1, q1, recv1)])
+    })
+}
+
+/// The send rate's software cost: `len`-byte sends in bursts of [`BURST`]
+/// from one transport to another on the same core, the receiver polling
+/// (and reposting) after each burst, until it has received them all.
+/// Nothing crosses cores, so this is the per-message work of the streaming
+/// path, steady under callgrind and on a loaded machine.
+fn ntb_send_rate_one_core(
+    a: usize,
+    len: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Samples> {
+    one_core(a, |[(mut t0, q0, _), (mut t1, q1, recv1)]| {
+        let msg = vec![7u8; len];
+        let wrs = vec![
+            SendWr {
+                data: &msg,
+                cookie: 0
+            };
+            BURST
+        ];
+        let mut comps = vec![Completion::default(); 64];
+        ntb_sample(
+            format!("ntbdk send {len} B, burst {BURST}, one core (software only), core {a}"),
+            iters,
+            target,
+            BURST as u64,
+            NTB_BATCH_TIME,
+            |n| {
+                let start = Instant::now();
+                let (mut posted, mut got) = (0u64, 0u64);
+                while got < n {
+                    if posted < n {
+                        let k = BURST.min((n - posted) as usize);
+                        match t0.post_sends(q0, &wrs[..k]) {
+                            Ok(m) => posted += m as u64,
+                            Err(TransportError::Busy { .. }) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        let m = t0.poll_completions(&mut comps);
+                        for c in &comps[..m] {
+                            ok(c)?;
+                        }
+                    }
+                    let before = got;
+                    loop {
+                        let m = t1.poll_completions(&mut comps);
+                        if m == 0 {
+                            break;
+                        }
+                        for c in &comps[..m] {
+                            ok(c)?;
+                            if c.op == OpKind::Recv {
+                                t1.post_recv(q1, recv_sge(recv1, c.cookie), c.cookie)?;
+                                got += 1;
+                            }
+                        }
+                    }
+                    if got == before && posted == got {
+                        bail!("{got} of {n} sends on one core were received");
+                    }
                 }
                 Ok(start.elapsed())
             },
@@ -1517,6 +1779,192 @@ fn ntb_send_burst(side: &mut Side, n: u64) -> Result<Duration> {
             bail!("sends stalled: {got} of {n} received");
         }
     }
+}
+
+/// Length of the windows a sustained run is cut into.
+const SUSTAINED_WINDOW: Duration = Duration::from_millis(100);
+
+/// The clock of a sustained run: its start, and the rate of each
+/// [`SUSTAINED_WINDOW`] of it from a count of messages read at its end.
+struct Windows {
+    start: Instant,
+    at: Instant,
+    count_at: u64,
+    rates: Vec<f64>,
+}
+
+impl Windows {
+    /// A run starting now, with the count at `count`.
+    fn start(count: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            start: now,
+            at: now,
+            count_at: count,
+            rates: Vec::new(),
+        }
+    }
+
+    /// Whether a window has passed by `now` (then [`close`](Self::close) it).
+    fn due(&self, now: Instant) -> bool {
+        now - self.at >= SUSTAINED_WINDOW
+    }
+
+    /// Ends the window at `now`, `count` messages so far; returns how long
+    /// the run has lasted.
+    fn close(&mut self, now: Instant, count: u64) -> Duration {
+        let secs = (now - self.at).as_secs_f64();
+        self.rates.push((count - self.count_at) as f64 / secs / 1e6);
+        (self.at, self.count_at) = (now, count);
+        now - self.start
+    }
+}
+
+/// What a sustained send run measured: messages counted where they
+/// arrived over the whole run, the rate of each window of it, and why the
+/// sender or the receiver waited.
+struct Sustained {
+    name: String,
+    /// Messages the serving thread received during the run.
+    received: u64,
+    elapsed: Duration,
+    /// Messages received per window, in M/s, in order.
+    windows: Vec<f64>,
+    /// `post_sends` calls, and how many of them posted nothing (Busy: no
+    /// PostQ credit).
+    posts: u64,
+    busy: u64,
+    /// The serving thread's polls, and how many of them found nothing.
+    server_polls: u64,
+    server_empty: u64,
+    /// CPU time and involuntary context switches of the sending and the
+    /// serving thread during the run.
+    sender_cpu: (Duration, u64),
+    server_cpu: (Duration, u64),
+}
+
+impl Sustained {
+    fn rate(&self) -> f64 {
+        self.received as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+}
+
+/// Sends `len` bytes in bursts of [`BURST`] without pause for `run`,
+/// counting what the serving thread received (read only at window
+/// boundaries: nothing else crosses cores but the transport's own lines).
+fn ntb_send_sustained(
+    side: &mut Side,
+    name: String,
+    len: usize,
+    run: Duration,
+) -> Result<Sustained> {
+    let msg = vec![7u8; len];
+    let wrs = vec![
+        SendWr {
+            data: &msg,
+            cookie: 0
+        };
+        BURST
+    ];
+    // Warm up (faults the window's pages in, settles the credits).
+    ntb_send_burst(side, 1 << 16)?;
+    let polls0 = side.served.polls.load(Ordering::Relaxed);
+    let empty0 = side.served.empty.load(Ordering::Relaxed);
+    let server_cpu0 = server_cpu(&side.served);
+    let sender_cpu0 = thread_cpu();
+    let base = side.received.load(Ordering::Relaxed);
+    let mut clock = Windows::start(base);
+    let (mut posts, mut busy, mut spins) = (0u64, 0u64, 0u32);
+    loop {
+        match side.t.post_sends(side.qp, &wrs) {
+            Ok(_) => {}
+            Err(TransportError::Busy { .. }) => busy += 1,
+            Err(e) => return Err(e.into()),
+        }
+        posts += 1;
+        let m = side.t.poll_completions(&mut side.comps);
+        for c in &side.comps[..m] {
+            ok(c)?;
+        }
+        spins += 1;
+        if spins.is_multiple_of(64) && clock.due(Instant::now()) {
+            let got = side.received.load(Ordering::Relaxed);
+            let elapsed = clock.close(Instant::now(), got);
+            if elapsed >= run {
+                let (sender, server) = (thread_cpu(), server_cpu(&side.served));
+                return Ok(Sustained {
+                    name,
+                    received: got - base,
+                    elapsed,
+                    windows: clock.rates,
+                    posts,
+                    busy,
+                    server_polls: side.served.polls.load(Ordering::Relaxed) - polls0,
+                    server_empty: side.served.empty.load(Ordering::Relaxed) - empty0,
+                    sender_cpu: (sender.0 - sender_cpu0.0, sender.1 - sender_cpu0.1),
+                    server_cpu: (server.0 - server_cpu0.0, server.1 - server_cpu0.1),
+                });
+            }
+        }
+    }
+}
+
+/// The serving thread's CPU time and involuntary switches as last published.
+fn server_cpu(s: &ServerPolls) -> (Duration, u64) {
+    (
+        Duration::from_nanos(s.cpu_ns.load(Ordering::Relaxed)),
+        s.preempted.load(Ordering::Relaxed),
+    )
+}
+
+/// The send rate of `len`-byte messages as one continuous run of `run`,
+/// counted where the messages arrive.
+fn ntb_send_rate_sustained(a: usize, b: usize, len: usize, run: Duration) -> Result<Sustained> {
+    ntb_session(a, b, Serve::Passive, None, |side| {
+        ntb_send_sustained(
+            side,
+            format!("ntbdk send {len} B, burst {BURST}, continuous, cores {a} -> {b} (received)"),
+            len,
+            run,
+        )
+    })
+}
+
+/// The continuous-run rows: the rate over the whole run, the spread of its
+/// 100 ms windows, how often each side found nothing to do, and how much
+/// CPU each thread got (a thread that shares its core with another job
+/// spins while the other side is off its core, and the rate collapses).
+fn print_sustained(rows: &[Sustained]) {
+    println!("\n### Send rate, one continuous run each\n");
+    println!(
+        "| case | M messages/s | seconds | messages | 100 ms windows: min / median / max M/s | posts Busy | receiver polls empty | CPU % sender / receiver | preempted sender / receiver |"
+    );
+    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |");
+    for s in rows {
+        print_sustained_row(s);
+    }
+}
+
+fn print_sustained_row(s: &Sustained) {
+    let mut w = s.windows.clone();
+    w.sort_by(f64::total_cmp);
+    let cpu = |c: Duration| 100.0 * c.as_secs_f64() / s.elapsed.as_secs_f64();
+    println!(
+        "| {} | {:.2} | {:.2} | {} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.1}% | {:.0} / {:.0} | {} / {} |",
+        s.name,
+        s.rate(),
+        s.elapsed.as_secs_f64(),
+        s.received,
+        w.first().copied().unwrap_or(0.0),
+        w.get(w.len() / 2).copied().unwrap_or(0.0),
+        w.last().copied().unwrap_or(0.0),
+        100.0 * s.busy as f64 / s.posts.max(1) as f64,
+        100.0 * s.server_empty as f64 / s.server_polls.max(1) as f64,
+        cpu(s.sender_cpu.0),
+        cpu(s.server_cpu.0),
+        s.sender_cpu.1,
+        s.server_cpu.1,
+    );
 }
 
 /// `n` one-sided 64-byte writes in bursts of up to [`BURST`] into the
@@ -1599,6 +2047,11 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
             .is_none_or(|o| label.to_lowercase().contains(o.as_str()))
     };
     let mut cases = baseline_cases(a, b, iters, target);
+    #[cfg(feature = "iceoryx2")]
+    cases.push((
+        "iceoryx2",
+        Box::new(move || iceoryx2_latency(a, b, iters, target)),
+    ));
     cases.extend([
         (
             "send 64 B",
@@ -1627,10 +2080,19 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     ]);
     const RATE: &str = "rate";
     const DIRECT_RATE: &str = "one-sided rate";
+    const ONE_CORE_RATE: &str = "one core rate";
+    const SUSTAINED_RING: &str = "continuous ring";
+    const SUSTAINED_SEND: &str = "continuous send";
     let labels: Vec<&str> = cases
         .iter()
         .map(|(l, _)| *l)
-        .chain([RATE, DIRECT_RATE])
+        .chain([
+            RATE,
+            DIRECT_RATE,
+            ONE_CORE_RATE,
+            SUSTAINED_RING,
+            SUSTAINED_SEND,
+        ])
         .collect();
     if !labels.iter().any(|l| wanted(l)) {
         bail!(
@@ -1657,6 +2119,7 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
                 ),
                 (&ring_prefix(2), "the zero-software 2-slot ring"),
                 (TWO_LINE, "the two-line ping-pong"),
+                (ICEORYX2, "iceoryx2's publish/subscribe ping-pong"),
             ],
         );
     }
@@ -1664,9 +2127,27 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         let rate = ntb_send_rate(a, b, iters, target)?;
         print_rate(&rate);
     }
+    // Continuous runs of at least 1 s, the zero-software ring beside
+    // ntbdk's send, for 2-slot (64 B) and 1-slot (48 B) messages.
+    let run = target.max(Duration::from_secs(1));
+    let mut sustained = Vec::new();
+    for (len, slots) in [(MSG, 2), (48, 1)] {
+        if wanted(SUSTAINED_RING) {
+            sustained.push(slot_ring_stream(a, b, slots, run));
+        }
+        if wanted(SUSTAINED_SEND) {
+            sustained.push(ntb_send_rate_sustained(a, b, len, run)?);
+        }
+    }
+    if !sustained.is_empty() {
+        print_sustained(&sustained);
+    }
     if wanted(DIRECT_RATE) {
         let rate = ntb_direct_rate(a, b, iters, target)?;
         print_rate(&rate);
+    }
+    if wanted(ONE_CORE_RATE) {
+        print_rate(&ntb_send_rate_one_core(a, MSG, iters, target)?);
     }
     Ok(())
 }

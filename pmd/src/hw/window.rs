@@ -287,22 +287,57 @@ impl PeerWindow {
         check_aligned(offset, 8, self.len)?;
         check(offset, words.len() * 8, self.len)?;
         self.admitted(offset, words.len() * 8)?;
+        // SAFETY: `offset .. + 8 * words.len()` is in bounds and 8-byte
+        // aligned (checked above; base is 8-byte aligned).
+        unsafe { self.store_words(offset, words) };
+        Ok(())
+    }
+
+    /// [`write_words`](Self::write_words), then `last` in the 8 bytes right
+    /// after them with a release store: a whole queue slot (its body, then
+    /// the tag that publishes it) checked and admitted once, not once per
+    /// store.
+    #[inline]
+    pub fn write_words_then_u64(&self, offset: usize, words: &[u64], last: u64) -> Result<()> {
+        let tail = words.len() * 8;
+        check_aligned(offset, 8, self.len)?;
+        check(offset, tail + 8, self.len)?;
+        self.admitted(offset, tail + 8)?;
+        // SAFETY: `offset .. + tail + 8` is in bounds and 8-byte aligned
+        // (checked above; base is 8-byte aligned).
+        unsafe { self.store_words(offset, words) };
+        self.publish(offset + tail, 8, |p| {
+            // SAFETY: `p` is the 8 bytes after the words, checked in bounds
+            // and 8-byte aligned above; AtomicU64 has u64's layout.
+            unsafe { AtomicU64::from_ptr(p.cast()) }.store(last, Ordering::Release)
+        });
+        Ok(())
+    }
+
+    /// Stores `words` at `offset`, two words to a 16-byte store where the
+    /// CPU has them, and counts them.
+    ///
+    /// # Safety
+    /// `offset .. offset + 8 * words.len()` is inside the window and
+    /// `offset` is 8-byte aligned (the mapping lives while `_keep` does).
+    #[inline(always)]
+    unsafe fn store_words(&self, offset: usize, words: &[u64]) {
         let dst = self.base.wrapping_add(offset);
         let mut pairs = words.chunks_exact(2);
         let mut i = 0;
         for p in &mut pairs {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `offset + 8 * i .. + 16` is in bounds (checked above
-            // for the whole run); SSE2 is baseline on x86_64; the store is
-            // unaligned-safe; the mapping lives while `_keep` does.
+            // SAFETY: `offset + 8 * i .. + 16` is in bounds (the caller's
+            // promise for the whole run); SSE2 is baseline on x86_64; the
+            // store is unaligned-safe.
             unsafe {
                 use std::arch::x86_64::{__m128i, _mm_set_epi64x, _mm_storeu_si128};
                 let v = _mm_set_epi64x(p[1] as i64, p[0] as i64);
                 _mm_storeu_si128(dst.add(8 * i).cast::<__m128i>(), v);
             }
             #[cfg(not(target_arch = "x86_64"))]
-            // SAFETY: in bounds and 8-byte aligned (checked above; base is
-            // 8-byte aligned); the mapping lives while `_keep` does.
+            // SAFETY: in bounds and 8-byte aligned (the caller's promise;
+            // base is 8-byte aligned).
             unsafe {
                 dst.add(8 * i).cast::<u64>().write(p[0]);
                 dst.add(8 * i + 8).cast::<u64>().write(p[1]);
@@ -310,13 +345,12 @@ impl PeerWindow {
             i += 2;
         }
         if let [w] = pairs.remainder() {
-            // SAFETY: in bounds and 8-byte aligned (checked above; base is
-            // 8-byte aligned); the mapping lives while `_keep` does.
+            // SAFETY: in bounds and 8-byte aligned (the caller's promise;
+            // base is 8-byte aligned).
             unsafe { dst.add(8 * i).cast::<u64>().write(*w) };
         }
         self.mine.posted(words.len() * 8);
         self.note_data(offset, words.len() * 8);
-        Ok(())
     }
 
     /// Like [`write`](Self::write), with non-temporal (cache-bypassing)
@@ -403,6 +437,15 @@ impl PeerWindow {
     fn store_release(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) -> Result<()> {
         check_aligned(offset, size, self.len)?;
         self.admitted(offset, size)?;
+        self.publish(offset, size, store);
+        Ok(())
+    }
+
+    /// Lets `store` write the checked and admitted `size`-byte word at
+    /// `offset` (a release store), fenced first on a write-combining
+    /// mapping, and counts it.
+    #[inline(always)]
+    fn publish(&self, offset: usize, size: usize, store: impl FnOnce(*mut u8)) {
         if let Some(wc) = self.wc() {
             wc.before_publish();
         }
@@ -411,7 +454,6 @@ impl PeerWindow {
         if let Some(wc) = self.wc() {
             wc.published(offset, size);
         }
-        Ok(())
     }
 
     /// Write barrier: orders every earlier write (including non-temporal
@@ -708,5 +750,45 @@ mod tests {
             Err(HwError::OutOfBounds { .. })
         ));
         assert_eq!(&mem[10..16], &[0; 6]);
+    }
+
+    #[test]
+    fn a_slot_write_stores_body_then_word_checked_and_admitted_as_one() {
+        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 32]);
+        let counters = Arc::new(DeviceCounters::default());
+        // SAFETY: `mem` is 256 bytes, 8-aligned, kept alive by the handle
+        // and read below only after the writes.
+        let win = unsafe {
+            PeerWindow::from_raw(
+                mem.as_ptr() as *mut u8,
+                256,
+                1,
+                counters.clone(),
+                mem.clone(),
+            )
+        }
+        .with_grant(vec![Range { start: 0, end: 128 }]);
+        let words: Vec<u64> = (1..=7).collect();
+        win.write_words_then_u64(64, &words, 99).unwrap();
+        assert_eq!(&mem[8..15], &words[..]);
+        assert_eq!((mem[7], mem[15], mem[16]), (0, 99, 0));
+        // The word after the body would leave the grant (or the window):
+        // refused whole, nothing stored, the refusal counted.
+        assert!(matches!(
+            win.write_words_then_u64(72, &words, 5),
+            Err(HwError::NotGranted { .. })
+        ));
+        assert!(matches!(
+            win.write_words_then_u64(200, &words, 5),
+            Err(HwError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            win.write_words_then_u64(68, &words, 5),
+            Err(HwError::Misaligned { .. })
+        ));
+        assert_eq!(&mem[8..15], &words[..]);
+        assert_eq!(mem[15], 99);
+        assert!(mem[16..].iter().all(|&w| w == 0));
+        assert_eq!(counters.snapshot().ungranted_writes, 1);
     }
 }

@@ -26,6 +26,10 @@ use super::region::RegionTable;
 use super::types::{Completion, PeerState, Qp, Resources};
 use super::wire::{Msg, Ring, SLOT, WireStatus};
 
+/// `poll_completions` makes progress at least once in this many calls, even
+/// while completions are waiting (see [`Transport::poll_completions`]).
+pub(crate) const PROGRESS_AT_LEAST_EVERY: u32 = 16;
+
 /// One host's transport endpoint over an [`NtbDevice`].
 ///
 /// All progress happens in [`poll_completions`](Self::poll_completions) (or
@@ -100,6 +104,9 @@ pub struct Transport {
     pub(crate) engine: Box<dyn DmaEngine>,
     /// Polls so far (the slow path runs every 64th, or while connecting).
     pub(crate) polls: u32,
+    /// `poll_completions` calls in a row that found completions waiting and
+    /// so made no progress (see [`PROGRESS_AT_LEAST_EVERY`]).
+    pub(crate) polls_without_progress: u32,
     /// When the slow path last ran.
     pub(crate) last_slow: Instant,
     /// Link events taken from the device (kept for reuse).
@@ -213,6 +220,7 @@ impl Transport {
             }),
             cfg,
             polls: 0,
+            polls_without_progress: 0,
             last_slow: Instant::now(),
             events: Vec::new(),
             doomed: Vec::new(),
@@ -376,9 +384,18 @@ impl Transport {
 
     /// Makes progress (handshakes, incoming messages, timeouts), then
     /// moves up to `out.len()` completions into `out`; returns how many.
+    ///
+    /// While completions are waiting it hands them out first and makes
+    /// progress only every [`PROGRESS_AT_LEAST_EVERY`] calls: a caller that
+    /// posts work completing at once (sends, one-sided writes) between
+    /// polls always finds some waiting, and would otherwise never take
+    /// credits, acknowledgements or its peers' messages.
     pub fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
-        if self.completions.is_empty() {
+        if self.completions.is_empty() || self.polls_without_progress >= PROGRESS_AT_LEAST_EVERY {
+            self.polls_without_progress = 0;
             self.progress();
+        } else {
+            self.polls_without_progress += 1;
         }
         let n = out.len().min(self.completions.len());
         let (a, b) = self.completions.as_slices();

@@ -158,12 +158,12 @@ impl Producer {
         self.seq += k;
     }
 
-    /// Writes message `seq`'s body, then its tag (release).
+    /// Writes message `seq`'s body, then its tag (release), as one checked
+    /// write of the slot.
     #[inline]
     fn write_slot(&self, win: &PeerWindow, seq: u64, body: &Words) -> HwResult<()> {
         let off = slot_offset(self.base, self.depth, seq);
-        win.write_words(off, body)?;
-        win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))
+        win.write_words_then_u64(off, body, tag(self.epoch, seq))
     }
 }
 
