@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::run_main;
 use ntbdk_apps::cli::session::{
     attach_or_create, check_writable, join, open_vfio, pick_core, usable_cores, wait_peers,
@@ -312,9 +312,12 @@ fn run(args: &Args) -> Result<()> {
         ),
     })?;
     println!(
-        "{TOOL}: {:?} on port {} of {name:?} with port {peer}: {} queue(s) of {} x {} B, \
+        "{TOOL}: {} on port {} of {name:?} with port {peer}: {} queue(s) of {} x {} B, \
          burst {}, txfreet {txfreet}",
-        args.fwd_mode,
+        args.fwd_mode
+            .to_possible_value()
+            .expect("every mode has a name")
+            .get_name(),
         dev.port(),
         d.count,
         d.nb_desc,
