@@ -242,6 +242,28 @@ fn two_queues_each_carry_their_own_stream() {
 }
 
 #[test]
+fn rxonly_stops_after_n_packets_and_the_sender_is_told() {
+    let dir = Dir::new("rxn");
+    let (rx, tx) = pair(
+        &dir,
+        &[
+            "--fabric",
+            "rn",
+            "--fwd-mode",
+            "rxonly",
+            "-n",
+            "1000",
+            "--verify",
+        ],
+        &["--fabric", "rn", "--fwd-mode", "txonly", "-n", "1000000"],
+    );
+    assert_ok(&rx);
+    assert_eq!(summary(&rx, "total", "RX-packets"), 1000);
+    assert_eq!(summary(&rx, "total", "RX-errors"), 0);
+    assert_fails_with(&tx, "left while queue 0 was sending");
+}
+
+#[test]
 fn the_default_nb_desc_shrinks_to_the_window_the_other_side_made() {
     let dir = Dir::new("shrink");
     // The first side creates windows for 128 descriptors (1 MiB); the

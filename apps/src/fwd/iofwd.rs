@@ -49,7 +49,9 @@ pub fn iofwd(mut q: DataQueue, limit: Limit, ctx: LcoreCtx) -> Result<String> {
         if !pending.is_empty() {
             work += tx_counted(&mut q, &mut pending, &ctx.counters);
         }
-        if clock.tick(64) && limit.reached(ctx.counters.snapshot().rx) {
+        if (limit.packets.is_some() && limit.count_reached(ctx.counters.snapshot().rx))
+            || (clock.tick(64) && limit.time_up())
+        {
             return Ok(Step::Done);
         }
         if work == 0 && every.tick(256) && !q.is_up() {
@@ -108,7 +110,9 @@ pub fn pipeline_rx(
         if !held.is_empty() {
             ring.enqueue_burst(&mut held);
         }
-        if clock.tick(64) && limit.reached(ctx.counters.snapshot().rx) {
+        if (limit.packets.is_some() && limit.count_reached(ctx.counters.snapshot().rx))
+            || (clock.tick(64) && limit.time_up())
+        {
             return Ok(Step::Done);
         }
         if work == 0 && every.tick(256) && !q.lock().is_up() {

@@ -38,11 +38,16 @@ pub struct Limit {
 }
 
 impl Limit {
-    /// Whether `packets` or the time reached the limit.
+    /// Whether `packets` reached the limit.
     #[inline]
-    pub fn reached(&self, packets: u64) -> bool {
+    pub fn count_reached(&self, packets: u64) -> bool {
         self.packets.is_some_and(|n| packets >= n)
-            || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Whether the time is up (a clock read: call it now and then).
+    #[inline]
+    pub fn time_up(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 }
 

@@ -78,9 +78,8 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
     let mut time_up = false;
     let finished = spin(&ctx, || {
         if !end_queued {
-            // The clock only (0 packets), every 64 polls.
-            time_up = time_up || (clock.tick(64) && cfg.limit.reached(0));
-            if !time_up && cfg.limit.packets.is_none_or(|n| seq < n) {
+            time_up = time_up || (clock.tick(64) && cfg.limit.time_up());
+            if !time_up && !cfg.limit.count_reached(seq) {
                 let room = ctx.burst - batch.len();
                 let k = cfg
                     .limit
@@ -162,11 +161,17 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
     let mut peer_left = false;
     let (mut every, mut clock) = (Every::default(), Every::default());
     spin(&ctx, || {
-        let n = q.rx_burst(&mut got, ctx.burst);
+        let max = limit
+            .packets
+            .map_or(ctx.burst, |l| ctx.burst.min((l - chk.received) as usize));
+        let n = q.rx_burst(&mut got, max);
         if n > 0 {
             chk.take(&mut got, verify, &ctx);
         }
-        if chk.end.is_some() || (clock.tick(64) && limit.reached(chk.received)) {
+        if chk.end.is_some()
+            || limit.count_reached(chk.received)
+            || (clock.tick(64) && limit.time_up())
+        {
             return Ok(Step::Done);
         }
         if n == 0 && every.tick(256) && !q.is_up() {
