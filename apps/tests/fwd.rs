@@ -303,7 +303,7 @@ fn a_geometry_mismatch_is_a_clear_error() {
     let dir = Dir::new("mismatch");
     let (rx, tx) = pair(
         &dir,
-        &["--fabric", "mm", "--fwd-mode", "rxonly", "--timeout", "5"],
+        &["--fabric", "mm", "--fwd-mode", "rxonly", "--timeout", "2"],
         &[
             "--fabric",
             "mm",
@@ -312,7 +312,7 @@ fn a_geometry_mismatch_is_a_clear_error() {
             "--nb-desc",
             "512",
             "--timeout",
-            "5",
+            "2",
         ],
     );
     assert_fails_with(
@@ -344,6 +344,53 @@ fn a_geometry_mismatch_is_a_clear_error() {
     );
     assert_fails_with(&tx, "--nb-desc 1024 fits");
     drop(rx);
+}
+
+/// As in the two-VM test: the peer's port first runs something of another
+/// geometry (its hello stays in our mailbox), then a matching ntb-fwd.
+#[test]
+fn a_mismatched_peer_that_leaves_is_replaced_by_a_matching_one() {
+    let dir = Dir::new("stale");
+    let rx = first(
+        &dir,
+        "rx",
+        &[
+            "--fabric",
+            "st",
+            "--fwd-mode",
+            "rxonly",
+            "--verify",
+            "--timeout",
+            "20",
+        ],
+    );
+    let wrong = run(
+        &dir,
+        &[
+            "--fabric",
+            "st",
+            "--fwd-mode",
+            "txonly",
+            "--nb-desc",
+            "256",
+            "--timeout",
+            "1",
+        ],
+    );
+    assert_fails_with(&wrong, "another data-queue geometry");
+    let tx = run(
+        &dir,
+        &["--fabric", "st", "--fwd-mode", "txonly", "-n", "3000"],
+    );
+    let rx = rx.finish();
+    assert_ok(&tx);
+    assert_ok(&rx);
+    assert!(
+        rx.stdout
+            .contains("received 3000 of the 3000 packets the peer sent (0 missing)"),
+        "{}",
+        rx.stdout
+    );
 }
 
 #[test]

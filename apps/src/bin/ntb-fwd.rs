@@ -34,7 +34,7 @@ use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::lcore::{PollMode, StopFlag};
 use ntbdk_pmd::mbuf::{MbufPool, MbufRing};
-use ntbdk_pmd::transport::{Config, DataQueue, DataQueues, Transport, TransportError};
+use ntbdk_pmd::transport::{Config, DataQueue, DataQueues, Transport};
 use ntbdk_ring::RingMode;
 
 /// DPDK ntb_fwd on an NTB fabric's data queues: txonly, rxonly, iofwd,
@@ -301,16 +301,7 @@ fn run(args: &Args) -> Result<()> {
         dq.set_tx_free_thresh(txfreet);
         queues.push(dq);
     }
-    t.wait_connected(peer, timeout).map_err(|e| match e {
-        TransportError::HandshakeFailed { reason, .. } => anyhow::anyhow!(
-            "port {peer} runs another data-queue geometry ({reason}): give both sides the same \
-             --qp, --nb-desc and --buf-size"
-        ),
-        e => anyhow::anyhow!(
-            "connecting to port {peer}: {}: is it an {TOOL} too, and still running?",
-            ntbdk_apps::perf::connect_failure(&e)
-        ),
-    })?;
+    ntbdk_apps::fwd::wait_connected(&mut t, peer, timeout)?;
     println!(
         "{TOOL}: {} on port {} of {name:?} with port {peer}: {} queue(s) of {} x {} B, \
          burst {}, txfreet {txfreet}",

@@ -22,6 +22,7 @@
 //! flag).
 
 mod checksum;
+mod connect;
 mod file;
 mod geometry;
 mod iofwd;
@@ -32,6 +33,7 @@ mod stats;
 mod txrx;
 
 pub use checksum::Checksum;
+pub use connect::wait_connected;
 pub use file::{Transfer, recv_file, send_file};
 pub use geometry::{DEFAULT_NB_DESC, Shape, plan_geometry, window_needed};
 pub use iofwd::{SharedQueue, iofwd, pipeline_rx, pipeline_tx};

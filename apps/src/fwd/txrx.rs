@@ -121,7 +121,11 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
                     peer_left = true;
                     return Ok(Step::Done);
                 }
-                bail!("port {peer} left while queue {qid} was sending (after {seq} packets)");
+                bail!(
+                    "port {peer} left while queue {qid} was sending (after {} packets): \
+                     did it stop early (-n, -D, Ctrl-C)?",
+                    ctx.counters.snapshot().tx
+                );
             }
             if end_sent && idle_since.elapsed() >= ctx.timeout {
                 bail!(
@@ -136,18 +140,20 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
     });
     drop_unsent(&mut batch, &ctx.counters);
     finished?;
+    // Packets that left (the ones filled but unsent at a stop are drops).
+    let sent = ctx.counters.snapshot().tx;
     let back = chk.received;
     if cfg.verify && chk.end.is_some() && back != seq {
         ctx.counters.failed(seq.abs_diff(back));
     }
     Ok(match (chk.end, peer_left) {
         (Some(_), _) => {
-            format!("queue {qid}: sent {seq} packets, {back} came back, then the end marker")
+            format!("queue {qid}: sent {sent} packets, {back} came back, then the end marker")
         }
         (None, true) => {
-            format!("queue {qid}: sent {seq} packets and the end marker; the peer left")
+            format!("queue {qid}: sent {sent} packets and the end marker; the peer left")
         }
-        (None, false) => format!("queue {qid}: sent {seq} packets (stopped)"),
+        (None, false) => format!("queue {qid}: sent {sent} packets (stopped)"),
     })
 }
 
