@@ -13,14 +13,17 @@ use ntbdk_pmd::transport::{PeerState, Transport};
 use crate::cli::session::check_interrupted;
 
 /// Polls `t` until `peer` is connected; fails after `timeout`, saying which
-/// flags to align if the last hello seen had another geometry.
+/// flags to align if a hello of another geometry was the last one seen
+/// (the peer may have given up and left meanwhile).
 pub fn wait_connected(t: &mut Transport, peer: Port, timeout: Duration) -> Result<()> {
     let start = Instant::now();
+    let mut mismatch: Option<String> = None;
     loop {
         t.progress();
         let state = t.peer_state(peer);
-        match state {
+        match &state {
             PeerState::Connected => return Ok(()),
+            PeerState::Failed(reason) => mismatch = Some(reason.clone()),
             PeerState::Lost => {
                 bail!("our place on the fabric was lost (another process took our slot?): restart")
             }
@@ -28,7 +31,7 @@ pub fn wait_connected(t: &mut Transport, peer: Port, timeout: Duration) -> Resul
         }
         check_interrupted()?;
         if start.elapsed() >= timeout {
-            if let PeerState::Failed(reason) = state {
+            if let Some(reason) = mismatch {
                 bail!(
                     "port {peer} runs another data-queue geometry ({reason}): give both sides \
                      the same --qp, --nb-desc and --buf-size"
