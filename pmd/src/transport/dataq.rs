@@ -11,7 +11,8 @@
 //!
 //! - **tx_burst**: for each mbuf, take a buffer the peer lent us (FreeQ),
 //!   copy the payload into it, write a descriptor slot {buffer, length, user
-//!   word} (tag by release store last); then free the local mbufs.
+//!   word} (tag by release store last); then free the local mbufs (at once,
+//!   or in batches of the tx free threshold, DPDK's `tx_free_thresh`).
 //! - **rx_burst**: take each descriptor whose tag is there, check it (a
 //!   buffer we lent, a length that fits), and hand out that very buffer as an
 //!   mbuf of the queue's receive pool — no copy. Dropping (or bulk-freeing)
