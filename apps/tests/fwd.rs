@@ -438,6 +438,14 @@ fn bad_arguments_are_refused() {
             "at most half of --nb-desc 256",
         ),
         ([&tx[..], &["--pipeline"]].concat(), "--pipeline is for"),
+        (
+            [
+                &tx[..],
+                &["--qp", "16", "--nb-desc", "4096", "--buf-size", "64K"],
+            ]
+            .concat(),
+            "more than the 1073741824 an emulated fabric gets",
+        ),
         ([&rx[..], &["--send", "x"]].concat(), "file-trans"),
         (
             vec!["--fabric", "a", "--mode", "iofwd", "--verify"],

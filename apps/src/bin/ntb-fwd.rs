@@ -223,6 +223,10 @@ fn pool_size(burst: usize, txfreet: usize) -> u32 {
     ((2 * burst + txfreet + 64) as u32).next_power_of_two()
 }
 
+/// The largest window of an emulated fabric we create (each host's window
+/// is memory of the machine).
+const MAX_EMU_WINDOW: usize = 1 << 30;
+
 fn mbuf_pool(tag: &str, count: u32, room: usize) -> Result<MbufPool> {
     let name = format!("ntb-fwd-{}-{tag}", std::process::id());
     MbufPool::create(&name, count, room, 32, &ZoneOptions::huge_or_fallback())
@@ -254,6 +258,16 @@ fn run(args: &Args) -> Result<()> {
         ),
         (Some(name), _) | (None, Some(DeviceSpec::Emu(name))) => {
             let window = window_needed(args.slots as u16, requested)?.next_multiple_of(1 << 20);
+            if window > MAX_EMU_WINDOW {
+                bail!(
+                    "--qp {} --nb-desc {} --buf-size {} need {window}-byte windows, more than \
+                     the {MAX_EMU_WINDOW} an emulated fabric gets: use fewer queues, \
+                     descriptors or bytes per buffer",
+                    requested.count,
+                    requested.nb_desc,
+                    requested.buf_size
+                );
+            }
             let cfg = ntbdk_pmd::hw::emu::FabricConfig {
                 window_size: window,
                 ..fabric_config(args.slots as usize)
