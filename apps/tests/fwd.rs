@@ -1,5 +1,8 @@
-//! `ntb-fwd` end to end: a file transfer whose copy must match, txonly into
-//! rxonly, and clean failures (bad arguments, absent peer).
+//! `ntb-fwd` end to end, two processes on the data queues: every mode with
+//! its checks (txonly into rxonly with --verify, iofwd reflecting to a
+//! verifying sender, run to completion and pipelined, a file byte for byte,
+//! two queues), the geometry shrunk to fit or refused when the sides
+//! differ, Ctrl-C, and clean failures (bad flags, absent peer).
 //!
 //! Every run gets its own fabric directory (`NTBDK_SHM_DIR`) and a deadline
 //! after which it is killed.
@@ -7,7 +10,9 @@
 const BIN: &str = env!("CARGO_BIN_EXE_ntb-fwd");
 
 mod common;
-use common::{Dir, Run, assert_fails_with, assert_ok, run};
+use std::time::Duration;
+
+use common::{Dir, Done, Run, assert_fails_with, assert_ok, run};
 
 /// A deterministic pseudo-random file of `len` bytes (xorshift).
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
@@ -22,17 +27,53 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// The number after `field` in the summary line labelled `label` ("queue 0",
+/// "total").
+fn summary(d: &Done, label: &str, field: &str) -> u64 {
+    let at = d
+        .stdout
+        .find("summary over")
+        .unwrap_or_else(|| panic!("no summary:\n{}", d.stdout));
+    let line = d.stdout[at..]
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in the summary:\n{}", d.stdout));
+    let rest = line
+        .split(&format!("{field}:"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {field} in {line:?}"));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Starts the app on core 1 and waits until it created its fabric.
+fn first(dir: &Dir, tag: &str, args: &[&str]) -> Run {
+    let r = Run::start(dir, tag, &[args, &["--lcore", "1"]].concat());
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while dir.fabrics().is_empty() {
+        assert!(std::time::Instant::now() < end, "no fabric created");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    r
+}
+
+/// Starts `a` (which creates the fabric) on core 1, runs `b` to its end,
+/// and returns both ends.
+fn pair(dir: &Dir, a: &[&str], b: &[&str]) -> (Done, Done) {
+    let a = first(dir, "a", a);
+    let b = run(dir, b);
+    (a.finish(), b)
+}
+
 #[test]
 fn file_trans_copies_a_random_file_intact() {
     let dir = Dir::new("file");
-    // Not a multiple of the 4 KiB chunk, so the last chunk is short.
+    // Not a multiple of the 2 KiB chunk, so the last chunk is short.
     let data = random_bytes(3 * 1024 * 1024 + 1234, 0x9e37_79b9_7f4a_7c15);
     let src = dir.0.join("in.bin");
     let dst = dir.0.join("out.bin");
     std::fs::write(&src, &data).unwrap();
-    let rx = Run::start(
+    let (rx, tx) = pair(
         &dir,
-        "rx",
         &[
             "--fabric",
             "ft",
@@ -40,12 +81,7 @@ fn file_trans_copies_a_random_file_intact() {
             "file-trans",
             "--recv",
             dst.to_str().unwrap(),
-            "--lcore",
-            "1",
         ],
-    );
-    let tx = run(
-        &dir,
         &[
             "--fabric",
             "ft",
@@ -55,7 +91,6 @@ fn file_trans_copies_a_random_file_intact() {
             src.to_str().unwrap(),
         ],
     );
-    let rx = rx.finish();
     assert_ok(&tx);
     assert_ok(&rx);
     assert!(tx.stdout.contains("matches"), "{}", tx.stdout);
@@ -65,11 +100,10 @@ fn file_trans_copies_a_random_file_intact() {
         "{}",
         rx.stdout
     );
-    assert!(
-        rx.stdout.contains("port "),
-        "per-queue stats at exit:\n{}",
-        rx.stdout
-    );
+    // Header, chunks of 2048 bytes, trailer; the bytes the chunks carried.
+    let chunks = data.len().div_ceil(2048) as u64;
+    assert_eq!(summary(&rx, "queue 0", "RX-packets"), chunks + 2);
+    assert_eq!(summary(&tx, "queue 0", "TX-packets"), chunks + 2);
     assert!(tx.stdout.contains("non-posted reads 0"), "{}", tx.stdout);
     let got = std::fs::read(&dst).unwrap();
     assert_eq!(got.len(), data.len());
@@ -78,81 +112,362 @@ fn file_trans_copies_a_random_file_intact() {
 }
 
 #[test]
-fn txonly_to_rxonly_counts_messages() {
+fn txonly_to_rxonly_with_verify_receives_every_packet_intact() {
     let dir = Dir::new("txrx");
-    // rxonly runs until its sender leaves.
-    let rx = Run::start(
+    let (rx, tx) = pair(
         &dir,
-        "rx",
-        &["--fabric", "tr", "--mode", "rxonly", "--lcore", "1"],
+        &["--fabric", "tr", "--fwd-mode", "rxonly", "--verify"],
+        &[
+            "--fabric",
+            "tr",
+            "--fwd-mode",
+            "txonly",
+            "-s",
+            "128",
+            "-n",
+            "50000",
+        ],
+    );
+    assert_ok(&tx);
+    assert_ok(&rx);
+    assert!(
+        rx.stdout
+            .contains("received 50000 of the 50000 packets the peer sent (0 missing)"),
+        "{}",
+        rx.stdout
+    );
+    assert_eq!(summary(&tx, "total", "TX-packets"), 50000);
+    assert_eq!(summary(&tx, "total", "TX-bytes"), 50000 * 128);
+    assert_eq!(summary(&rx, "total", "RX-packets"), 50000);
+    assert_eq!(summary(&rx, "total", "RX-bytes"), 50000 * 128);
+    assert_eq!(summary(&rx, "total", "RX-errors"), 0);
+    assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
+}
+
+/// txonly --verify against an iofwd reflector: every packet comes back, in
+/// order and intact.
+fn reflect(tag: &str, iofwd: &[&str]) {
+    let dir = Dir::new(tag);
+    let fabric = ["--fabric", tag];
+    let (io, tx) = pair(
+        &dir,
+        &[&fabric[..], &["--fwd-mode", "iofwd"], iofwd].concat(),
+        &[
+            &fabric[..],
+            &[
+                "--fwd-mode",
+                "txonly",
+                "-s",
+                "200",
+                "-n",
+                "30000",
+                "--verify",
+            ],
+        ]
+        .concat(),
+    );
+    assert_ok(&tx);
+    assert_ok(&io);
+    assert!(
+        tx.stdout
+            .contains("sent 30000 packets, 30000 came back, then the end marker"),
+        "{}",
+        tx.stdout
+    );
+    assert_eq!(summary(&tx, "total", "RX-packets"), 30000);
+    assert_eq!(summary(&tx, "total", "RX-bytes"), 30000 * 200);
+    assert_eq!(summary(&tx, "total", "RX-errors"), 0);
+    assert_eq!(summary(&io, "total", "RX-packets"), 30000);
+    assert_eq!(summary(&io, "total", "TX-packets"), 30000);
+    assert_eq!(summary(&io, "total", "TX-drops"), 0);
+    assert!(
+        io.stdout.contains("forwarded until the peer left"),
+        "{}",
+        io.stdout
+    );
+}
+
+#[test]
+fn iofwd_run_to_completion_reflects_every_packet() {
+    reflect("iortc", &[]);
+}
+
+#[test]
+fn iofwd_pipeline_reflects_every_packet() {
+    reflect("iopipe", &["--pipeline"]);
+}
+
+#[test]
+fn two_queues_each_carry_their_own_stream() {
+    let dir = Dir::new("qp2");
+    let (rx, tx) = pair(
+        &dir,
+        &[
+            "--fabric",
+            "q2",
+            "--fwd-mode",
+            "rxonly",
+            "--verify",
+            "--qp",
+            "2",
+        ],
+        &[
+            "--fabric",
+            "q2",
+            "--fwd-mode",
+            "txonly",
+            "--qp",
+            "2",
+            "-n",
+            "20000",
+            "--burst",
+            "16",
+        ],
+    );
+    assert_ok(&tx);
+    assert_ok(&rx);
+    for q in 0..2 {
+        assert!(
+            rx.stdout.contains(&format!(
+                "queue {q}: received 20000 of the 20000 packets the peer sent (0 missing)"
+            )),
+            "{}",
+            rx.stdout
+        );
+        assert_eq!(summary(&rx, &format!("queue {q}"), "RX-packets"), 20000);
+        assert_eq!(summary(&tx, &format!("queue {q}"), "TX-packets"), 20000);
+    }
+    assert_eq!(summary(&rx, "total", "RX-packets"), 40000);
+    assert_eq!(summary(&rx, "total", "RX-errors"), 0);
+}
+
+#[test]
+fn rxonly_stops_after_n_packets_and_the_sender_is_told() {
+    let dir = Dir::new("rxn");
+    let (rx, tx) = pair(
+        &dir,
+        &[
+            "--fabric",
+            "rn",
+            "--fwd-mode",
+            "rxonly",
+            "-n",
+            "1000",
+            "--verify",
+        ],
+        &["--fabric", "rn", "--fwd-mode", "txonly", "-n", "1000000"],
+    );
+    assert_ok(&rx);
+    assert_eq!(summary(&rx, "total", "RX-packets"), 1000);
+    assert_eq!(summary(&rx, "total", "RX-errors"), 0);
+    assert_fails_with(&tx, "left while queue 0 was sending");
+}
+
+#[test]
+fn the_default_nb_desc_shrinks_to_the_window_the_other_side_made() {
+    let dir = Dir::new("shrink");
+    // The first side creates windows for 128 descriptors (1 MiB); the
+    // second, asking for the default 1024, fits itself to them (and so
+    // matches).
+    let (rx, tx) = pair(
+        &dir,
+        &[
+            "--fabric",
+            "sh",
+            "--fwd-mode",
+            "rxonly",
+            "--verify",
+            "--nb-desc",
+            "128",
+        ],
+        &["--fabric", "sh", "--fwd-mode", "txonly", "-n", "5000"],
+    );
+    assert_ok(&tx);
+    assert_ok(&rx);
+    assert!(
+        tx.stderr.contains("default --nb-desc 1024 does not fit")
+            && tx.stderr.contains("--nb-desc 128"),
+        "{}",
+        tx.stderr
+    );
+    // --txfreet follows: at most half of the descriptors.
+    assert!(
+        tx.stdout
+            .contains("1 queue(s) of 128 x 2048 B, burst 32, txfreet 64"),
+        "{}",
+        tx.stdout
+    );
+    assert_eq!(summary(&rx, "total", "RX-packets"), 5000);
+}
+
+#[test]
+fn a_geometry_mismatch_is_a_clear_error() {
+    let dir = Dir::new("mismatch");
+    let (rx, tx) = pair(
+        &dir,
+        &["--fabric", "mm", "--fwd-mode", "rxonly", "--timeout", "2"],
+        &[
+            "--fabric",
+            "mm",
+            "--fwd-mode",
+            "txonly",
+            "--nb-desc",
+            "512",
+            "--timeout",
+            "2",
+        ],
+    );
+    assert_fails_with(
+        &tx,
+        "give both sides the same --qp, --nb-desc and --buf-size",
+    );
+    assert_fails_with(
+        &rx,
+        "give both sides the same --qp, --nb-desc and --buf-size",
+    );
+    // Too large for the window the other side made: said before connecting.
+    let rx = first(
+        &dir,
+        "big",
+        &["--fabric", "mm2", "--fwd-mode", "rxonly", "--timeout", "5"],
     );
     let tx = run(
         &dir,
         &[
-            "--fabric", "tr", "--mode", "txonly", "-s", "128", "-n", "20000",
+            "--fabric",
+            "mm2",
+            "--fwd-mode",
+            "txonly",
+            "--nb-desc",
+            "2048",
+            "--timeout",
+            "5",
         ],
+    );
+    assert_fails_with(&tx, "--nb-desc 1024 fits");
+    drop(rx);
+}
+
+/// As in the two-VM test: the peer's port first runs something of another
+/// geometry (its hello stays in our mailbox), then a matching ntb-fwd.
+#[test]
+fn a_mismatched_peer_that_leaves_is_replaced_by_a_matching_one() {
+    let dir = Dir::new("stale");
+    let rx = first(
+        &dir,
+        "rx",
+        &[
+            "--fabric",
+            "st",
+            "--fwd-mode",
+            "rxonly",
+            "--verify",
+            "--timeout",
+            "20",
+        ],
+    );
+    let wrong = run(
+        &dir,
+        &[
+            "--fabric",
+            "st",
+            "--fwd-mode",
+            "txonly",
+            "--nb-desc",
+            "256",
+            "--timeout",
+            "1",
+        ],
+    );
+    assert_fails_with(&wrong, "another data-queue geometry");
+    let tx = run(
+        &dir,
+        &["--fabric", "st", "--fwd-mode", "txonly", "-n", "3000"],
     );
     let rx = rx.finish();
     assert_ok(&tx);
     assert_ok(&rx);
     assert!(
-        tx.stdout.contains("tx 20000 msgs 2560000 B"),
+        rx.stdout
+            .contains("received 3000 of the 3000 packets the peer sent (0 missing)"),
         "{}",
-        tx.stdout
+        rx.stdout
     );
-    let line = rx.stdout.lines().rev().find(|l| l.contains("rx ")).unwrap();
-    let n: u64 = line
-        .split("rx ")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    // Messages still in the receive queue when the sender leaves are
-    // discarded with the connection: at most one queue's worth.
-    let depth = u64::from(ntbdk_apps::perf::QUEUE_DEPTH);
-    assert!(n <= 20000 && n + depth >= 20000, "{line}");
-    assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
+}
+
+#[test]
+fn ctrl_c_ends_the_run_with_130_and_a_summary() {
+    let dir = Dir::new("intr");
+    let mut rx = first(&dir, "rx", &["--fabric", "in", "--fwd-mode", "rxonly"]);
+    let mut tx = Run::start(&dir, "tx", &["--fabric", "in", "--fwd-mode", "txonly"]);
+    // Let traffic flow (past the first statistics).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(rx.running() && tx.running());
+    tx.signal(libc::SIGINT);
+    let tx = tx.finish();
+    let rx = rx.finish();
+    assert_eq!(tx.status.code(), Some(130), "{}\n{}", tx.stdout, tx.stderr);
+    assert!(tx.stdout.contains("statistics at"), "{}", tx.stdout);
+    assert!(summary(&tx, "total", "TX-packets") > 0, "{}", tx.stdout);
+    // The receiver sees its peer leave: a normal end.
+    assert_ok(&rx);
+    assert!(rx.stdout.contains("the peer left"), "{}", rx.stdout);
+    assert!(summary(&rx, "total", "RX-packets") > 0);
 }
 
 #[test]
 fn bad_arguments_are_refused() {
     let dir = Dir::new("args");
+    let rx = ["--fabric", "a", "--fwd-mode", "rxonly"];
+    let tx = ["--fabric", "a", "--fwd-mode", "txonly"];
     for (args, needle) in [
-        (&["--fabric", "a", "--mode", "fly"][..], "invalid value"),
-        (&["--mode", "txonly"][..], "--fabric"),
+        (vec!["--fabric", "a", "--mode", "fly"], "invalid value"),
+        (vec!["--mode", "txonly"], "--fabric"),
+        (vec!["--fabric", "a", "--mode", "file-trans"], "--send FILE"),
+        ([&tx[..], &["--burst", "0"]].concat(), "--burst"),
+        ([&tx[..], &["--burst", "33"]].concat(), "1..=32"),
+        ([&tx[..], &["--nb-desc", "100"]].concat(), "power of two"),
+        ([&tx[..], &["--nb-desc", "8192"]].concat(), "16..=4096"),
+        ([&tx[..], &["--buf-size", "100"]].concat(), "multiple of 64"),
+        ([&tx[..], &["--qp", "0"]].concat(), "--qp"),
+        ([&tx[..], &["--qp", "17"]].concat(), "--qp"),
+        ([&tx[..], &["-s", "4K"]].concat(), "--buf-size 2048"),
+        ([&tx[..], &["-s", "huge"]].concat(), "bad size"),
         (
-            &["--fabric", "a", "--mode", "file-trans"][..],
-            "--send FILE",
+            [&tx[..], &["--nb-desc", "256", "--txfreet", "200"]].concat(),
+            "at most half of --nb-desc 256",
         ),
-        (&["--fabric", "a", "--mode", "iofwd"][..], "--rx-slot"),
+        ([&tx[..], &["--pipeline"]].concat(), "--pipeline is for"),
         (
-            &["--fabric", "a", "--mode", "txonly", "-s", "8K"][..],
-            "at most 4096",
+            [
+                &tx[..],
+                &["--qp", "16", "--nb-desc", "4096", "--buf-size", "64K"],
+            ]
+            .concat(),
+            "more than the 1073741824 an emulated fabric gets",
+        ),
+        ([&rx[..], &["--send", "x"]].concat(), "file-trans"),
+        (
+            vec!["--fabric", "a", "--mode", "iofwd", "--verify"],
+            "--verify checks",
         ),
         (
-            &["--fabric", "a", "--mode", "txonly", "-s", "huge"][..],
-            "bad size",
-        ),
-        (
-            &[
+            vec![
                 "--fabric",
                 "a",
                 "--mode",
                 "file-trans",
                 "--send",
                 "/nonexistent/x",
-            ][..],
+            ],
             "no such file",
         ),
         (
-            &["--fabric", "bad name!", "--mode", "rxonly"][..],
+            vec!["--fabric", "bad name!", "--mode", "rxonly"],
             "bad name!",
         ),
     ] {
-        assert_fails_with(&run(&dir, args), needle);
+        assert_fails_with(&run(&dir, &args), needle);
     }
     assert!(dir.fabrics().is_empty());
 }

@@ -470,3 +470,50 @@ fn forged_descriptors_are_refused_and_counted_and_a_good_one_still_lands() {
     rx.rx_burst(&mut Vec::new(), 0);
     assert_eq!(rx.rx_lent() + rx.rx_pool_available(), 16, "nothing lost");
 }
+
+#[test]
+fn sent_mbufs_are_freed_in_batches_of_the_tx_free_threshold() {
+    let dir = TestDir::new("dataq-txfree");
+    let g = geometry(1, 64, 64);
+    let f = fabric(&dir, "dataq-txfree", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let mut tx = ts[0].data_queue(1, 0).unwrap();
+    let mut rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    tx.set_tx_free_thresh(16);
+    let txp = pool("dataq-txfree-tx", 64, 64);
+    let end = Instant::now() + LONG;
+    // Sent mbufs gathered and not yet freed, as the threshold says.
+    let mut held = 0;
+    let mut max_held = 0;
+    for round in 0..8u8 {
+        let mut batch = Vec::new();
+        txp.alloc_bulk(6, &mut batch).unwrap();
+        for m in batch.iter_mut() {
+            m.append(&[round; 8]).unwrap();
+        }
+        while !batch.is_empty() {
+            held += tx.tx_burst(&mut batch);
+            if held >= 16 {
+                held = 0; // all of them back at once
+            }
+            max_held = max_held.max(held);
+            assert_eq!(txp.available(), 64 - held - batch.len(), "round {round}");
+            rx.rx_burst(&mut Vec::new(), 64);
+            assert!(Instant::now() < end);
+        }
+    }
+    assert!(max_held >= 6, "sent mbufs were held back: {max_held}");
+    let sent = held;
+    assert_eq!(tx.tx_done_cleanup(), sent);
+    assert_eq!(txp.available(), 64);
+    // The default frees each mbuf as it is sent.
+    tx.set_tx_free_thresh(0);
+    let mut one = vec![txp.alloc().unwrap()];
+    while !one.is_empty() {
+        tx.tx_burst(&mut one);
+        rx.rx_burst(&mut Vec::new(), 64);
+        assert!(Instant::now() < end);
+    }
+    assert_eq!(txp.available(), 64);
+}

@@ -44,6 +44,7 @@ fn geo() -> Geometry {
         queue_depth: 64,
         eager_count: 32,
         eager_size: 4096,
+        data: ntbdk_pmd::transport::DataQueues::NONE,
     }
 }
 

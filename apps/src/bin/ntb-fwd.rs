@@ -1,16 +1,13 @@
-//! `ntb-fwd`: a DPDK `ntb_fwd`-style forwarder on an NTB fabric.
-//!
-//! Modes: `txonly` (send), `rxonly` (receive and drop), `iofwd` (receive
-//! from one peer, forward to another: three processes) and `file-trans`
-//! (send a file; the receiver writes it out and checks its checksum).
-//! Per-queue statistics are printed every `--stats-period` seconds and at
-//! exit; Ctrl-C ends the run cleanly.
+//! `ntb-fwd`: DPDK's `ntb_fwd` on the transport's data queues: txonly,
+//! rxonly, iofwd (a reflector, run to completion or pipelined) and
+//! file-trans, one pinned spinning lcore per queue, per-queue statistics
+//! every `--stats-period` seconds and at exit; Ctrl-C ends the run cleanly.
 //!
 //! ```text
-//! ntb-fwd --fabric demo --mode rxonly                  # terminal 1 (creates the fabric)
-//! ntb-fwd --fabric demo --mode txonly -s 64 -D 5       # terminal 2
-//! ntb-fwd --fabric f --mode file-trans --recv out.bin  # receiver
-//! ntb-fwd --fabric f --mode file-trans --send in.bin   # sender
+//! ntb-fwd --fabric demo --fwd-mode rxonly --verify              # terminal 1 (creates the fabric)
+//! ntb-fwd --fabric demo --fwd-mode txonly -s 64 -n 100000      # terminal 2
+//! ntb-fwd --fabric f --fwd-mode file-trans --recv out.bin      # receiver
+//! ntb-fwd --fabric f --fwd-mode file-trans --send in.bin       # sender
 //! ```
 
 use std::path::PathBuf;
@@ -18,39 +15,54 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
-use clap::Parser;
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::run_main;
 use ntbdk_apps::cli::session::{
-    attach_or_create, check_writable, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
+    attach_or_create, check_writable, join, open_vfio, pick_core, usable_cores, wait_peers,
+    warn_shared_cores,
 };
-use ntbdk_apps::fwd::{Limit, Mode, Stats, forward, recv_file, send_file};
-use ntbdk_apps::perf::{EAGER_SIZE, Endpoint, fabric_config, parse_size};
+use ntbdk_apps::cli::units::parse_size;
+use ntbdk_apps::fwd::{
+    DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, SharedQueue, StatsPrinter,
+    TOOL, TxOnly, iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file,
+    txonly, window_needed,
+};
+use ntbdk_apps::perf::fabric_config;
+use ntbdk_mempool::ZoneOptions;
 use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
-use ntbdk_pmd::transport::Qp;
+use ntbdk_pmd::lcore::{PollMode, StopFlag};
+use ntbdk_pmd::mbuf::{MbufPool, MbufRing};
+use ntbdk_pmd::transport::{Config, DataQueue, DataQueues, Transport};
+use ntbdk_ring::RingMode;
 
-const TOOL: &str = "ntb-fwd";
-
-/// A DPDK ntb_fwd-style forwarder on an NTB fabric: txonly, rxonly, iofwd,
+/// DPDK ntb_fwd on an NTB fabric's data queues: txonly, rxonly, iofwd,
 /// file-trans.
 ///
-/// The first process on --fabric creates it (and removes it on exit).
-///   ntb-fwd --fabric demo --mode rxonly
-///   ntb-fwd --fabric demo --mode txonly -s 64 -D 5
-///   ntb-fwd --fabric demo --mode iofwd --rx-slot 0 --peer-slot 2
-///   ntb-fwd --fabric f --mode file-trans --recv out.bin
-///   ntb-fwd --fabric f --mode file-trans --send in.bin
+/// The first process on --fabric creates it (and removes it on exit). Both
+/// sides must give the same --qp, --nb-desc and --buf-size.
+///   ntb-fwd --fabric demo --fwd-mode rxonly --verify
+///   ntb-fwd --fabric demo --fwd-mode txonly -s 64 -n 1000000
+///   ntb-fwd --fabric demo --fwd-mode iofwd [--pipeline]       (a reflector)
+///   ntb-fwd --fabric demo --fwd-mode txonly --verify -D 5     (checks what returns)
+///   ntb-fwd --fabric f --fwd-mode file-trans --recv out.bin
+///   ntb-fwd --fabric f --fwd-mode file-trans --send in.bin
 /// Between two VMs sharing an ivshmem device bound to vfio-pci:
-///   ntb-fwd --device vfio:0000:00:03.0 --mode file-trans --recv out.bin
-///   ntb-fwd --device vfio:0000:00:03.0 --mode file-trans --send in.bin
+///   ntb-fwd --device vfio:0000:00:03.0 --fwd-mode file-trans --recv out.bin
+///   ntb-fwd --device vfio:0000:00:03.0 --fwd-mode file-trans --send in.bin
 #[derive(Debug, Parser)]
 #[command(name = "ntb-fwd", version, verbatim_doc_comment)]
 #[command(group(clap::ArgGroup::new("where").args(["fabric", "device"]).required(true)))]
 struct Args {
-    /// Forwarding mode.
-    #[arg(long, value_enum)]
-    mode: Mode,
+    /// Forwarding mode (DPDK's --fwd-mode; --mode is an alias).
+    #[arg(
+        long = "fwd-mode",
+        visible_alias = "mode",
+        value_enum,
+        value_name = "MODE"
+    )]
+    fwd_mode: Mode,
     /// The fabric to join (created with --slots slots if it does not
     /// exist).
     #[arg(long, value_name = "NAME")]
@@ -62,48 +74,85 @@ struct Args {
     /// Our slot (default: the first free one).
     #[arg(long, value_name = "N")]
     slot: Option<Port>,
-    /// The peer to send to (txonly, iofwd, file-trans) or receive from
-    /// (rxonly); default: the first other slot whose link comes up.
+    /// The peer (default: the first other slot whose link comes up).
     #[arg(long, value_name = "N")]
     peer_slot: Option<Port>,
-    /// iofwd: the peer to receive from (the one forwarded to is
-    /// --peer-slot).
-    #[arg(long, value_name = "N")]
-    rx_slot: Option<Port>,
-    /// Queue pairs (txonly and rxonly: one per peer, the first N whose
-    /// links come up).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=15))]
-    qp: u64,
-    /// Message size for txonly (at most one eager buffer, 4K).
+    /// Queues to the peer (DPDK's --qp), one lcore each (two with
+    /// --pipeline). The same on both sides.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=DataQueues::MAX_COUNT as i64))]
+    qp: u16,
+    /// Descriptors (and receive buffers) per queue: a power of two in
+    /// 16..=4096 (DPDK's --nb-desc). Default 1024, halved until the queues
+    /// fit the device's window. The same on both sides.
+    #[arg(long, value_name = "N", value_parser = parse_nb_desc)]
+    nb_desc: Option<u32>,
+    /// Bytes of an mbuf's data and of each receive buffer (DPDK's
+    /// --buf-size): a multiple of 64 in 64..=64K. The same on both sides.
+    #[arg(long, value_name = "SIZE", default_value = "2048", value_parser = parse_buf_size)]
+    buf_size: u32,
+    /// Sent mbufs are freed in batches of this many (DPDK's --txfreet; at
+    /// most half of --nb-desc) [default: 256, or half of a smaller --nb-desc].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=2048))]
+    txfreet: Option<u64>,
+    /// Packets per burst (DPDK's --burst).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=32))]
+    burst: u64,
+    /// txonly: bytes per packet (at most --buf-size).
     #[arg(short = 's', long, value_name = "SIZE", default_value = "64", value_parser = parse_size)]
     size: u64,
-    /// Messages posted per call.
-    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    burst: u64,
-    /// Stop after this many messages (sent for txonly, received otherwise).
-    #[arg(short = 'n', long, value_name = "N")]
+    /// Stop after this many packets per queue (sent for txonly, received
+    /// for rxonly and iofwd).
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
     /// Stop after this many seconds.
     #[arg(short = 'D', long, value_name = "SECONDS")]
     duration: Option<f64>,
+    /// txonly, rxonly: check every packet received (sequence and bytes);
+    /// the run fails if any is wrong or missing.
+    #[arg(long)]
+    verify: bool,
+    /// iofwd: an rx lcore and a tx lcore per queue, linked by a ring,
+    /// instead of one lcore doing both.
+    #[arg(long)]
+    pipeline: bool,
     /// file-trans: the file to send.
     #[arg(long, value_name = "FILE", conflicts_with = "recv")]
     send: Option<PathBuf>,
     /// file-trans: where to write the file received.
     #[arg(long, value_name = "FILE")]
     recv: Option<PathBuf>,
-    /// Seconds between statistics lines.
+    /// Seconds between statistics.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     stats_period: f64,
     /// Slots of a fabric we create.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(2..=16))]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=16))]
     slots: u64,
-    /// Core to pin to (an index into the usable cores).
+    /// The first lcore's core (an index into the usable cores); the others
+    /// take the next ones, wrapping around.
     #[arg(long, value_name = "CORE", default_value_t = 0)]
     lcore: usize,
-    /// Seconds to wait for peers, and for any message, before giving up.
+    /// Seconds to wait for the peer, and for any message, before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     timeout: f64,
+}
+
+fn parse_nb_desc(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of descriptors"))?;
+    if !n.is_power_of_two() || !(16..=4096).contains(&n) {
+        return Err(format!("{n}: must be a power of two in 16..=4096"));
+    }
+    Ok(n)
+}
+
+fn parse_buf_size(s: &str) -> Result<u32, String> {
+    let n = parse_size(s).map_err(|e| e.to_string())?;
+    if !n.is_multiple_of(64) || !(64..=65536).contains(&n) {
+        return Err(format!("{n}: must be a multiple of 64 in 64..=65536"));
+    }
+    Ok(n as u32)
 }
 
 fn main() -> ExitCode {
@@ -111,16 +160,15 @@ fn main() -> ExitCode {
     run_main(TOOL, || run(&args))
 }
 
-/// What to start on the other side for `mode`, for a wait that gave up.
-fn start_hint(mode: Mode, how: &str, name: &str, receiving: bool) -> String {
-    let other = match mode {
-        Mode::TxOnly => "--mode rxonly".to_string(),
-        Mode::RxOnly => "--mode txonly".to_string(),
-        Mode::IoFwd => "a txonly sender at --rx-slot and an rxonly receiver at --peer-slot".into(),
-        Mode::FileTrans if receiving => "--mode file-trans --send FILE".to_string(),
-        Mode::FileTrans => "--mode file-trans --recv FILE".to_string(),
+/// What to start on the other side, for a wait that gave up.
+fn start_hint(args: &Args, how: &str, name: &str) -> String {
+    let other = match args.fwd_mode {
+        Mode::TxOnly => "--fwd-mode rxonly (or iofwd)",
+        Mode::RxOnly | Mode::IoFwd => "--fwd-mode txonly",
+        Mode::FileTrans if args.recv.is_some() => "--fwd-mode file-trans --send FILE",
+        Mode::FileTrans => "--fwd-mode file-trans --recv FILE",
     };
-    format!("start the other side ({TOOL} {how} {name} {other})")
+    format!("start the other side ({TOOL} {how} {name} {other}, same --qp/--nb-desc/--buf-size)")
 }
 
 fn secs(v: f64, flag: &str) -> Result<Duration> {
@@ -130,24 +178,33 @@ fn secs(v: f64, flag: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-fn run(args: &Args) -> Result<()> {
-    let timeout = secs(args.timeout, "--timeout")?;
-    let period = secs(args.stats_period, "--stats-period")?;
-    let duration = args
-        .duration
-        .map(|d| secs(d, "-D/--duration"))
-        .transpose()?;
-    if args.size > u64::from(EAGER_SIZE) {
+/// Checks the flags that depend on each other.
+fn check_args(args: &Args) -> Result<()> {
+    if args.size > u64::from(args.buf_size) {
         bail!(
-            "-s {}: a message carries at most {EAGER_SIZE} bytes (one eager buffer)",
-            args.size
+            "-s {}: a packet fits one buffer of --buf-size {} bytes",
+            args.size,
+            args.buf_size
         );
     }
-    if args.mode == Mode::FileTrans && args.send.is_none() && args.recv.is_none() {
+    if args.fwd_mode == Mode::FileTrans && args.send.is_none() && args.recv.is_none() {
         bail!("file-trans needs --send FILE (sender) or --recv FILE (receiver)");
     }
-    if args.mode == Mode::IoFwd && (args.rx_slot.is_none() || args.peer_slot.is_none()) {
-        bail!("iofwd needs --rx-slot (the peer to receive from) and --peer-slot (to forward to)");
+    if args.fwd_mode != Mode::FileTrans && (args.send.is_some() || args.recv.is_some()) {
+        bail!("--send and --recv are for --fwd-mode file-trans");
+    }
+    if args.pipeline && args.fwd_mode != Mode::IoFwd {
+        bail!("--pipeline is for --fwd-mode iofwd");
+    }
+    if args.verify && !matches!(args.fwd_mode, Mode::TxOnly | Mode::RxOnly) {
+        bail!(
+            "--verify checks what txonly gets back and what rxonly receives; file-trans always checks"
+        );
+    }
+    if let (Some(t), Some(n)) = (args.txfreet, args.nb_desc)
+        && t > u64::from(n / 2)
+    {
+        bail!("--txfreet {t}: at most half of --nb-desc {n} ({})", n / 2);
     }
     if let Some(p) = &args.send
         && !p.is_file()
@@ -157,8 +214,42 @@ fn run(args: &Args) -> Result<()> {
     if let Some(p) = &args.recv {
         check_writable(p, "--recv")?;
     }
-    let core = pick_core(&usable_cores(), args.lcore, "--lcore")?;
-    // `_owned` removes a fabric we created on exit.
+    Ok(())
+}
+
+/// Mbufs a sending lcore's pool holds: a burst being filled, the sent ones
+/// waiting for the tx free threshold, and the per-thread cache.
+fn pool_size(burst: usize, txfreet: usize) -> u32 {
+    ((2 * burst + txfreet + 64) as u32).next_power_of_two()
+}
+
+/// The largest window of an emulated fabric we create (each host's window
+/// is memory of the machine).
+const MAX_EMU_WINDOW: usize = 1 << 30;
+
+fn mbuf_pool(tag: &str, count: u32, room: usize) -> Result<MbufPool> {
+    let name = format!("ntb-fwd-{}-{tag}", std::process::id());
+    MbufPool::create(&name, count, room, 32, &ZoneOptions::huge_or_fallback())
+        .with_context(|| format!("creating the mbuf pool {name} ({count} x {room} B)"))
+}
+
+fn run(args: &Args) -> Result<()> {
+    let timeout = secs(args.timeout, "--timeout")?;
+    let period = secs(args.stats_period, "--stats-period")?;
+    let duration = args
+        .duration
+        .map(|d| secs(d, "-D/--duration"))
+        .transpose()?;
+    check_args(args)?;
+    let cores = usable_cores();
+    pick_core(&cores, args.lcore, "--lcore")?;
+
+    // The device: a fabric we create gets windows that fit the queues.
+    let requested = DataQueues {
+        count: args.qp,
+        nb_desc: args.nb_desc.unwrap_or(DEFAULT_NB_DESC),
+        buf_size: args.buf_size,
+    };
     let (dev, name, _owned) = match (&args.fabric, &args.device) {
         (_, Some(spec @ DeviceSpec::Vfio(_))) => (
             Arc::new(open_vfio(spec, args.slot)?),
@@ -166,113 +257,206 @@ fn run(args: &Args) -> Result<()> {
             None,
         ),
         (Some(name), _) | (None, Some(DeviceSpec::Emu(name))) => {
-            let (fabric, owned) = attach_or_create(name, &fabric_config(args.slots as usize))?;
+            let window = window_needed(args.slots as u16, requested)?.next_multiple_of(1 << 20);
+            if window > MAX_EMU_WINDOW {
+                bail!(
+                    "--qp {} --nb-desc {} --buf-size {} need {window}-byte windows, more than \
+                     the {MAX_EMU_WINDOW} an emulated fabric gets: use fewer queues, \
+                     descriptors or bytes per buffer",
+                    requested.count,
+                    requested.nb_desc,
+                    requested.buf_size
+                );
+            }
+            let cfg = ntbdk_pmd::hw::emu::FabricConfig {
+                window_size: window,
+                ..fabric_config(args.slots as usize)
+            };
+            let (fabric, owned) = attach_or_create(name, &cfg)?;
             (Arc::new(join(&fabric, args.slot)?), name.clone(), owned)
         }
         (None, None) => bail!("give --fabric NAME or --device SPEC"),
     };
-    let mut ep = Endpoint::new(dev.clone(), timeout)?;
+    let ports = dev.port_count() as u16;
+    let window = dev.mw_geometry(0).map(|g| g.size).unwrap_or(0);
+    let shape = Shape {
+        queues: args.qp,
+        nb_desc: args.nb_desc,
+        buf_size: args.buf_size,
+    };
+    let (geometry, note) = plan_geometry(ports, window, &shape)?;
+    if let Some(note) = note {
+        eprintln!("{TOOL}: note: {note}");
+    }
+    let d = geometry.data;
+    let txfreet = match args.txfreet {
+        Some(t) if t > u64::from(d.nb_desc / 2) => bail!(
+            "--txfreet {t}: at most half of the {} descriptors per queue ({})",
+            d.nb_desc,
+            d.nb_desc / 2
+        ),
+        Some(t) => t as usize,
+        None => 256.min(d.nb_desc as usize / 2),
+    };
+    let mut t = Transport::new(dev.clone(), Config::new(geometry)).with_context(|| {
+        format!("setting up the transport on the {window}-byte window of {name}")
+    })?;
     let how = if args.device.is_some() {
         "--device"
     } else {
         "--fabric"
     };
-    let hint = start_hint(args.mode, how, &name, args.recv.is_some());
+    let hint = start_hint(args, how, &name);
+    let want: Vec<Port> = args.peer_slot.into_iter().collect();
+    let peer = wait_peers(&dev, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
+    let mut queues: Vec<DataQueue> = Vec::new();
+    for q in 0..args.qp {
+        let mut dq = t.data_queue(peer, q)?;
+        dq.set_tx_free_thresh(txfreet);
+        queues.push(dq);
+    }
+    ntbdk_apps::fwd::wait_connected(&mut t, peer, timeout)?;
     println!(
-        "{TOOL}: {:?} on port {} of fabric {name:?}",
-        args.mode,
+        "{TOOL}: {} on port {} of {name:?} with port {peer}: {} queue(s) of {} x {} B, \
+         burst {}, txfreet {txfreet}",
+        args.fwd_mode
+            .to_possible_value()
+            .expect("every mode has a name")
+            .get_name(),
         dev.port(),
+        d.count,
+        d.nb_desc,
+        d.buf_size,
+        args.burst
     );
 
-    // The peers: the ones named, else the first that come up.
-    let (tx_ports, rx_ports): (Vec<Port>, Vec<Port>) = match args.mode {
-        Mode::IoFwd => {
-            let rx = args.rx_slot.expect("checked");
-            let tx = args.peer_slot.expect("checked");
-            wait_peers(&dev, &[rx, tx], 2, Some(timeout), &hint, || Ok(()))?;
-            (vec![tx], vec![rx])
-        }
-        _ => {
-            let want: Vec<Port> = args.peer_slot.into_iter().collect();
-            let n = if want.is_empty() { args.qp as usize } else { 1 };
-            let peers = wait_peers(&dev, &want, n, Some(timeout), &hint, || Ok(()))?;
-            match args.mode {
-                Mode::RxOnly => (vec![], peers),
-                Mode::FileTrans if args.recv.is_some() => (vec![], peers),
-                _ => (peers, vec![]),
-            }
-        }
+    // One lcore per queue (two with --pipeline), on consecutive cores.
+    let per_queue = if args.pipeline { 2 } else { 1 };
+    let core_of = |k: usize| -> Option<usize> {
+        (!cores.is_empty()).then(|| cores[(args.lcore + k) % cores.len()].id)
     };
-    let qps = |ports: &[Port], ep: &mut Endpoint| -> Result<Vec<Qp>> {
-        let mut v = Vec::new();
-        for &p in ports {
-            let qp = ep.t.create_qp(p)?;
-            ep.t.wait_connected(p, timeout).map_err(|e| {
-                anyhow::anyhow!(
-                    "connecting to port {p}: {}: is it an {TOOL} too, and still running?",
-                    ntbdk_apps::perf::connect_failure(&e)
-                )
-            })?;
-            v.push(qp);
+    let mut spinners = Vec::new();
+    for k in 0..queues.len() * per_queue {
+        if let Some(c) = core_of(k) {
+            spinners.push((format!("lcore {k}"), core_affinity::CoreId { id: c }));
         }
-        Ok(v)
+    }
+    let poll = if warn_shared_cores(TOOL, &spinners) {
+        PollMode::Hybrid { spins: 256 }
+    } else {
+        PollMode::Spin
     };
-    let tx = qps(&tx_ports, &mut ep)?;
-    let rx = qps(&rx_ports, &mut ep)?;
-    pin(TOOL, core);
-    let mut stats = Stats::new(Instant::now());
-    let result = match args.mode {
-        Mode::FileTrans => {
-            let r = match (&args.send, &args.recv) {
-                (Some(path), _) => send_file(
-                    &mut ep,
-                    tx[0],
-                    path,
-                    args.burst as usize,
-                    timeout,
-                    &mut stats,
-                ),
-                (None, Some(path)) => recv_file(&mut ep, rx[0], path, timeout, &mut stats),
-                (None, None) => unreachable!("checked above"),
-            };
-            r.map(|t| {
-                let what = if args.send.is_some() { "sent" } else { "received" };
-                println!(
-                    "{TOOL}: file {what}: {} bytes in {:.3} s ({:.3} GB/s), checksum {:016x} matches",
-                    t.bytes,
-                    t.elapsed.as_secs_f64(),
-                    t.bytes as f64 / t.elapsed.as_secs_f64().max(1e-9) / 1e9,
-                    t.checksum
+    let stop = StopFlag::new();
+    let counters: Vec<Arc<QueueCounters>> = (0..queues.len()).map(|_| Arc::default()).collect();
+    let limit = Limit {
+        packets: args.count,
+        deadline: duration.map(|d| Instant::now() + d),
+    };
+    let burst = args.burst as usize;
+    let mut jobs = Vec::new();
+    for (i, q) in queues.into_iter().enumerate() {
+        let ctx = LcoreCtx {
+            stop: stop.clone(),
+            poll,
+            burst,
+            timeout,
+            counters: counters[i].clone(),
+        };
+        let core = core_of(i * per_queue);
+        let mut job =
+            |name: String, core, run: ntbdk_apps::fwd::LcoreFn| jobs.push(Job { name, core, run });
+        match args.fwd_mode {
+            Mode::TxOnly => {
+                let pool = mbuf_pool(
+                    &format!("tx{i}"),
+                    pool_size(burst, txfreet),
+                    d.buf_size as usize,
+                )?;
+                let cfg = TxOnly {
+                    size: args.size as usize,
+                    limit,
+                    verify: args.verify,
+                };
+                job(
+                    format!("txonly-{i}"),
+                    core,
+                    Box::new(move || txonly(q, pool, cfg, ctx)),
                 );
-            })
-        }
-        mode => {
-            for &q in &rx {
-                ep.post_recvs(q)?;
             }
-            let limit = Limit {
-                messages: args.count,
-                duration,
-            };
-            forward(
-                &mut ep,
-                mode,
-                &tx,
-                &rx,
-                args.size as usize,
-                args.burst as usize,
-                limit,
-                period,
-                timeout,
-                &mut stats,
-            )
+            Mode::RxOnly => {
+                let verify = args.verify;
+                job(
+                    format!("rxonly-{i}"),
+                    core,
+                    Box::new(move || rxonly(q, limit, verify, ctx)),
+                );
+            }
+            Mode::IoFwd if args.pipeline => {
+                let shared = SharedQueue::new(q);
+                let ring = Arc::new(MbufRing::new(
+                    (d.nb_desc as usize).next_power_of_two(),
+                    RingMode::SPSC,
+                )?);
+                let done = StopFlag::new();
+                let (s2, r2, d2, c2) = (shared.clone(), ring.clone(), done.clone(), ctx.clone());
+                job(
+                    format!("iofwd-rx-{i}"),
+                    core,
+                    Box::new(move || pipeline_rx(shared, ring, done, limit, ctx)),
+                );
+                job(
+                    format!("iofwd-tx-{i}"),
+                    core_of(i * per_queue + 1),
+                    Box::new(move || pipeline_tx(s2, r2, d2, c2)),
+                );
+            }
+            Mode::IoFwd => job(
+                format!("iofwd-{i}"),
+                core,
+                Box::new(move || iofwd(q, limit, ctx)),
+            ),
+            Mode::FileTrans => {
+                // The file goes over queue 0; any others stay idle.
+                if i > 0 {
+                    continue;
+                }
+                if let Some(path) = args.send.clone() {
+                    let pool = mbuf_pool("file", pool_size(burst, txfreet), d.buf_size as usize)?;
+                    job(
+                        "file-send".into(),
+                        core,
+                        Box::new(move || send_file(q, pool, &path, ctx).map(|t| t.line("sent"))),
+                    );
+                } else if let Some(path) = args.recv.clone() {
+                    let pool = mbuf_pool("ack", 64, 64)?;
+                    job(
+                        "file-recv".into(),
+                        core,
+                        Box::new(move || {
+                            recv_file(q, pool, &path, ctx).map(|t| t.line("received"))
+                        }),
+                    );
+                }
+            }
         }
-    };
-    print!("{}", stats.report(Instant::now()));
-    let d = dev.counters();
+    }
+    let mut stats = StatsPrinter::new(counters, Instant::now());
+    let outcome = ntbdk_apps::fwd::run_lcores(&mut t, jobs, &mut stats, period, &stop)?;
+    print!("{}", stats.summary(Instant::now()));
+    for line in &outcome.lines {
+        println!("{TOOL}: {line}");
+    }
+    let c = dev.counters();
     println!(
         "{TOOL}: device: posted writes {}, non-posted reads {}",
-        d.posted_writes, d.non_posted_reads
+        c.posted_writes, c.non_posted_reads
     );
-    result
+    if let Some(e) = outcome.error {
+        return Err(e);
+    }
+    let errors = stats.total().errors;
+    if args.verify && errors > 0 {
+        bail!("--verify: {errors} packet(s) wrong, out of order or missing (see the summary)");
+    }
+    Ok(())
 }

@@ -11,7 +11,8 @@
 //!
 //! - **tx_burst**: for each mbuf, take a buffer the peer lent us (FreeQ),
 //!   copy the payload into it, write a descriptor slot {buffer, length, user
-//!   word} (tag by release store last); then free the local mbufs.
+//!   word} (tag by release store last); then free the local mbufs (at once,
+//!   or in batches of the tx free threshold, DPDK's `tx_free_thresh`).
 //! - **rx_burst**: take each descriptor whose tag is there, check it (a
 //!   buffer we lent, a length that fits), and hand out that very buffer as an
 //!   mbuf of the queue's receive pool — no copy. Dropping (or bulk-freeing)
@@ -158,6 +159,10 @@ pub struct DataQueue {
     pool: Pool,
     lent: Vec<bool>,
     lent_now: u32,
+    /// Sent mbufs waiting to be freed in bulk, and how many trigger it
+    /// (DPDK's `tx_free_thresh`; 0 or 1: freed as sent).
+    tx_done: Vec<Mbuf>,
+    tx_free_thresh: usize,
     stats: DataQueueStats,
 }
 
@@ -226,6 +231,8 @@ impl DataQueue {
             pool,
             lent: vec![false; n],
             lent_now: 0,
+            tx_done: Vec::new(),
+            tx_free_thresh: 0,
             stats: DataQueueStats::default(),
         })
     }
@@ -271,10 +278,33 @@ impl DataQueue {
         self.lent_now as usize
     }
 
+    /// Frees sent mbufs in batches of `thresh` (DPDK's `tx_free_thresh`)
+    /// instead of one by one as they are sent: they return to their pools
+    /// with [`Mbuf::free_bulk`] once `thresh` have gathered. 0 or 1 frees
+    /// each as it is sent (the default). Mbufs still gathered are freed by
+    /// [`tx_done_cleanup`](DataQueue::tx_done_cleanup) or when the queue is
+    /// dropped. Keep it well under the senders' pools (and, when sending
+    /// received mbufs back, under `nb_desc`): gathered mbufs are not free.
+    pub fn set_tx_free_thresh(&mut self, thresh: usize) {
+        self.tx_free_thresh = thresh;
+        if self.tx_done.len() >= thresh {
+            self.tx_done_cleanup();
+        }
+    }
+
+    /// Frees the sent mbufs gathered so far (DPDK's
+    /// `rte_eth_tx_done_cleanup`); returns how many.
+    pub fn tx_done_cleanup(&mut self) -> usize {
+        let n = self.tx_done.len();
+        Mbuf::free_bulk(&mut self.tx_done);
+        n
+    }
+
     /// Sends a prefix of `mbufs` (DPDK's `rte_eth_tx_burst`): each one's data
     /// is copied into a buffer the peer lent and announced by a descriptor;
     /// the sent mbufs are removed from the front of `mbufs` and freed to
-    /// their pools. Returns how many were sent; the rest stay in `mbufs`
+    /// their pools (at once, or in batches: see
+    /// [`set_tx_free_thresh`](DataQueue::set_tx_free_thresh)). Returns how many were sent; the rest stay in `mbufs`
     /// (back-pressure: the peer has not lent more buffers or credited more
     /// descriptors yet), to be sent again or freed by the caller. An mbuf
     /// longer than the peer's buffers is dropped and counted as sent.
@@ -318,7 +348,14 @@ impl DataQueue {
         if sent < mbufs.len() {
             self.stats.tx_full += 1;
         }
-        Mbuf::free_front(mbufs, sent);
+        if self.tx_free_thresh > 1 {
+            self.tx_done.extend(mbufs.drain(..sent));
+            if self.tx_done.len() >= self.tx_free_thresh {
+                Mbuf::free_bulk(&mut self.tx_done);
+            }
+        } else {
+            Mbuf::free_front(mbufs, sent);
+        }
         sent
     }
 

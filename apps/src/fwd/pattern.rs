@@ -1,0 +1,115 @@
+//! What an `ntb-fwd` mbuf carries: a kind and a sequence in its user word,
+//! and (for test traffic) payload bytes that follow from the sequence, so a
+//! receiver can check both without knowing anything else.
+
+use ntbdk_pmd::mbuf::Mbuf;
+
+/// What an mbuf is (the user word's top byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Test traffic (txonly): the sequence numbers the packets of a queue.
+    Data = 1,
+    /// The end of a txonly stream: the sequence is how many were sent.
+    End = 2,
+    /// file-trans: the file's size in the payload.
+    FileHeader = 3,
+    /// file-trans: a chunk of the file; the sequence is its index.
+    FileChunk = 4,
+    /// file-trans: the sequence is the chunk count, the payload the
+    /// checksum.
+    FileTrailer = 5,
+    /// file-trans: the receiver's answer; the sequence is 1 when the
+    /// checksums matched.
+    FileAck = 6,
+}
+
+const SEQ_BITS: u32 = 56;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// The user word of a `kind` mbuf with sequence `seq`.
+///
+/// ```
+/// use ntbdk_apps::fwd::{Kind, parse_user, user_word};
+/// assert_eq!(parse_user(user_word(Kind::End, 42)), (Some(Kind::End), 42));
+/// assert_eq!(parse_user(0).0, None);
+/// ```
+#[inline]
+pub fn user_word(kind: Kind, seq: u64) -> u64 {
+    (u64::from(kind as u8) << SEQ_BITS) | (seq & SEQ_MASK)
+}
+
+/// The kind (`None`: not one of ours) and sequence of a user word.
+#[inline]
+pub fn parse_user(word: u64) -> (Option<Kind>, u64) {
+    let kind = match (word >> SEQ_BITS) as u8 {
+        1 => Some(Kind::Data),
+        2 => Some(Kind::End),
+        3 => Some(Kind::FileHeader),
+        4 => Some(Kind::FileChunk),
+        5 => Some(Kind::FileTrailer),
+        6 => Some(Kind::FileAck),
+        _ => None,
+    };
+    (kind, word & SEQ_MASK)
+}
+
+/// Byte `i` of test packet `seq`.
+#[inline]
+fn pattern_byte(seq: u64, i: usize) -> u8 {
+    (seq as u8).wrapping_mul(31) ^ (i as u8).wrapping_add((i >> 8) as u8)
+}
+
+/// Makes `m` (an mbuf of a private pool) test packet `seq` of `size`
+/// bytes.
+///
+/// # Panics
+/// If `m` is a received mbuf or `size` exceeds its room (checked by the
+/// caller's flags).
+pub fn fill(m: &mut Mbuf, seq: u64, size: usize) {
+    m.reset(0);
+    m.set_len(size).expect("-s is checked against --buf-size");
+    let data = m.data_mut().expect("an mbuf of our own pool");
+    for (i, b) in data.iter_mut().enumerate() {
+        *b = pattern_byte(seq, i);
+    }
+    m.set_user(user_word(Kind::Data, seq));
+}
+
+/// Whether `m`'s bytes are those of test packet `seq` (copied out into
+/// `scratch` first: a received mbuf lies in memory the peer can write).
+pub fn check(m: &Mbuf, seq: u64, scratch: &mut Vec<u8>) -> bool {
+    scratch.resize(m.len(), 0);
+    if m.read(0, scratch).is_err() {
+        return false;
+    }
+    scratch
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == pattern_byte(seq, i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ntbdk_mempool::ZoneOptions;
+    use ntbdk_pmd::mbuf::MbufPool;
+
+    #[test]
+    fn a_filled_packet_checks_and_any_changed_byte_or_sequence_fails() {
+        let name = format!("fwd-pattern-{}", std::process::id());
+        let pool = MbufPool::create(&name, 16, 512, 0, &ZoneOptions::no_huge()).unwrap();
+        let mut m = pool.alloc().unwrap();
+        fill(&mut m, 7, 300);
+        assert_eq!(parse_user(m.user()), (Some(Kind::Data), 7));
+        let mut scratch = Vec::new();
+        assert!(check(&m, 7, &mut scratch));
+        assert!(!check(&m, 8, &mut scratch), "another packet's bytes");
+        for at in [0, 1, 255, 256, 299] {
+            let mut bad = pool.alloc().unwrap();
+            fill(&mut bad, 7, 300);
+            bad.data_mut().unwrap()[at] ^= 0x01;
+            assert!(!check(&bad, 7, &mut scratch), "byte {at} flipped");
+        }
+    }
+}

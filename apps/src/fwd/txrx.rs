@@ -1,0 +1,203 @@
+//! txonly and rxonly: test traffic with a sequence in every packet's user
+//! word and bytes that follow from it, and an end marker that tells the
+//! receiver how many were sent.
+//!
+//! txonly also receives whatever comes back (from an iofwd reflector) and,
+//! with `--verify`, checks it as rxonly does; once it has sent everything it
+//! sends the end marker and waits until the marker comes back or the peer
+//! leaves (rxonly leaves when the marker arrives).
+
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
+use ntbdk_pmd::transport::DataQueue;
+
+use super::lcore::{Every, LcoreCtx, Limit, Step, drop_unsent, spin, tx_counted};
+use super::pattern::{Kind, check, fill, parse_user, user_word};
+
+/// What txonly sends.
+#[derive(Debug, Clone, Copy)]
+pub struct TxOnly {
+    /// Bytes per packet (`-s`).
+    pub size: usize,
+    /// When to stop sending.
+    pub limit: Limit,
+    /// Check what comes back.
+    pub verify: bool,
+}
+
+/// Checks received packets in order: sequence and bytes.
+#[derive(Debug, Default)]
+struct Checker {
+    next: u64,
+    scratch: Vec<u8>,
+    /// Packets received, and the count the end marker announced.
+    received: u64,
+    end: Option<u64>,
+}
+
+impl Checker {
+    /// Counts and (with `verify`) checks `got`, then frees it.
+    fn take(&mut self, got: &mut Vec<Mbuf>, verify: bool, ctx: &LcoreCtx) {
+        let (mut n, mut bytes, mut bad) = (0, 0, 0);
+        for m in got.iter() {
+            match parse_user(m.user()) {
+                (Some(Kind::Data), seq) => {
+                    n += 1;
+                    bytes += m.len() as u64;
+                    if verify && (seq != self.next || !check(m, seq, &mut self.scratch)) {
+                        bad += 1;
+                    }
+                    self.next = seq + 1;
+                }
+                (Some(Kind::End), seq) => self.end = Some(seq),
+                _ => bad += u64::from(verify),
+            }
+        }
+        self.received += n;
+        ctx.counters.received(n, bytes);
+        if bad > 0 {
+            ctx.counters.failed(bad);
+        }
+        Mbuf::free_bulk(got);
+    }
+}
+
+/// txonly on queue `q`: sends test packets from `pool` until the limit,
+/// then the end marker. Returns a line for the summary.
+pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> Result<String> {
+    let (peer, qid) = (q.peer(), q.queue());
+    let mut seq = 0u64;
+    let mut batch: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
+    let mut chk = Checker::default();
+    let (mut end_queued, mut end_sent, mut peer_left) = (false, false, false);
+    let mut idle_since = Instant::now();
+    let (mut every, mut clock) = (Every::default(), Every::default());
+    let mut time_up = false;
+    let finished = spin(&ctx, || {
+        if !end_queued {
+            time_up = time_up || (clock.tick(64) && cfg.limit.time_up());
+            if !time_up && !cfg.limit.count_reached(seq) {
+                let room = ctx.burst - batch.len();
+                let k = cfg
+                    .limit
+                    .packets
+                    .map_or(room, |n| room.min((n - seq) as usize));
+                let from = batch.len();
+                if k > 0 && pool.alloc_bulk(k, &mut batch).is_ok() {
+                    for m in &mut batch[from..] {
+                        fill(m, seq, cfg.size);
+                        seq += 1;
+                    }
+                }
+            } else if let Ok(mut m) = pool.alloc() {
+                m.set_user(user_word(Kind::End, seq));
+                batch.push(m);
+                end_queued = true;
+            }
+        }
+        let mut work = 0;
+        if !batch.is_empty() {
+            work += tx_counted(&mut q, &mut batch, &ctx.counters);
+            if end_queued && batch.is_empty() {
+                end_sent = true;
+            }
+        }
+        let n = q.rx_burst(&mut got, ctx.burst);
+        if n > 0 {
+            chk.take(&mut got, cfg.verify, &ctx);
+            work += n;
+        }
+        if end_sent && chk.end.is_some() {
+            return Ok(Step::Done);
+        }
+        if work > 0 {
+            idle_since = Instant::now();
+        } else if every.tick(256) {
+            if !q.is_up() {
+                if end_sent {
+                    peer_left = true;
+                    return Ok(Step::Done);
+                }
+                bail!(
+                    "port {peer} left while queue {qid} was sending (after {} packets): \
+                     did it stop early (-n, -D, Ctrl-C)?",
+                    ctx.counters.snapshot().tx
+                );
+            }
+            if end_sent && idle_since.elapsed() >= ctx.timeout {
+                bail!(
+                    "queue {qid}: port {peer} neither returned the end marker nor left within \
+                     {:?} of it: is it an {} rxonly or iofwd?",
+                    ctx.timeout,
+                    super::TOOL
+                );
+            }
+        }
+        Ok(Step::Work(work))
+    });
+    drop_unsent(&mut batch, &ctx.counters);
+    finished?;
+    // Packets that left (the ones filled but unsent at a stop are drops).
+    let sent = ctx.counters.snapshot().tx;
+    let back = chk.received;
+    if cfg.verify && chk.end.is_some() && back != seq {
+        ctx.counters.failed(seq.abs_diff(back));
+    }
+    Ok(match (chk.end, peer_left) {
+        (Some(_), _) => {
+            format!("queue {qid}: sent {sent} packets, {back} came back, then the end marker")
+        }
+        (None, true) => {
+            format!("queue {qid}: sent {sent} packets and the end marker; the peer left")
+        }
+        (None, false) => format!("queue {qid}: sent {sent} packets (stopped)"),
+    })
+}
+
+/// rxonly on queue `q`: receives and frees, checking with `verify`, until
+/// the end marker, the limit, or the peer leaving. Returns a line for the
+/// summary.
+pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Result<String> {
+    let qid = q.queue();
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
+    let mut chk = Checker::default();
+    let mut peer_left = false;
+    let (mut every, mut clock) = (Every::default(), Every::default());
+    spin(&ctx, || {
+        let max = limit
+            .packets
+            .map_or(ctx.burst, |l| ctx.burst.min((l - chk.received) as usize));
+        let n = q.rx_burst(&mut got, max);
+        if n > 0 {
+            chk.take(&mut got, verify, &ctx);
+        }
+        if chk.end.is_some()
+            || limit.count_reached(chk.received)
+            || (clock.tick(64) && limit.time_up())
+        {
+            return Ok(Step::Done);
+        }
+        if n == 0 && every.tick(256) && !q.is_up() {
+            peer_left = true;
+            return Ok(Step::Done);
+        }
+        Ok(Step::Work(n))
+    })?;
+    let got = chk.received;
+    Ok(match chk.end {
+        Some(sent) => {
+            if verify && sent != got {
+                ctx.counters.failed(sent.abs_diff(got));
+            }
+            format!(
+                "queue {qid}: received {got} of the {sent} packets the peer sent ({} missing)",
+                sent.saturating_sub(got)
+            )
+        }
+        None if peer_left => format!("queue {qid}: received {got} packets; the peer left"),
+        None => format!("queue {qid}: received {got} packets"),
+    })
+}
