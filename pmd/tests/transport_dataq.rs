@@ -517,3 +517,92 @@ fn sent_mbufs_are_freed_in_batches_of_the_tx_free_threshold() {
     }
     assert_eq!(txp.available(), 64);
 }
+
+#[test]
+fn split_halves_reflect_through_a_ring_on_four_threads() {
+    use ntbdk_pmd::mbuf::MbufRing;
+    use ntbdk_ring::RingMode;
+    let dir = TestDir::new("dataq-split");
+    let g = geometry(1, 64, 256);
+    let f = fabric(&dir, "dataq-split", &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let (mut a_rx, mut a_tx) = ts[0].data_queue(1, 0).unwrap().split();
+    let (mut b_rx, mut b_tx) = ts[1].data_queue(0, 0).unwrap().split();
+    connect(&mut ts);
+    let txp = pool("dataq-split-tx", 256, 256);
+    let ring = MbufRing::new(128, RingMode::SPSC).unwrap();
+    const N: u64 = 30_000;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| control(&mut ts, &stop));
+        let _stop = StopOnDrop(&stop);
+        let mut joins = Vec::new();
+        // A sends N, in order.
+        joins.push(s.spawn(|| {
+            let mut seq = 0;
+            let mut batch = Vec::new();
+            let end = Instant::now() + LONG;
+            while seq < N || !batch.is_empty() {
+                while batch.len() < 16 && seq < N {
+                    let mut m = txp.alloc().expect("room in the sender's pool");
+                    m.append(&payload(seq, 256)).unwrap();
+                    m.set_user(seq);
+                    batch.push(m);
+                    seq += 1;
+                }
+                a_tx.tx_burst(&mut batch);
+                assert!(Instant::now() < end, "A sent {seq}");
+            }
+        }));
+        // B's rx stage hands every mbuf to its tx stage through the ring.
+        let (ring_in, ring_out) = (&ring, &ring);
+        joins.push(s.spawn(move || {
+            let mut held = Vec::new();
+            let mut moved = 0;
+            let end = Instant::now() + LONG;
+            while moved < N {
+                if held.len() < 32 {
+                    b_rx.rx_burst(&mut held, 32);
+                }
+                moved += ring_in.enqueue_burst(&mut held) as u64;
+                assert!(Instant::now() < end, "B's rx stage moved {moved}");
+            }
+        }));
+        // B's tx stage sends them back (received mbufs, forwarded as they are).
+        joins.push(s.spawn(move || {
+            let mut pending = Vec::new();
+            let mut back = 0;
+            let end = Instant::now() + LONG;
+            while back < N {
+                let room = 32 - pending.len().min(32);
+                ring_out.dequeue_burst(&mut pending, room);
+                back += b_tx.tx_burst(&mut pending) as u64;
+                assert!(Instant::now() < end, "B's tx stage sent {back}");
+            }
+        }));
+        // A gets them back, in order, every byte.
+        joins.push(s.spawn(|| receive_all_rx(&mut a_rx, N, 256, 32)));
+        for j in joins {
+            j.join().unwrap();
+        }
+    });
+    assert_eq!(txp.available(), txp.size());
+    assert!(ring.is_empty());
+}
+
+/// `receive_all` for a receive half.
+fn receive_all_rx(q: &mut ntbdk_pmd::transport::RxQueue, count: u64, max: usize, burst: usize) {
+    let mut next = 0u64;
+    let mut got: Vec<Mbuf> = Vec::with_capacity(burst);
+    let end = Instant::now() + LONG;
+    while next < count {
+        q.rx_burst(&mut got, burst);
+        for m in &got {
+            assert_eq!(m.user(), next, "messages out of order or lost");
+            assert_eq!(m.to_vec(), payload(next, max), "message {next} corrupted");
+            next += 1;
+        }
+        Mbuf::free_bulk(&mut got);
+        assert!(Instant::now() < end, "received {next} of {count}");
+    }
+}

@@ -24,9 +24,9 @@ use ntbdk_apps::cli::session::{
 };
 use ntbdk_apps::cli::units::parse_size;
 use ntbdk_apps::fwd::{
-    DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, SharedQueue, StatsPrinter,
-    TOOL, TxOnly, iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file,
-    txonly, window_needed,
+    DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, StatsPrinter, TOOL, TxOnly,
+    iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file, txonly,
+    window_needed,
 };
 use ntbdk_apps::perf::fabric_config;
 use ntbdk_mempool::ZoneOptions;
@@ -392,22 +392,22 @@ fn run(args: &Args) -> Result<()> {
                 );
             }
             Mode::IoFwd if args.pipeline => {
-                let shared = SharedQueue::new(q);
+                let (rxq, txq) = q.split();
                 let ring = Arc::new(MbufRing::new(
                     (d.nb_desc as usize).next_power_of_two(),
                     RingMode::SPSC,
                 )?);
                 let done = StopFlag::new();
-                let (s2, r2, d2, c2) = (shared.clone(), ring.clone(), done.clone(), ctx.clone());
+                let (r2, d2, c2) = (ring.clone(), done.clone(), ctx.clone());
                 job(
                     format!("iofwd-rx-{i}"),
                     core,
-                    Box::new(move || pipeline_rx(shared, ring, done, limit, ctx)),
+                    Box::new(move || pipeline_rx(rxq, ring, done, limit, ctx)),
                 );
                 job(
                     format!("iofwd-tx-{i}"),
                     core_of(i * per_queue + 1),
-                    Box::new(move || pipeline_tx(s2, r2, d2, c2)),
+                    Box::new(move || pipeline_tx(txq, r2, d2, c2)),
                 );
             }
             Mode::IoFwd => job(

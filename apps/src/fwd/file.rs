@@ -117,7 +117,7 @@ pub fn send_file(mut q: DataQueue, pool: MbufPool, path: &Path, ctx: LcoreCtx) -
         }
         let mut work = 0;
         if !batch.is_empty() {
-            work += tx_counted(&mut q, &mut batch, &ctx.counters);
+            work += tx_counted(|m| q.tx_burst(m), &mut batch, &ctx.counters);
         }
         let n = q.rx_burst(&mut got, ctx.burst);
         let (pkts, b) = counts(&got);
@@ -241,7 +241,7 @@ pub fn recv_file(mut q: DataQueue, pool: MbufPool, path: &Path, ctx: LcoreCtx) -
         Mbuf::free_bulk(&mut got);
         let mut work = n;
         if !ack.is_empty() {
-            work += tx_counted(&mut q, &mut ack, &ctx.counters);
+            work += tx_counted(|m| q.tx_burst(m), &mut ack, &ctx.counters);
         }
         if work > 0 {
             idle_since = Instant::now();

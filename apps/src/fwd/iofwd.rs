@@ -5,25 +5,25 @@
 //! - run to completion ([`iofwd`]): one lcore per queue receives a burst
 //!   and sends it back;
 //! - pipeline ([`iofwd_pipeline`]): an rx lcore receives and passes the
-//!   mbufs through an [`MbufRing`] to a tx lcore that sends them. A data
-//!   queue is one thread's at a time, so the two take it in turn under a
-//!   lock, one burst each.
+//!   mbufs through an [`MbufRing`] to a tx lcore that sends them; the queue
+//!   is split into its receive and send halves ([`DataQueue::split`]), one
+//!   per lcore, with no lock between them.
 //!
 //! Nothing is dropped for want of room: what the peer cannot take yet stays
 //! queued (back-pressure) until it can, or until the run ends.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use anyhow::Result;
 use ntbdk_pmd::lcore::StopFlag;
 use ntbdk_pmd::mbuf::{Mbuf, MbufRing};
-use ntbdk_pmd::transport::DataQueue;
+use ntbdk_pmd::transport::{DataQueue, RxQueue, TxQueue};
 
 use super::lcore::{Every, LcoreCtx, Limit, Step, counts, drop_unsent, spin, tx_counted};
 
 /// Receives into `into` up to a burst, counted.
 #[inline]
-fn rx_counted(q: &mut DataQueue, into: &mut Vec<Mbuf>, ctx: &LcoreCtx) -> usize {
+fn rx_counted(q: &mut RxQueue, into: &mut Vec<Mbuf>, ctx: &LcoreCtx) -> usize {
     let from = into.len();
     let n = q.rx_burst(into, ctx.burst - from);
     if n > 0 {
@@ -36,25 +36,26 @@ fn rx_counted(q: &mut DataQueue, into: &mut Vec<Mbuf>, ctx: &LcoreCtx) -> usize 
 /// Run-to-completion iofwd on queue `q` until the peer leaves, the limit
 /// (packets received) or the end of the run. Returns a line for the
 /// summary.
-pub fn iofwd(mut q: DataQueue, limit: Limit, ctx: LcoreCtx) -> Result<String> {
+pub fn iofwd(q: DataQueue, limit: Limit, ctx: LcoreCtx) -> Result<String> {
     let qid = q.queue();
+    let (mut rx, mut tx) = q.split();
     let mut pending: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let (mut every, mut clock) = (Every::default(), Every::default());
     let mut left = false;
     spin(&ctx, || {
         let mut work = 0;
         if pending.len() < ctx.burst {
-            work += rx_counted(&mut q, &mut pending, &ctx);
+            work += rx_counted(&mut rx, &mut pending, &ctx);
         }
         if !pending.is_empty() {
-            work += tx_counted(&mut q, &mut pending, &ctx.counters);
+            work += tx_counted(|m| tx.tx_burst(m), &mut pending, &ctx.counters);
         }
         if (limit.packets.is_some() && limit.count_reached(ctx.counters.snapshot().rx))
             || (clock.tick(64) && limit.time_up())
         {
             return Ok(Step::Done);
         }
-        if work == 0 && every.tick(256) && !q.is_up() {
+        if work == 0 && every.tick(256) && !rx.is_up() {
             left = true;
             return Ok(Step::Done);
         }
@@ -72,27 +73,10 @@ fn ended(qid: u16, peer_left: bool) -> String {
     }
 }
 
-/// One queue shared by the two lcores of a pipeline, a burst at a time.
-#[derive(Debug, Clone)]
-pub struct SharedQueue(Arc<Mutex<DataQueue>>);
-
-impl SharedQueue {
-    /// Shares `q`.
-    pub fn new(q: DataQueue) -> Self {
-        SharedQueue(Arc::new(Mutex::new(q)))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, DataQueue> {
-        // A panic in the other lcore is reported by its join; the queue
-        // itself stays consistent between bursts.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// The rx stage of a pipeline on `q`: receives and enqueues into `ring`;
 /// raises `done` when the peer leaves or the limit is reached.
 pub fn pipeline_rx(
-    q: SharedQueue,
+    mut q: RxQueue,
     ring: Arc<MbufRing>,
     done: StopFlag,
     limit: Limit,
@@ -101,11 +85,11 @@ pub fn pipeline_rx(
     let mut held: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let (mut every, mut clock) = (Every::default(), Every::default());
     let mut left = false;
-    let qid = q.lock().queue();
+    let qid = q.queue();
     let r = spin(&ctx, || {
         let mut work = 0;
         if held.len() < ctx.burst {
-            work += rx_counted(&mut q.lock(), &mut held, &ctx);
+            work += rx_counted(&mut q, &mut held, &ctx);
         }
         if !held.is_empty() {
             ring.enqueue_burst(&mut held);
@@ -115,7 +99,7 @@ pub fn pipeline_rx(
         {
             return Ok(Step::Done);
         }
-        if work == 0 && every.tick(256) && !q.lock().is_up() {
+        if work == 0 && every.tick(256) && !q.is_up() {
             left = true;
             return Ok(Step::Done);
         }
@@ -130,7 +114,7 @@ pub fn pipeline_rx(
 /// The tx stage of a pipeline on `q`: dequeues from `ring` and sends; ends
 /// once `done` is raised and the ring is drained (or the peer is gone).
 pub fn pipeline_tx(
-    q: SharedQueue,
+    mut q: TxQueue,
     ring: Arc<MbufRing>,
     done: StopFlag,
     ctx: LcoreCtx,
@@ -144,11 +128,11 @@ pub fn pipeline_tx(
         }
         let mut work = 0;
         if !pending.is_empty() {
-            work = tx_counted(&mut q.lock(), &mut pending, &ctx.counters);
+            work = tx_counted(|m| q.tx_burst(m), &mut pending, &ctx.counters);
         }
         if work == 0
             && done.is_stopped()
-            && ((pending.is_empty() && ring.is_empty()) || (every.tick(256) && !q.lock().is_up()))
+            && ((pending.is_empty() && ring.is_empty()) || (every.tick(256) && !q.is_up()))
         {
             return Ok(Step::Done);
         }

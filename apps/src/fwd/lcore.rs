@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use ntbdk_pmd::lcore::{PollLoop, PollMode, StopFlag};
 use ntbdk_pmd::mbuf::Mbuf;
-use ntbdk_pmd::transport::DataQueue;
 
 use super::pattern::{Kind, parse_user};
 use super::stats::QueueCounters;
@@ -98,9 +97,13 @@ pub fn counts(mbufs: &[Mbuf]) -> (u64, u64) {
 
 /// `tx_burst` of `mbufs` on `q`, counted; returns how many left `mbufs`.
 #[inline]
-pub fn tx_counted(q: &mut DataQueue, mbufs: &mut Vec<Mbuf>, c: &QueueCounters) -> usize {
+pub fn tx_counted(
+    send: impl FnOnce(&mut Vec<Mbuf>) -> usize,
+    mbufs: &mut Vec<Mbuf>,
+    c: &QueueCounters,
+) -> usize {
     let (n0, b0) = counts(mbufs);
-    let sent = q.tx_burst(mbufs);
+    let sent = send(mbufs);
     if sent > 0 {
         let (n1, b1) = counts(mbufs);
         c.sent(n0 - n1, b0 - b1);

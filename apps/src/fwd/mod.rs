@@ -36,7 +36,7 @@ pub use checksum::Checksum;
 pub use connect::wait_connected;
 pub use file::{Transfer, recv_file, send_file};
 pub use geometry::{DEFAULT_NB_DESC, Shape, plan_geometry, window_needed};
-pub use iofwd::{SharedQueue, iofwd, pipeline_rx, pipeline_tx};
+pub use iofwd::{iofwd, pipeline_rx, pipeline_tx};
 pub use lcore::{LcoreCtx, Limit};
 pub use pattern::{Kind, check, fill, parse_user, user_word};
 pub use run::{Job, LcoreFn, Outcome, run_lcores};

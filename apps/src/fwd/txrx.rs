@@ -100,7 +100,7 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
         }
         let mut work = 0;
         if !batch.is_empty() {
-            work += tx_counted(&mut q, &mut batch, &ctx.counters);
+            work += tx_counted(|m| q.tx_burst(m), &mut batch, &ctx.counters);
             if end_queued && batch.is_empty() {
                 end_sent = true;
             }

@@ -144,7 +144,7 @@ mod wire;
 
 pub use config::Config;
 pub use counters::{DROP_KINDS, DropKind, QpCounters};
-pub use dataq::{DataQueue, DataQueueStats};
+pub use dataq::{DataQueue, DataQueueStats, RxQueue, TxQueue};
 pub use dma::{CpuEngine, DmaEngine, MIN_NT_THRESHOLD, default_nt_threshold};
 pub use endpoint::Transport;
 pub use error::{GeometryError, Result, TransportError};

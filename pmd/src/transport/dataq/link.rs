@@ -1,0 +1,103 @@
+//! What each half of a data queue keeps of its connection: the connection
+//! word it runs under and, while up, the peer's window (fetched anew at each
+//! connection, as the transport's own connection does).
+
+use std::sync::Arc;
+
+use crate::hw::{LocalWindow, NtbDevice, PeerWindow, Port};
+
+use super::super::watch::{ConnWatch, epoch_of};
+
+/// How the connection stands at a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// As at the last burst, and up.
+    Up,
+    /// Down (or its window could not be had).
+    Down,
+    /// A new connection (or a new try at its window) under this epoch:
+    /// start over, then go on as up.
+    Restarted(u32),
+}
+
+/// One half's view of the connection.
+#[derive(Clone)]
+pub(super) struct Link {
+    pub peer: Port,
+    pub queue: u16,
+    /// Our window (we read what the peer writes).
+    pub local: LocalWindow,
+    dev: Arc<dyn NtbDevice>,
+    mw: usize,
+    watch: Arc<ConnWatch>,
+    /// The connection word we run under (0: down).
+    seen: u64,
+    /// The peer's window while connected.
+    win: Option<PeerWindow>,
+    /// Peer windows that could not be had.
+    pub window_errors: u64,
+}
+
+impl Link {
+    pub fn new(
+        peer: Port,
+        queue: u16,
+        local: LocalWindow,
+        (dev, mw): (Arc<dyn NtbDevice>, usize),
+        watch: Arc<ConnWatch>,
+    ) -> Self {
+        Self {
+            peer,
+            queue,
+            local,
+            dev,
+            mw,
+            watch,
+            seen: 0,
+            win: None,
+            window_errors: 0,
+        }
+    }
+
+    /// Loads the connection word (one acquire load when nothing changed).
+    #[inline]
+    pub fn check(&mut self) -> Seen {
+        let w = self.watch.load();
+        if w == self.seen && (w == 0 || self.win.is_some()) {
+            return if w == 0 { Seen::Down } else { Seen::Up };
+        }
+        self.renew(w)
+    }
+
+    #[cold]
+    fn renew(&mut self, word: u64) -> Seen {
+        self.seen = word;
+        self.win = None;
+        if word == 0 {
+            return Seen::Restarted(0);
+        }
+        match self.dev.peer_window(self.peer, self.mw) {
+            Ok(w) => self.win = Some(w),
+            Err(_) => self.window_errors += 1,
+        }
+        Seen::Restarted(epoch_of(word))
+    }
+
+    /// The peer's window, while up.
+    #[inline]
+    pub fn win(&self) -> Option<&PeerWindow> {
+        self.win.as_ref()
+    }
+
+    /// The epoch we run under (0: down).
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        epoch_of(self.seen)
+    }
+
+    /// Whether we are up with a window.
+    #[inline]
+    pub fn is_up(&self) -> bool {
+        self.seen != 0 && self.win.is_some()
+    }
+}

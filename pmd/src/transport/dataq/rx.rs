@@ -1,0 +1,252 @@
+//! The receive half of a data queue: lends our receive buffers to the peer
+//! and hands out the ones it filled, in place.
+
+use std::sync::Arc;
+
+use ntbdk_mempool::{ObjIdx, Pool, PoolOptions};
+
+use crate::hw::Port;
+use crate::mbuf::Mbuf;
+
+use super::super::error::{Result, TransportError};
+use super::super::geometry::{DataPart, Layout};
+use super::super::queue::{Consumer, free_entry};
+use super::link::{Link, Seen};
+use super::{DataQueueStats, parse_descriptor};
+
+/// Most buffers lent back to the peer in one go.
+const LEND_BATCH: usize = 64;
+
+/// The receive half of a data queue (see [`DataQueue`](super::DataQueue)):
+/// `Send`, for one thread at a time.
+pub struct RxQueue {
+    link: Link,
+    nb_desc: u32,
+    buf_size: u32,
+    /// The peer's descriptors for us, in our window.
+    cons: Consumer,
+    /// Offset of our receive buffers' FreeQ in the peer's window.
+    fq_out: usize,
+    fq_out_seq: u64,
+    /// Offset of our credit word in the peer's window.
+    credit_out: usize,
+    /// Our receive buffers: the pool over them and, per buffer, whether it
+    /// is lent to the peer now.
+    pool: Pool,
+    lent: Vec<bool>,
+    lent_now: u32,
+    stats: DataQueueStats,
+}
+
+impl RxQueue {
+    pub(super) fn new(layout: &Layout, me: Port, link: Link) -> Result<RxQueue> {
+        let (peer, queue) = (link.peer, link.queue);
+        let d = layout.geometry().data;
+        let n = d.nb_desc as usize;
+        let bytes = n * d.buf_size as usize;
+        let ptr = link
+            .local
+            .ptr_at(layout.data_part(peer, queue, DataPart::Bufs), bytes)?;
+        let opts = PoolOptions {
+            cache_size: 0,
+            track_state: true,
+            ..PoolOptions::new(d.buf_size as usize, d.nb_desc)
+        };
+        let objects = std::ptr::NonNull::new(ptr).expect("a window pointer is not null");
+        // SAFETY: the buffers lie in our window (checked by `ptr_at`), which
+        // the `LocalWindow` clone passed as `keep` keeps mapped; only this
+        // queue (taken once per peer and queue) hands them out.
+        let pool = unsafe {
+            Pool::create_over(
+                &format!("ntbdk-rxq-{me}-{peer}-{queue}"),
+                &opts,
+                objects,
+                bytes,
+                Arc::new(link.local.clone()),
+            )
+        }
+        .map_err(|e| TransportError::DataQueuePool(e.to_string()))?;
+        Ok(RxQueue {
+            nb_desc: d.nb_desc,
+            buf_size: d.buf_size,
+            cons: Consumer::new(layout.data_part(peer, queue, DataPart::Desc), d.nb_desc, 0),
+            fq_out: layout.data_part(me, queue, DataPart::FreeQ),
+            fq_out_seq: 0,
+            credit_out: layout.data_part(me, queue, DataPart::Credit),
+            pool,
+            lent: vec![false; n],
+            lent_now: 0,
+            link,
+            stats: DataQueueStats::default(),
+        })
+    }
+
+    /// The peer this queue talks to.
+    pub fn peer(&self) -> Port {
+        self.link.peer
+    }
+
+    /// This queue's index.
+    pub fn queue(&self) -> u16 {
+        self.link.queue
+    }
+
+    /// Whether the connection is up (as of the last burst or this call).
+    pub fn is_up(&mut self) -> bool {
+        self.sync()
+    }
+
+    /// The receive counters (`rx`, `rx_bytes`, `bad_desc`, `lent`,
+    /// `resets`, `device_errors`).
+    pub fn stats(&self) -> DataQueueStats {
+        DataQueueStats {
+            device_errors: self.stats.device_errors + self.link.window_errors,
+            ..self.stats
+        }
+    }
+
+    /// Receive buffers in all (`nb_desc`).
+    pub fn pool_size(&self) -> usize {
+        self.pool.size()
+    }
+
+    /// Receive buffers free in the pool: neither lent to the peer nor held
+    /// by the application as received mbufs.
+    pub fn pool_available(&self) -> usize {
+        self.pool.available()
+    }
+
+    /// Receive buffers lent to the peer now.
+    pub fn lent(&self) -> usize {
+        self.lent_now as usize
+    }
+
+    /// Receives up to `max` mbufs into `out` (DPDK's `rte_eth_rx_burst`):
+    /// each is the very buffer the peer wrote, in our window, handed out in
+    /// place. Returns how many were appended. Also lends freed buffers back
+    /// to the peer and credits its descriptors: the peer can send nothing
+    /// on this queue until its receiver has called `rx_burst` once since
+    /// the connection came up (that first call lends every free buffer).
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        if !self.sync() {
+            return 0;
+        }
+        self.lend();
+        let mut n = 0;
+        while n < max {
+            let Some(body) = self.cons.peek(&self.link.local) else {
+                break;
+            };
+            self.cons.advance();
+            let (b, len, user) = parse_descriptor(&body);
+            if b >= self.nb_desc || !self.lent[b as usize] || len > self.buf_size {
+                self.stats.bad_desc += 1;
+                continue;
+            }
+            self.lent[b as usize] = false;
+            self.lent_now -= 1;
+            let h = self.pool.handle(b).expect("b < nb_desc, the pool's size");
+            // SAFETY: buffer `b` was lent (taken from the pool as a raw
+            // handle when lent) and is now the peer's no longer: the mbuf
+            // becomes its only owner.
+            let mut m =
+                unsafe { Mbuf::from_pool(&self.pool, h, len, self.link.peer, self.link.queue) };
+            m.set_user(user);
+            out.push(m);
+            self.stats.rx += 1;
+            self.stats.rx_bytes += u64::from(len);
+            n += 1;
+        }
+        if self.cons.uncredited() >= u64::from(self.nb_desc / 4).max(1)
+            && let Some(win) = self.link.win()
+            && self.cons.credit(win, self.credit_out).is_err()
+        {
+            self.stats.device_errors += 1;
+        }
+        n
+    }
+
+    /// Follows the connection; on a change, starts over. Returns whether it
+    /// is up.
+    #[inline]
+    fn sync(&mut self) -> bool {
+        match self.link.check() {
+            Seen::Up => true,
+            Seen::Down => false,
+            Seen::Restarted(epoch) => {
+                self.start_over(epoch);
+                self.link.is_up()
+            }
+        }
+    }
+
+    /// A new connection (or none): buffers lent to the old one's peer come
+    /// back to the pool, descriptors are read from sequence 0 under `epoch`.
+    #[cold]
+    fn start_over(&mut self, epoch: u32) {
+        let lent: Vec<ObjIdx> = (0..self.nb_desc)
+            .filter(|&b| self.lent[b as usize])
+            .filter_map(|b| self.pool.handle(b).ok())
+            .collect();
+        // The peer of the old connection no longer holds them.
+        let _ = self.pool.put_bulk_checked(&lent);
+        self.lent.fill(false);
+        self.lent_now = 0;
+        self.cons = Consumer::new(self.cons.base(), self.nb_desc, epoch);
+        self.fq_out_seq = 0;
+        if epoch != 0 {
+            self.stats.resets += 1;
+        }
+    }
+
+    /// Lends free receive buffers to the peer, in batches.
+    fn lend(&mut self) {
+        let Some(win) = self.link.win() else {
+            return;
+        };
+        let room = self.nb_desc - self.lent_now;
+        // The pool has no thread caches: every free buffer is in its ring.
+        let avail = self.pool.available_in_ring().min(room as usize);
+        if avail == 0 || (avail < LEND_BATCH.min(self.nb_desc as usize / 4) && self.lent_now > 0) {
+            return;
+        }
+        let mut hs = [ObjIdx::default(); LEND_BATCH];
+        let mut left = avail;
+        let epoch = self.link.epoch();
+        let mask = u64::from(self.nb_desc) - 1;
+        while left > 0 {
+            let k = left.min(LEND_BATCH);
+            if self.pool.get_bulk(&mut hs[..k]).is_err() {
+                break; // only this queue takes from the pool: cannot happen
+            }
+            for h in &hs[..k] {
+                let b = h.index();
+                let at = self.fq_out + ((self.fq_out_seq & mask) as usize) * 8;
+                let entry = free_entry(epoch, self.fq_out_seq, b);
+                if win.write_u64(at, entry).is_err() {
+                    self.stats.device_errors += 1;
+                    // Not lent after all.
+                    let _ = self.pool.put_checked(*h);
+                    continue;
+                }
+                self.fq_out_seq += 1;
+                self.lent[b as usize] = true;
+                self.lent_now += 1;
+                self.stats.lent += 1;
+            }
+            left -= k;
+        }
+    }
+}
+
+impl std::fmt::Debug for RxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxQueue")
+            .field("peer", &self.link.peer)
+            .field("queue", &self.link.queue)
+            .field("up", &self.link.is_up())
+            .field("lent", &self.lent_now)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

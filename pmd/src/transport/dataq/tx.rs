@@ -1,0 +1,238 @@
+//! The send half of a data queue: copies mbufs into the buffers the peer
+//! lent and announces each with a descriptor.
+
+use crate::hw::Port;
+use crate::mbuf::Mbuf;
+
+use super::super::geometry::{DataPart, Layout};
+use super::super::queue::{Producer, parse_free_entry};
+use super::link::{Link, Seen};
+use super::{DataQueueStats, descriptor};
+
+/// The send half of a data queue (see [`DataQueue`](super::DataQueue)):
+/// `Send`, for one thread at a time.
+pub struct TxQueue {
+    link: Link,
+    nb_desc: u32,
+    buf_size: u32,
+    /// Our descriptors for the peer, in its window.
+    prod: Producer,
+    /// Offset of the peer's FreeQ in our window (its buffers lent to us).
+    fq_in: usize,
+    fq_in_seq: u64,
+    /// Offset of the peer's buffers in its window (we send into them).
+    bufs_out: usize,
+    /// Peer buffers we may send into (a stack) and, per buffer, whether it
+    /// is in that stack.
+    peer_free: Vec<u32>,
+    peer_have: Vec<bool>,
+    /// Sent mbufs waiting to be freed in bulk, and how many trigger it
+    /// (DPDK's `tx_free_thresh`; 0 or 1: freed as sent).
+    tx_done: Vec<Mbuf>,
+    tx_free_thresh: usize,
+    stats: DataQueueStats,
+}
+
+impl TxQueue {
+    pub(super) fn new(layout: &Layout, me: Port, link: Link) -> TxQueue {
+        let (peer, queue) = (link.peer, link.queue);
+        let d = layout.geometry().data;
+        let n = d.nb_desc as usize;
+        TxQueue {
+            nb_desc: d.nb_desc,
+            buf_size: d.buf_size,
+            prod: Producer::new(
+                layout.data_part(me, queue, DataPart::Desc),
+                d.nb_desc,
+                0,
+                layout.data_part(peer, queue, DataPart::Credit),
+            ),
+            fq_in: layout.data_part(peer, queue, DataPart::FreeQ),
+            fq_in_seq: 0,
+            bufs_out: layout.data_part(me, queue, DataPart::Bufs),
+            peer_free: Vec::with_capacity(n),
+            peer_have: vec![false; n],
+            tx_done: Vec::new(),
+            tx_free_thresh: 0,
+            link,
+            stats: DataQueueStats::default(),
+        }
+    }
+
+    /// The peer this queue talks to.
+    pub fn peer(&self) -> Port {
+        self.link.peer
+    }
+
+    /// This queue's index.
+    pub fn queue(&self) -> u16 {
+        self.link.queue
+    }
+
+    /// Whether the connection is up (as of the last burst or this call).
+    pub fn is_up(&mut self) -> bool {
+        self.sync()
+    }
+
+    /// The send counters (`tx`, `tx_bytes`, `tx_full`, `tx_oversize`,
+    /// `bad_lend`, `resets`, `device_errors`).
+    pub fn stats(&self) -> DataQueueStats {
+        DataQueueStats {
+            device_errors: self.stats.device_errors + self.link.window_errors,
+            ..self.stats
+        }
+    }
+
+    /// Bytes per buffer of the peer (the largest mbuf `tx_burst` sends).
+    pub fn buf_size(&self) -> usize {
+        self.buf_size as usize
+    }
+
+    /// Frees sent mbufs in batches of `thresh` (DPDK's `tx_free_thresh`)
+    /// instead of one by one as they are sent: they return to their pools
+    /// with [`Mbuf::free_bulk`] once `thresh` have gathered. 0 or 1 frees
+    /// each as it is sent (the default). Mbufs still gathered are freed by
+    /// [`tx_done_cleanup`](TxQueue::tx_done_cleanup) or when the queue is
+    /// dropped. Keep it well under the senders' pools (and, when sending
+    /// received mbufs back, under `nb_desc`): gathered mbufs are not free.
+    pub fn set_tx_free_thresh(&mut self, thresh: usize) {
+        self.tx_free_thresh = thresh;
+        if self.tx_done.len() >= thresh {
+            self.tx_done_cleanup();
+        }
+    }
+
+    /// Frees the sent mbufs gathered so far (DPDK's
+    /// `rte_eth_tx_done_cleanup`); returns how many.
+    pub fn tx_done_cleanup(&mut self) -> usize {
+        let n = self.tx_done.len();
+        Mbuf::free_bulk(&mut self.tx_done);
+        n
+    }
+
+    /// Sends a prefix of `mbufs` (DPDK's `rte_eth_tx_burst`): each one's data
+    /// is copied into a buffer the peer lent and announced by a descriptor;
+    /// the sent mbufs are removed from the front of `mbufs` and freed to
+    /// their pools (at once, or in batches: see
+    /// [`set_tx_free_thresh`](TxQueue::set_tx_free_thresh)). Returns how
+    /// many were sent; the rest stay in `mbufs` (back-pressure: the peer has
+    /// not lent more buffers or credited more descriptors yet), to be sent
+    /// again or freed by the caller. An mbuf longer than the peer's buffers
+    /// is dropped and counted as sent.
+    pub fn tx_burst(&mut self, mbufs: &mut Vec<Mbuf>) -> usize {
+        if mbufs.is_empty() || !self.sync() {
+            return 0;
+        }
+        if self.peer_free.len() < mbufs.len() {
+            self.take_lends();
+        }
+        let Some(win) = self.link.win() else {
+            return 0;
+        };
+        // Reads the peer's credit only when short of descriptors.
+        let _ = self.prod.room(&self.link.local, mbufs.len() as u64);
+        let slots = self.prod.free(&self.link.local).0 as usize;
+        let n = mbufs.len().min(slots).min(self.peer_free.len());
+        let mut sent = 0;
+        for m in &mbufs[..n] {
+            if m.len() > self.buf_size as usize {
+                self.stats.tx_oversize += 1;
+                sent += 1;
+                continue;
+            }
+            let b = self.peer_free.pop().expect("n <= peer_free.len()");
+            self.peer_have[b as usize] = false;
+            let (src, len) = m.data_ptr();
+            let off = self.bufs_out + b as usize * self.buf_size as usize;
+            // SAFETY: `src` points at the mbuf's `len` data bytes, which the
+            // mbuf owns and keeps mapped for this call.
+            let wrote = unsafe { win.write_from_ptr(off, src, len) }
+                .and_then(|_| self.prod.push(win, &descriptor(b, len as u32, m.user())));
+            if wrote.is_err() {
+                self.stats.device_errors += 1;
+                break;
+            }
+            self.stats.tx += 1;
+            self.stats.tx_bytes += len as u64;
+            sent += 1;
+        }
+        if sent < mbufs.len() {
+            self.stats.tx_full += 1;
+        }
+        if self.tx_free_thresh > 1 {
+            self.tx_done.extend(mbufs.drain(..sent));
+            if self.tx_done.len() >= self.tx_free_thresh {
+                Mbuf::free_bulk(&mut self.tx_done);
+            }
+        } else {
+            Mbuf::free_front(mbufs, sent);
+        }
+        sent
+    }
+
+    /// Follows the connection; on a change, starts over. Returns whether it
+    /// is up.
+    #[inline]
+    fn sync(&mut self) -> bool {
+        match self.link.check() {
+            Seen::Up => true,
+            Seen::Down => false,
+            Seen::Restarted(epoch) => {
+                self.start_over(epoch);
+                self.link.is_up()
+            }
+        }
+    }
+
+    /// A new connection (or none): the old peer's lends are forgotten,
+    /// descriptors are written from sequence 0 under `epoch`.
+    #[cold]
+    fn start_over(&mut self, epoch: u32) {
+        self.peer_free.clear();
+        self.peer_have.fill(false);
+        self.prod = Producer::new(
+            self.prod.base(),
+            self.nb_desc,
+            epoch,
+            self.prod.credit_offset(),
+        );
+        self.fq_in_seq = 0;
+        if epoch != 0 {
+            self.stats.resets += 1;
+        }
+    }
+
+    /// Takes the buffers the peer lent us from the FreeQ in our window.
+    fn take_lends(&mut self) {
+        let epoch = self.link.epoch();
+        let mask = u64::from(self.nb_desc) - 1;
+        loop {
+            let at = self.fq_in + ((self.fq_in_seq & mask) as usize) * 8;
+            let Ok(raw) = self.link.local.load_u64(at) else {
+                return;
+            };
+            let Some(b) = parse_free_entry(epoch, self.fq_in_seq, raw) else {
+                return;
+            };
+            self.fq_in_seq += 1;
+            if b >= self.nb_desc || self.peer_have[b as usize] {
+                self.stats.bad_lend += 1;
+                continue;
+            }
+            self.peer_have[b as usize] = true;
+            self.peer_free.push(b);
+        }
+    }
+}
+
+impl std::fmt::Debug for TxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxQueue")
+            .field("peer", &self.link.peer)
+            .field("queue", &self.link.queue)
+            .field("up", &self.link.is_up())
+            .field("lent to us", &self.peer_free.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
