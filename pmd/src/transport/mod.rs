@@ -122,10 +122,12 @@ mod ops;
 mod peer;
 mod poll;
 mod post;
+mod publish;
 mod queue;
 mod receive;
 mod region;
 mod sgl;
+mod stats_page;
 mod target;
 mod types;
 #[cfg(feature = "internals")]
@@ -146,5 +148,9 @@ pub use key::{Access, RegionKey};
 pub use memory::RegionView;
 pub use multicast::MulticastMode;
 pub use sgl::{RemoteAddr, Sge};
+pub use stats_page::{
+    PUBLISH_INTERVAL, PublishedPeer, PublishedState, PublishedStats, read_stats, stats_path,
+    stats_prefix,
+};
 pub use types::{Completion, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
 pub use wire::Ring;
