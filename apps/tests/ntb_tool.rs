@@ -465,6 +465,106 @@ fn list_marks_fabrics_whose_owners_are_all_dead() {
 }
 
 #[test]
+fn qp_shows_each_hosts_queue_pairs_from_their_stats_pages() {
+    use ntbdk_apps::cli::session::publish_stats;
+    use ntbdk_apps::perf::{Endpoint, fabric_config};
+    use ntbdk_pmd::transport::{RemoteAddr, Sge};
+
+    let d = dir("qp");
+    let p = d.0.as_path();
+    let f = EmuFabric::create_in(p, "qp", &fabric_config(4)).unwrap();
+    let out = ok(p, &["qp", "qp"]);
+    assert!(out.contains("no queue pairs published"), "{out}");
+
+    let join = |slot| {
+        std::sync::Arc::new(
+            f.join(&DeviceConfig {
+                slot: Some(slot),
+                ..Default::default()
+            })
+            .unwrap(),
+        )
+    };
+    let (dev_a, dev_b) = (join(0), join(1));
+    let mut a = Endpoint::new(dev_a.clone(), Duration::from_secs(30)).unwrap();
+    let mut b = Endpoint::new(dev_b.clone(), Duration::from_secs(30)).unwrap();
+    publish_stats("test", &mut a.t, &dev_a);
+    publish_stats("test", &mut b.t, &dev_b);
+    let t0 = std::time::Instant::now();
+    while !a.t.is_connected(1) || !b.t.is_connected(0) {
+        a.t.progress();
+        b.t.progress();
+        assert!(t0.elapsed() < Duration::from_secs(20), "no connection");
+    }
+    // A write from A to B that B never serves (B stops polling).
+    let qp = a.t.create_qp(1).unwrap();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(50) {
+        a.t.progress();
+        b.t.progress();
+    }
+    a.t.post_write(
+        qp,
+        &[Sge {
+            key: a.data,
+            offset: 0,
+            len: 4096,
+        }],
+        RemoteAddr {
+            key: b.data,
+            offset: 0,
+        },
+        1,
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(50) {
+        a.t.progress();
+    }
+
+    let out = ok(p, &["qp", "qp"]);
+    let row = |host: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(host))
+            .unwrap_or_else(|| panic!("no row for host {host}:\n{out}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let ra = row("0");
+    assert_eq!(ra[1], std::process::id().to_string(), "{out}");
+    assert_eq!(&ra[2..7], ["1", "connected", "1", "0", "0"], "{out}");
+    let rb = row("1");
+    assert_eq!(&rb[2..5], ["0", "connected", "0"], "{out}");
+    assert_eq!(
+        out.lines().count(),
+        3,
+        "never-connected peers hidden: {out}"
+    );
+    assert_eq!(
+        ok(p, &["qp", "qp", "--all"]).lines().count(),
+        7,
+        "two hosts, three peers each"
+    );
+
+    // A page nobody holds the slot of is stale, not shown as live.
+    let page_a = ntbdk_pmd::transport::stats_path(p, "qp", 0);
+    std::fs::copy(&page_a, ntbdk_pmd::transport::stats_path(p, "qp", 3)).unwrap();
+    let out = ok(p, &["qp", "qp"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("   3") && l.contains("stale")),
+        "{out}"
+    );
+    std::fs::write(ntbdk_pmd::transport::stats_path(p, "qp", 2), b"junk").unwrap();
+    let out = ok(p, &["qp", "qp"]);
+    assert!(out.contains("unreadable"), "{out}");
+
+    drop(a);
+    assert!(!page_a.exists(), "the page goes with its transport");
+}
+
+#[test]
 fn help_everywhere() {
     let d = dir("help");
     for args in [
@@ -478,6 +578,7 @@ fn help_everywhere() {
         &["mw", "read", "--help"],
         &["mw", "write", "--help"],
         &["link", "wait", "--help"],
+        &["qp", "--help"],
     ] {
         let out = ok(&d.0, args);
         assert!(out.contains("Usage"), "{args:?}: {out}");

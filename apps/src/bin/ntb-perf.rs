@@ -21,8 +21,8 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
-    warn_shared_cores,
+    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, publish_stats, usable_cores,
+    wait_peers, warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
@@ -392,6 +392,7 @@ fn run(args: &Args) -> Result<()> {
             let dev = Arc::new(dev);
             let mut ctl = ServerControl::new(dev.clone())?;
             let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
+            publish_stats(TOOL, &mut ep.t, &dev);
             // perftest's server waits for its client as long as it takes.
             let wait = args.timeout.map(Duration::from_secs_f64);
             if !args.peer {
@@ -439,7 +440,8 @@ fn run(args: &Args) -> Result<()> {
                     max_servers(dev.as_ref())
                 );
             }
-            let ep = Endpoint::new(dev.clone(), op_timeout)?;
+            let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
+            publish_stats(TOOL, &mut ep.t, &dev);
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             if !want.is_empty() && args.qp > 1 {
                 bail!("--peer-slot names one server: use it with --qp 1");
@@ -515,7 +517,8 @@ fn self_contained(
     let dev = join(&fabric, Some(0))?;
     check_hugepages(args, &dev)?;
     let dev = Arc::new(dev);
-    let ep = Endpoint::new(dev.clone(), timeout)?;
+    let mut ep = Endpoint::new(dev.clone(), timeout)?;
+    publish_stats(TOOL, &mut ep.t, &dev);
 
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let mut children = Children::default();

@@ -22,6 +22,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use ntbdk_apps::cli::session::check_interrupted;
 use ntbdk_apps::tool::hexdump::{hexdump, parse_hex_bytes};
+use ntbdk_apps::tool::qp::{find_pages, render_qps};
 use ntbdk_apps::tool::watch::Watch;
 use ntbdk_apps::tool::{dead_owners, fmt_size, parse_size, parse_u32, parse_u64, render_status};
 use ntbdk_pmd::hw::NtbDevice;
@@ -99,6 +100,17 @@ enum Cmd {
         /// With --watch, stop after N samples.
         #[arg(long, value_name = "N", requires = "watch")]
         count: Option<u64>,
+    },
+    /// Queue pairs of every host running a transport on the fabric: state,
+    /// outstanding writes/reads/multicasts, receives posted, backlog,
+    /// counters and drops by kind, per peer (from the stats pages the
+    /// transports publish beside the fabric).
+    Qp {
+        /// Fabric name.
+        name: String,
+        /// Show peers never connected too.
+        #[arg(long)]
+        all: bool,
     },
     /// Scratchpad registers.
     Spad {
@@ -537,6 +549,12 @@ fn run(cli: Cli) -> Result<()> {
                     }
                 }
             }
+        }
+        Cmd::Qp { name, all } => {
+            let f = attach(&dir, &name)?;
+            let pages = find_pages(&dir, &name)
+                .with_context(|| format!("listing stats pages in {}", dir.display()))?;
+            print!("{}", render_qps(&f.status(), &pages, all));
         }
         Cmd::Spad { op } => match op {
             SpadOp::Read {

@@ -123,6 +123,17 @@ pub fn warn_shared_cores(tool: &str, spinners: &[(String, core_affinity::CoreId)
     warned
 }
 
+/// Publishes `t`'s stats page beside `dev`'s fabric, where `ntb-tool qp`
+/// reads it (removed when `t` is dropped). Failing to is a warning: the run
+/// goes on without it.
+pub fn publish_stats(tool: &str, t: &mut ntbdk_pmd::transport::Transport, dev: &EmuDevice) {
+    let f = dev.fabric();
+    let path = ntbdk_pmd::transport::stats_path(f.dir(), f.name(), dev.port());
+    if let Err(e) = t.publish_stats(&path) {
+        eprintln!("{tool}: warning: {e}: ntb-tool qp will not show this host");
+    }
+}
+
 /// Attaches to the existing fabric `name`; when there is none, says so and
 /// adds `hint` (what to run to create it).
 pub fn attach(name: &str, hint: &str) -> Result<EmuFabric> {

@@ -1,7 +1,9 @@
 //! Helpers of `ntb-tool`: number and size parsing, the status table,
-//! [`hexdump`]s of window bytes and the [`watch`] of rates.
+//! [`hexdump`]s of window bytes, the [`watch`] of rates and the [`qp`]
+//! view of published queue pairs.
 
 pub mod hexdump;
+pub mod qp;
 pub mod watch;
 
 use std::fmt::Write as _;
