@@ -142,6 +142,79 @@ fn write_bw_and_lat_with_json_and_plot() {
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
 }
 
+/// The client's `served` count from its counters block: writes the server
+/// placed into our region through the rendezvous (none when it answers
+/// with one-sided writes).
+fn served_by_client(stdout: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("qp -> port"))
+        .unwrap_or_else(|| panic!("no counters line:\n{stdout}"));
+    let at = line.find("served ").expect("a served count") + "served ".len();
+    line[at..].split(',').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn write_modes_direct_and_rendezvous() {
+    let dir = Dir::new("modes");
+    for mode in ["direct", "rendezvous"] {
+        let json = dir.0.join(format!("{mode}.json"));
+        let d = run(
+            &dir,
+            &[
+                "--op",
+                "write",
+                "--write-mode",
+                mode,
+                "-s",
+                "4K",
+                "-n",
+                "1000",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+        );
+        assert_ok(&d);
+        assert!(
+            d.stdout.contains(&format!(" Write mode      : {mode} (")),
+            "{}",
+            d.stdout
+        );
+        check_bw(&perftest_rows(&d.stdout, BW_HEADER)[0], 4096, Some(1000));
+        check_lat(&perftest_rows(&d.stdout, LAT_HEADER)[0], 4096, Some(1000));
+        let served = served_by_client(&d.stdout);
+        if mode == "direct" {
+            assert_eq!(served, 0, "answers are one-sided writes:\n{}", d.stdout);
+        } else {
+            assert!(
+                served >= 1000,
+                "answers are rendezvous writes:\n{}",
+                d.stdout
+            );
+        }
+        assert_eq!(Report::read_json(&json).unwrap().params["write_mode"], mode);
+    }
+    // The default is direct; a sweep re-arms the polled byte at each size.
+    let d = run(&dir, &["--test", "lat", "-a", "-n", "50"]);
+    assert_ok(&d);
+    assert!(
+        d.stdout.contains(" Write mode      : direct ("),
+        "{}",
+        d.stdout
+    );
+    let lat = perftest_rows(&d.stdout, LAT_HEADER);
+    assert_eq!(lat.len(), 23, "2 B .. 8 MiB:\n{}", d.stdout);
+    for (i, row) in lat.iter().enumerate() {
+        check_lat(row, 2 << i, Some(50));
+    }
+    let d = run(
+        &dir,
+        &["--op", "read", "--write-mode", "direct", "-s", "64"],
+    );
+    assert_fails_with(&d, "--write-mode says how --op write writes");
+    assert!(dir.fabrics().is_empty());
+}
+
 #[test]
 fn sweep_of_sizes_by_duration() {
     let dir = Dir::new("sweep");

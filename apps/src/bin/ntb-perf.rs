@@ -28,8 +28,8 @@ use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::perftest::{self, Invocation};
 use ntbdk_apps::perf::{
-    Budget, Client, EAGER_SIZE, Endpoint, Op, Test, fabric_config, parse_size, serve, size_label,
-    sweep_sizes,
+    Budget, Client, EAGER_SIZE, Endpoint, Op, Test, WriteMode, fabric_config, parse_size, serve,
+    size_label, sweep_sizes,
 };
 use ntbdk_apps::report::{
     BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
@@ -82,10 +82,16 @@ struct Args {
     /// (latency, as ib_*_lat). Default: both.
     #[arg(long, value_enum)]
     test: Option<Test>,
-    /// Operation: write (rendezvous, into the server's region), read (of
-    /// the server's region) or send (eager, at most 4 KiB).
+    /// Operation: write (into the server's region; see --write-mode), read
+    /// (of the server's region) or send (eager, at most 4 KiB).
     #[arg(long, value_enum, default_value = "write")]
     op: Op,
+    /// How --op write writes: direct (one-sided posted writes into the
+    /// server's advertised region, as ib_write_* do; latency polls the
+    /// buffer's last byte) or rendezvous (the transport's request, placement
+    /// and acknowledgment). Default: direct.
+    #[arg(long, value_enum, value_name = "MODE")]
+    write_mode: Option<WriteMode>,
     /// Message size (bytes; K, M suffixes: 64, 4K, 1M, 8M). Default: all
     /// sizes (-a).
     #[arg(short = 's', long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "all")]
@@ -301,6 +307,12 @@ fn check_args(args: &Args) -> Result<()> {
         && !(d > 0.0 && d.is_finite() && d <= 3600.0)
     {
         bail!("-D/--duration must be a number of seconds in (0, 3600], not {d}");
+    }
+    if args.write_mode.is_some() && args.op != Op::Write {
+        bail!(
+            "--write-mode says how --op write writes: drop it, or use --op write (not --op {})",
+            args.op.name()
+        );
     }
     if args.op == Op::Send
         && let Some(s) = args.size
@@ -596,6 +608,8 @@ fn measure(
     core: core_affinity::CoreId,
     spawned: Option<(core_affinity::CoreId, &mut Children)>,
 ) -> Result<()> {
+    let write_mode = args.write_mode.unwrap_or_default();
+    client.set_write_mode(write_mode);
     let tests: Vec<Test> = match (args.test, args.run_infinitely) {
         (_, true) => vec![Test::Bw],
         (Some(t), false) => vec![t],
@@ -615,6 +629,10 @@ fn measure(
     let mut report = Report::new(TOOL);
     report
         .param("op", args.op.name())
+        .param(
+            "write_mode",
+            (args.op == Op::Write).then_some(write_mode.name()),
+        )
         .param("post_list", args.post_list)
         .param("tx_depth", args.tx_depth)
         .param("qp", args.qp)
@@ -699,6 +717,12 @@ impl Header<'_> {
             title(a.op, self.test, a.post_list)
         );
         println!(" Device          : {}", self.fabric);
+        if a.op == Op::Write {
+            println!(
+                " Write mode      : {}",
+                a.write_mode.unwrap_or_default().describe()
+            );
+        }
         println!(
             " Ports           : {} (core {}) -> {}",
             self.dev.port(),

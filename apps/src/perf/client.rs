@@ -13,7 +13,7 @@ use ntbdk_pmd::transport::{
 
 use super::control::{ClientControl, Command, Phase};
 use super::endpoint::{EAGER_SIZE, Endpoint};
-use super::{Op, budget::Budget};
+use super::{Op, WriteMode, budget::Budget};
 use crate::cli::session::{check_interrupted, completion_error};
 use crate::report::{BwRow, LatRow, new_histogram};
 
@@ -80,6 +80,7 @@ pub struct Client {
     servers: Vec<Server>,
     timeout: Duration,
     comps: Vec<Completion>,
+    write_mode: WriteMode,
 }
 
 impl Client {
@@ -129,7 +130,18 @@ impl Client {
             servers,
             timeout,
             comps: vec![Completion::default(); POLL_BURST],
+            write_mode: WriteMode::default(),
         })
+    }
+
+    /// How `Op::Write` writes from now on (default: [`WriteMode::Direct`]).
+    pub fn set_write_mode(&mut self, mode: WriteMode) {
+        self.write_mode = mode;
+    }
+
+    /// How `Op::Write` writes.
+    pub fn write_mode(&self) -> WriteMode {
+        self.write_mode
     }
 
     /// The endpoint (counters, transport).
@@ -278,6 +290,12 @@ impl Client {
             len: size,
         }];
         let payload = vec![0x5au8; size.min(u64::from(EAGER_SIZE)) as usize];
+        let direct = op == Op::Write && self.write_mode == WriteMode::Direct;
+        let direct_src = if direct {
+            vec![0x5au8; size as usize]
+        } else {
+            Vec::new()
+        };
         let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
         let mut sends: Vec<SendWr<'_>> = Vec::new();
         match op {
@@ -328,31 +346,31 @@ impl Client {
                 let i = turn % self.servers.len();
                 turn += 1;
                 let s = &self.servers[i];
+                let remote = RemoteAddr {
+                    key: s.key,
+                    offset: 0,
+                };
                 let r = match op {
+                    Op::Write if direct => post_each(k, || {
+                        self.ep
+                            .t
+                            .post_write_direct(s.qp, &direct_src, remote, None, 0)
+                    }),
                     Op::Write => self.ep.t.post_writes(s.qp, &writes[i][..k]),
                     Op::Send => self.ep.t.post_sends(s.qp, &sends[..k]),
-                    Op::Read => {
-                        let remote = RemoteAddr {
-                            key: s.key,
-                            offset: 0,
-                        };
-                        let mut n = 0;
-                        let mut res = Ok(0);
-                        for _ in 0..k {
-                            if let Err(e) = self.ep.t.post_read(s.qp, &local, remote, 0) {
-                                res = Err(e);
-                                break;
-                            }
-                            n += 1;
-                        }
-                        if n > 0 { Ok(n) } else { res }
-                    }
+                    Op::Read => post_each(k, || self.ep.t.post_read(s.qp, &local, remote, 0)),
                 };
                 match r {
                     Ok(n) => posted += n as u64,
                     Err(
                         TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. },
                     ) => {}
+                    // The server's region not advertised to us yet.
+                    Err(TransportError::UnknownRemoteKey { .. })
+                        if last_progress.elapsed() < self.timeout =>
+                    {
+                        self.ep.t.progress();
+                    }
                     Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
                 }
             } else if stopping && outstanding == 0 {
@@ -369,7 +387,10 @@ impl Client {
             if n > 0 {
                 for c in &self.comps[..n] {
                     check(c)?;
-                    if matches!(c.op, OpKind::Write | OpKind::Read | OpKind::Send) {
+                    if matches!(
+                        c.op,
+                        OpKind::Write | OpKind::WriteDirect | OpKind::Read | OpKind::Send
+                    ) {
                         done += 1;
                     }
                 }
@@ -419,11 +440,21 @@ impl Client {
         mut samples: Option<&mut Vec<u64>>,
     ) -> Result<LatRow> {
         self.check_size(op, size)?;
+        let direct = op == Op::Write && self.write_mode == WriteMode::Direct;
         let phase = match op {
             Op::Send => Phase::SendEcho,
+            Op::Write if direct => Phase::WriteDirectEcho { size: size as u32 },
             Op::Write => Phase::WriteEcho { size: size as u32 },
             Op::Read => Phase::Passive,
         };
+        // The one-sided ping-pong: the server's answer lands in our region;
+        // its last byte says which answer it is (never 0, which we start from).
+        let view = self.ep.t.region_view(self.ep.data)?;
+        let mut direct_src = Vec::new();
+        if direct {
+            self.ep.t.region_write(self.ep.data, size - 1, &[0])?;
+            direct_src = vec![0xa5u8; size as usize];
+        }
         self.phase(phase, true)?;
         let mut hist = new_histogram();
         let payload = vec![0xa5u8; size.min(u64::from(EAGER_SIZE)) as usize];
@@ -454,6 +485,17 @@ impl Client {
                 Op::Send => {
                     self.post_retry(|t| t.post_send(qp, &payload, i))?;
                     self.wait(op, |c, _| c.op == OpKind::Recv, |_| true)?;
+                }
+                Op::Write if direct => {
+                    let v = (i % 255 + 1) as u8;
+                    direct_src[size as usize - 1] = v;
+                    let src = &direct_src;
+                    self.post_retry(|t| t.post_write_direct(qp, src, remote, None, i))?;
+                    self.wait(
+                        op,
+                        |c, _| c.op == OpKind::WriteDirect,
+                        |_| view.load_u8(size - 1) == Some(v),
+                    )?;
                 }
                 Op::Write => {
                     self.post_retry(|t| t.post_write(qp, &local, remote, i))?;
@@ -494,7 +536,12 @@ impl Client {
         loop {
             match post(&mut self.ep.t) {
                 Ok(()) => return Ok(()),
-                Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {
+                Err(
+                    TransportError::Busy { .. }
+                    | TransportError::TooManyOutstanding { .. }
+                    // The server's region not advertised to us yet.
+                    | TransportError::UnknownRemoteKey { .. },
+                ) => {
                     let n = self.ep.t.poll_completions(&mut self.comps);
                     for c in &self.comps[..n] {
                         check(c)?;
@@ -554,6 +601,20 @@ impl Client {
             }
         }
     }
+}
+
+/// Posts up to `k` operations with `post`, stopping at the first refusal:
+/// how many were posted, or the refusal when none was.
+fn post_each(
+    k: usize,
+    mut post: impl FnMut() -> std::result::Result<(), TransportError>,
+) -> std::result::Result<usize, TransportError> {
+    for n in 0..k {
+        if let Err(e) = post() {
+            return if n > 0 { Ok(n) } else { Err(e) };
+        }
+    }
+    Ok(k)
 }
 
 /// Why connecting failed, without the library's advice to its callers.

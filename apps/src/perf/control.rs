@@ -112,6 +112,14 @@ pub enum Phase {
         /// Bytes of each answering write.
         size: u32,
     },
+    /// Polls the last byte of the first `size` bytes of its region for the
+    /// next value of the sequence 1, 2, ..., 255, 1, ... and answers each
+    /// with a one-sided write of `size` bytes ending in that value into the
+    /// client's region (`ib_write_lat`).
+    WriteDirectEcho {
+        /// Bytes of each write, both ways.
+        size: u32,
+    },
 }
 
 impl Command {
@@ -123,6 +131,7 @@ impl Command {
             Command::Phase(Phase::SendEcho) => (4, 0),
             Command::Phase(Phase::WriteEcho { size }) => (5, size),
             Command::Stop => (6, 0),
+            Command::Phase(Phase::WriteDirectEcho { size }) => (7, size),
         }
     }
 
@@ -134,6 +143,7 @@ impl Command {
             4 => Command::Phase(Phase::SendEcho),
             5 => Command::Phase(Phase::WriteEcho { size: arg }),
             6 => Command::Stop,
+            7 => Command::Phase(Phase::WriteDirectEcho { size: arg }),
             _ => return None,
         })
     }

@@ -28,6 +28,7 @@ pub mod control;
 mod endpoint;
 pub mod perftest;
 mod server;
+mod write_mode;
 
 pub use crate::cli::units::{
     MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes,
@@ -39,11 +40,13 @@ pub use endpoint::{
     geometry, window_size,
 };
 pub use server::{ServeStats, serve};
+pub use write_mode::WriteMode;
 
 /// Which operation is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Op {
-    /// Rendezvous write into the server's region (`ib_write_*`).
+    /// Write into the server's region (`ib_write_*`): one-sided or
+    /// rendezvous, as [`WriteMode`] says.
     Write,
     /// Read of the server's region into ours (`ib_read_*`).
     Read,

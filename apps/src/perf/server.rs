@@ -48,6 +48,11 @@ pub fn serve(
     let mut echo = vec![0u8; EAGER_SIZE as usize];
     let mut served = ep.t.counters(qp).served;
     let mut owed = 0u64;
+    // The one-sided echo: our region as the client writes it, the value we
+    // wait for next, and the bytes we answer with.
+    let view = ep.t.region_view(ep.data)?;
+    let mut next = 1u8;
+    let mut direct_echo: Vec<u8> = Vec::new();
     let mut last_activity = Instant::now();
     let mut polls = 0u32;
     loop {
@@ -92,6 +97,19 @@ pub fn serve(
                 active = true;
             }
         }
+        if let (Phase::WriteDirectEcho { size }, Some(key)) = (phase, client_key) {
+            let last = u64::from(size) - 1;
+            if view.load_u8(last) == Some(next) {
+                direct_echo[last as usize] = next;
+                let remote = RemoteAddr { key, offset: 0 };
+                post_retry(ep, timeout, |t| {
+                    t.post_write_direct(qp, &direct_echo, remote, None, 0)
+                })?;
+                next = next % 255 + 1;
+                stats.echoes += 1;
+                active = true;
+            }
+        }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(16)
             && let Some(rx) = ctl.poll()
@@ -106,11 +124,17 @@ pub fn serve(
                 Some(Command::RegionLen) => ep.data_len as u32,
                 Some(Command::Phase(p)) => {
                     let ok = match p {
-                        Phase::WriteEcho { size } => {
+                        Phase::WriteEcho { size } | Phase::WriteDirectEcho { size } => {
                             client_key.is_some() && u64::from(size) <= ep.data_len && size > 0
                         }
                         _ => true,
                     };
+                    if ok && let Phase::WriteDirectEcho { size } = p {
+                        // The sequence starts again from a zero last byte.
+                        ep.t.region_write(ep.data, u64::from(size) - 1, &[0])?;
+                        next = 1;
+                        direct_echo = vec![0x5a; size as usize];
+                    }
                     if ok {
                         phase = p;
                         served = ep.t.counters(qp).served;
@@ -155,7 +179,12 @@ fn post_retry(
     loop {
         match post(&mut ep.t) {
             Ok(()) => return Ok(()),
-            Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {
+            Err(
+                TransportError::Busy { .. }
+                | TransportError::TooManyOutstanding { .. }
+                // The client's region not advertised to us yet.
+                | TransportError::UnknownRemoteKey { .. },
+            ) => {
                 ep.t.progress();
                 if start.elapsed() >= timeout {
                     bail!("no room to post an echo for {timeout:?}: is the client still running?");
