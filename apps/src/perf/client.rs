@@ -8,21 +8,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::transport::{
-    Completion, OpKind, Qp, QpCounters, RegionKey, RemoteAddr, SendWr, Sge, TransportError, WriteWr,
+    Completion, OpKind, Qp, QpCounters, RegionKey, RemoteAddr, Sge, TransportError,
 };
 
 use super::control::{ClientControl, Command, Phase};
 use super::endpoint::{EAGER_SIZE, Endpoint};
+use super::pump::{Load, Pumped, Target, pump};
 use super::{Op, WriteMode, budget::Budget};
 use crate::cli::session::{check_interrupted, completion_error};
 use crate::report::{BwRow, LatRow, new_histogram};
 
 /// Completions polled per call.
 const POLL_BURST: usize = 64;
-/// Least completions over which the peak bandwidth is measured (at least
-/// the tx depth: shorter stretches would time bursts of the queue, not the
-/// link).
-pub const PEAK_WINDOW: u64 = 256;
 
 /// One server as the client sees it.
 struct Server {
@@ -247,10 +244,9 @@ impl Client {
         budget: Budget,
     ) -> Result<BwRow> {
         self.check_size(op, size)?;
-        let t0 = Instant::now();
-        let (done, peak_mpps) = self.pump(op, size, burst, depth, budget)?;
-        let peak = peak_mpps * 1e6 * size as f64 / 1e9;
-        Ok(BwRow::new(size, done, t0.elapsed()).with_peak(peak))
+        let p = self.pump(op, size, burst, depth, budget)?;
+        let peak = p.peak_mpps * 1e6 * size as f64 / 1e9;
+        Ok(BwRow::new(size, p.done, p.elapsed).with_peak(peak))
     }
 
     fn check_size(&self, op: Op, size: u64) -> Result<()> {
@@ -268,10 +264,7 @@ impl Client {
         Ok(())
     }
 
-    /// Posts bursts until `budget` is spent (counting operations posted),
-    /// then drains; returns the operations completed and the peak message
-    /// rate (millions per second) over any stretch of [`PEAK_WINDOW`]
-    /// completions or more (0 when the run was shorter than that).
+    /// Runs the [`pump`](super::pump::pump) of `op` to every server.
     fn pump(
         &mut self,
         op: Op,
@@ -279,145 +272,31 @@ impl Client {
         burst: usize,
         depth: usize,
         budget: Budget,
-    ) -> Result<(u64, f64)> {
-        let start = Instant::now();
-        let window = PEAK_WINDOW.max(depth as u64);
-        let mut mark = (start, 0u64);
-        let mut peak = 0f64;
-        let local = [Sge {
-            key: self.ep.data,
-            offset: 0,
-            len: size,
-        }];
-        let payload = vec![0x5au8; size.min(u64::from(EAGER_SIZE)) as usize];
-        let direct = op == Op::Write && self.write_mode == WriteMode::Direct;
-        let direct_src = if direct {
-            vec![0x5au8; size as usize]
-        } else {
-            Vec::new()
+    ) -> Result<Pumped> {
+        let load = Load {
+            op,
+            write_mode: self.write_mode,
+            size,
+            burst,
+            depth,
         };
-        let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
-        let mut sends: Vec<SendWr<'_>> = Vec::new();
-        match op {
-            Op::Write => {
-                for s in &self.servers {
-                    let wr = WriteWr {
-                        local: &local,
-                        remote: RemoteAddr {
-                            key: s.key,
-                            offset: 0,
-                        },
-                        cookie: 0,
-                    };
-                    writes.push(vec![wr; burst]);
-                }
-            }
-            Op::Send => {
-                sends = vec![
-                    SendWr {
-                        data: &payload,
-                        cookie: 0
-                    };
-                    burst
-                ]
-            }
-            Op::Read => {}
-        }
-        let (mut posted, mut done) = (0u64, 0u64);
-        let mut turn = 0usize;
-        let mut empty = 0u32;
-        let mut last_progress = Instant::now();
-        let mut stopping = false;
-        let mut turn_clock = 0u32;
-        loop {
-            // The clock is read every 8th turn only: at millions of
-            // messages a second it would cost as much as the posting.
-            turn_clock = turn_clock.wrapping_add(1);
-            if !stopping
-                && (budget.remaining(posted) == Some(0)
-                    || (turn_clock.is_multiple_of(8) && budget.reached(posted, start.elapsed())))
-            {
-                stopping = true;
-            }
-            let outstanding = (posted - done) as usize;
-            if !stopping && outstanding < depth {
-                let left = budget.remaining(posted).unwrap_or(u64::MAX);
-                let k = burst.min(depth - outstanding).min(left as usize);
-                let i = turn % self.servers.len();
-                turn += 1;
-                let s = &self.servers[i];
-                let remote = RemoteAddr {
-                    key: s.key,
-                    offset: 0,
-                };
-                let r = match op {
-                    Op::Write if direct => post_each(k, || {
-                        self.ep
-                            .t
-                            .post_write_direct(s.qp, &direct_src, remote, None, 0)
-                    }),
-                    Op::Write => self.ep.t.post_writes(s.qp, &writes[i][..k]),
-                    Op::Send => self.ep.t.post_sends(s.qp, &sends[..k]),
-                    Op::Read => post_each(k, || self.ep.t.post_read(s.qp, &local, remote, 0)),
-                };
-                match r {
-                    Ok(n) => posted += n as u64,
-                    Err(
-                        TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. },
-                    ) => {}
-                    // The server's region not advertised to us yet.
-                    Err(TransportError::UnknownRemoteKey { .. })
-                        if last_progress.elapsed() < self.timeout =>
-                    {
-                        self.ep.t.progress();
-                    }
-                    Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
-                }
-            } else if stopping && outstanding == 0 {
-                // A run shorter than one window: its peak is its average.
-                if peak == 0.0 && done > 0 {
-                    let dt = start.elapsed().as_secs_f64();
-                    if dt > 0.0 {
-                        peak = done as f64 / dt / 1e6;
-                    }
-                }
-                return Ok((done, peak));
-            }
-            let n = self.ep.t.poll_completions(&mut self.comps);
-            if n > 0 {
-                for c in &self.comps[..n] {
-                    check(c)?;
-                    if matches!(
-                        c.op,
-                        OpKind::Write | OpKind::WriteDirect | OpKind::Read | OpKind::Send
-                    ) {
-                        done += 1;
-                    }
-                }
-                empty = 0;
-                last_progress = Instant::now();
-                if done - mark.1 >= window {
-                    let dt = last_progress.duration_since(mark.0).as_secs_f64();
-                    if dt > 0.0 {
-                        peak = peak.max((done - mark.1) as f64 / dt / 1e6);
-                    }
-                    mark = (last_progress, done);
-                }
-            } else {
-                empty += 1;
-                if empty.is_multiple_of(1024) {
-                    check_interrupted()?;
-                    if posted > done && last_progress.elapsed() >= self.timeout {
-                        bail!(
-                            "no {op:?} completed within {:?} ({} outstanding): \
-                             is the server still running?",
-                            self.timeout,
-                            posted - done
-                        );
-                    }
-                }
-            }
-        }
+        let targets: Vec<Target> = self
+            .servers
+            .iter()
+            .map(|s| Target {
+                qp: s.qp,
+                key: s.key,
+            })
+            .collect();
+        pump(
+            &mut self.ep,
+            &mut self.comps,
+            &targets,
+            load,
+            budget,
+            self.timeout,
+            |_| Ok(false),
+        )
     }
 
     /// Latency of `op` with messages of `size`, one operation at a time
@@ -601,20 +480,6 @@ impl Client {
             }
         }
     }
-}
-
-/// Posts up to `k` operations with `post`, stopping at the first refusal:
-/// how many were posted, or the refusal when none was.
-fn post_each(
-    k: usize,
-    mut post: impl FnMut() -> std::result::Result<(), TransportError>,
-) -> std::result::Result<usize, TransportError> {
-    for n in 0..k {
-        if let Err(e) = post() {
-            return if n > 0 { Ok(n) } else { Err(e) };
-        }
-    }
-    Ok(k)
 }
 
 /// Why connecting failed, without the library's advice to its callers.

@@ -27,6 +27,7 @@ mod client;
 pub mod control;
 mod endpoint;
 pub mod perftest;
+mod pump;
 mod server;
 mod write_mode;
 
@@ -34,11 +35,12 @@ pub use crate::cli::units::{
     MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes,
 };
 pub use budget::Budget;
-pub use client::{Client, PEAK_WINDOW, connect_failure};
+pub use client::{Client, connect_failure};
 pub use endpoint::{
     EAGER_COUNT, EAGER_SIZE, Endpoint, HEARTBEAT_TIMEOUT, QUEUE_DEPTH, RECVS, fabric_config,
     geometry, window_size,
 };
+pub use pump::PEAK_WINDOW;
 pub use server::{ServeStats, serve};
 pub use write_mode::WriteMode;
 
