@@ -215,6 +215,77 @@ fn write_modes_direct_and_rendezvous() {
     assert!(dir.fabrics().is_empty());
 }
 
+/// The rows after a bidirectional table's rule: this side's direction,
+/// then the servers'.
+fn direction_rows(stdout: &str) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let after = |marker: &str| -> Vec<Vec<String>> {
+        stdout
+            .lines()
+            .skip_while(|l| !l.contains(marker))
+            .skip(1)
+            .take_while(|l| l.starts_with(' ') && !l.contains("->") && !l.starts_with("---"))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    };
+    (
+        after("(this side, as measured here)"),
+        after("(the servers, as each timed itself)"),
+    )
+}
+
+#[test]
+fn bidirectional_bandwidth_sums_both_directions() {
+    let dir = Dir::new("bidir");
+    for op in ["write", "send", "read"] {
+        let json = dir.0.join(format!("{op}.json"));
+        let d = run(
+            &dir,
+            &[
+                "-b",
+                "--op",
+                op,
+                "--test",
+                "bw",
+                "-s",
+                "1K",
+                "-n",
+                "2000",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+        );
+        assert_ok(&d);
+        assert!(d.stdout.contains("Bidirectional BW Test"), "{}", d.stdout);
+        let total = perftest_rows(&d.stdout, BW_HEADER);
+        assert_eq!(total.len(), 1, "{}", d.stdout);
+        check_bw(&total[0], 1024, None);
+        let (ours, theirs) = direction_rows(&d.stdout);
+        assert_eq!((ours.len(), theirs.len()), (1, 1), "{}", d.stdout);
+        check_bw(&ours[0], 1024, Some(2000));
+        check_bw(&theirs[0], 1024, None);
+        // The total is the sum of the directions, as perftest's -b reports.
+        let n = |r: &[String], i: usize| num(&r[i]);
+        assert_eq!(
+            n(&total[0], 1),
+            n(&ours[0], 1) + n(&theirs[0], 1),
+            "{}",
+            d.stdout
+        );
+        for col in [3, 4] {
+            let sum = n(&ours[0], col) + n(&theirs[0], col);
+            assert!(
+                (n(&total[0], col) - sum).abs() <= 0.02 + sum * 0.001,
+                "column {col}: {}",
+                d.stdout
+            );
+        }
+        let report = Report::read_json(&json).unwrap();
+        assert_eq!(report.params["bidirectional"], true);
+        assert_eq!(report.bandwidth[0].iterations, n(&total[0], 1) as u64);
+    }
+    assert!(dir.fabrics().is_empty());
+}
+
 #[test]
 fn sweep_of_sizes_by_duration() {
     let dir = Dir::new("sweep");
@@ -420,7 +491,8 @@ fn perftest_flags_without_meaning_name_the_nearest_option() {
         assert!(d.stderr.contains(needle), "{args:?}: {}", d.stderr);
     }
     for (args, needle) in [
-        (&["-b"][..], "not supported yet"),
+        (&["-b", "--test", "lat"][..], "measures bandwidth"),
+        (&["-b", "--run_infinitely"][..], "drop --run_infinitely"),
         (&["--run_infinitely", "--test", "lat"][..], "bandwidth only"),
         (&["-H", "--test", "bw"][..], "--test lat"),
         (

@@ -32,7 +32,7 @@ use ntbdk_apps::perf::{
     size_label, sweep_sizes,
 };
 use ntbdk_apps::report::{
-    BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
+    BwRow, BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
 };
 use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric};
 use ntbdk_pmd::hw::open::DeviceSpec;
@@ -118,8 +118,9 @@ struct Args {
     /// the client uses the first N servers whose links are up.
     #[arg(short = 'q', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     qp: u64,
-    /// Bidirectional bandwidth: not supported yet (refused with a
-    /// message; run a second client/server pair the other way).
+    /// Bidirectional bandwidth, as perftest's -b: every server posts the
+    /// same operations towards the client while the client measures; the
+    /// table's rows sum both directions, each direction is shown after it.
     #[arg(short = 'b', long)]
     bidirectional: bool,
     /// Largest send carried inline (perftest's -I). ntbdk's transport
@@ -323,11 +324,11 @@ fn check_args(args: &Args) -> Result<()> {
              for larger messages"
         );
     }
-    if args.bidirectional {
-        bail!(
-            "-b/--bidirectional is not supported yet: run a second pair the other way \
-             (swap --server) for the reverse direction"
-        );
+    if args.bidirectional && args.test == Some(Test::Lat) {
+        bail!("-b/--bidirectional measures bandwidth (as perftest's): drop --test lat");
+    }
+    if args.bidirectional && args.run_infinitely {
+        bail!("-b/--bidirectional reports per size: drop --run_infinitely (or -b)");
     }
     if args.run_infinitely && args.test == Some(Test::Lat) {
         bail!("--run_infinitely measures bandwidth only (as perftest's): drop --test lat");
@@ -585,13 +586,14 @@ fn budget(args: &Args) -> Budget {
 }
 
 /// perftest's test title: `RDMA_Write BW Test` becomes `NTB Write BW Test`.
-fn title(op: Op, test: Test, post_list: u64) -> String {
+fn title(op: Op, test: Test, post_list: u64, bidirectional: bool) -> String {
     let op = match op {
         Op::Write => "Write",
         Op::Read => "Read",
         Op::Send => "Send",
     };
     match test {
+        Test::Bw if bidirectional => format!("NTB {op} Bidirectional BW Test"),
         Test::Bw if post_list > 1 => format!("NTB {op} Post List BW Test"),
         Test::Bw => format!("NTB {op} BW Test"),
         Test::Lat => format!("NTB {op} Latency Test"),
@@ -629,6 +631,7 @@ fn measure(
     let mut report = Report::new(TOOL);
     report
         .param("op", args.op.name())
+        .param("bidirectional", args.bidirectional)
         .param(
             "write_mode",
             (args.op == Op::Write).then_some(write_mode.name()),
@@ -714,7 +717,7 @@ impl Header<'_> {
         println!("{RULE}");
         println!(
             "                    {}",
-            title(a.op, self.test, a.post_list)
+            title(a.op, self.test, a.post_list, a.bidirectional)
         );
         println!(" Device          : {}", self.fabric);
         if a.op == Op::Write {
@@ -769,15 +772,24 @@ fn bandwidth(
     let sizes = sizes(args, client, args.op);
     let mut progress = Progress::new(&format!("{} bw", args.op.name()), sizes.len());
     println!("{RULE}\n{}", bw_header(unit));
+    let (burst, depth) = (args.post_list as usize, args.tx_depth as usize);
+    // -b: each direction's rows, shown after the table of their sums.
+    let mut directions: Vec<(BwRow, BwRow)> = Vec::new();
     for &size in &sizes {
         progress.step(&size_label(size));
-        let mut row = client.bandwidth(
-            args.op,
-            size,
-            args.post_list as usize,
-            args.tx_depth as usize,
-            budget,
-        )?;
+        let mut row = if args.bidirectional {
+            let (mut ours, mut theirs) =
+                client.bandwidth_bidir(args.op, size, burst, depth, budget)?;
+            if args.no_peak {
+                ours.peak_gb_per_s = 0.0;
+                theirs.peak_gb_per_s = 0.0;
+            }
+            let sum = ours.plus(&theirs);
+            directions.push((ours, theirs));
+            sum
+        } else {
+            client.bandwidth(args.op, size, burst, depth, budget)?
+        };
         if args.no_peak {
             row.peak_gb_per_s = 0.0;
         }
@@ -787,6 +799,19 @@ fn bandwidth(
     }
     progress.finish();
     println!("{RULE}");
+    if !directions.is_empty() {
+        let (us, them) = (client.endpoint().t.port(), client.server_ports());
+        println!(" Rows above: both directions summed. By direction:");
+        println!(" port {us} -> {them:?} (this side, as measured here):");
+        for (ours, _) in &directions {
+            println!("{}", bw_line(ours, unit));
+        }
+        println!(" {them:?} -> port {us} (the servers, as each timed itself):");
+        for (_, theirs) in &directions {
+            println!("{}", bw_line(theirs, unit));
+        }
+        println!("{RULE}");
+    }
     Ok(())
 }
 

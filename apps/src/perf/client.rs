@@ -11,7 +11,7 @@ use ntbdk_pmd::transport::{
     Completion, OpKind, Qp, QpCounters, RegionKey, RemoteAddr, Sge, TransportError,
 };
 
-use super::control::{ClientControl, Command, Phase};
+use super::control::{BidirLoad, BidirResult, ClientControl, Command, Phase};
 use super::endpoint::{EAGER_SIZE, Endpoint};
 use super::pump::{Load, Pumped, Target, pump};
 use super::{Op, WriteMode, budget::Budget};
@@ -247,6 +247,65 @@ impl Client {
         let p = self.pump(op, size, burst, depth, budget)?;
         let peak = p.peak_mpps * 1e6 * size as f64 / 1e9;
         Ok(BwRow::new(size, p.done, p.elapsed).with_peak(peak))
+    }
+
+    /// Bidirectional bandwidth (`-b`): every server posts the same load
+    /// towards us while we measure as [`bandwidth`](Self::bandwidth) does.
+    /// Returns our direction and the servers' (their operations over the
+    /// time each timed itself, from its first post to its last completion,
+    /// summed over servers).
+    pub fn bandwidth_bidir(
+        &mut self,
+        op: Op,
+        size: u64,
+        burst: usize,
+        depth: usize,
+        budget: Budget,
+    ) -> Result<(BwRow, BwRow)> {
+        self.check_size(op, size)?;
+        let load = BidirLoad {
+            op,
+            write_mode: self.write_mode,
+            burst: burst as u32,
+            depth: depth as u32,
+        };
+        self.command_all(Command::BidirLoad(load))?;
+        self.phase(Phase::Bidir { size: size as u32 }, false)?;
+        let warm = Budget::iterations(depth as u64);
+        self.pump(op, size, burst, depth, warm)?;
+        let ours = self.bandwidth_continued(op, size, burst, depth, budget)?;
+        // The next command ends the servers' side.
+        self.phase(Phase::Passive, false)?;
+        let mut theirs = BwRow::new(size, 0, Duration::ZERO);
+        for i in 0..self.servers.len() {
+            let mut w = [0u32; 4];
+            for (k, word) in w.iter_mut().enumerate() {
+                *word = self.call(i, Command::BidirResult { word: k as u32 })?;
+            }
+            let r = BidirResult::from_words(w);
+            let row = BwRow::new(size, r.done, Duration::from_micros(u64::from(r.micros)))
+                .with_peak(f64::from(r.peak_mpps) * 1e6 * size as f64 / 1e9);
+            theirs = theirs.plus(&row);
+        }
+        Ok((ours, theirs))
+    }
+
+    /// Sends `cmd` to every server.
+    fn command_all(&mut self, cmd: Command) -> Result<()> {
+        for i in 0..self.servers.len() {
+            self.call(i, cmd)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `cmd` to server `i` and returns its answer.
+    fn call(&mut self, i: usize, cmd: Command) -> Result<u32> {
+        let timeout = self.timeout;
+        let t = &mut self.ep.t;
+        self.servers[i].ctl.call(cmd, timeout, || {
+            t.progress();
+            check_interrupted()
+        })
     }
 
     fn check_size(&self, op: Op, size: u64) -> Result<()> {
