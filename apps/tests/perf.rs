@@ -287,6 +287,36 @@ fn bidirectional_bandwidth_sums_both_directions() {
 }
 
 #[test]
+fn windows_are_described_for_every_side() {
+    use ntbdk_mempool::{HugepageCounts, PageSize};
+    let dir = Dir::new("windows");
+    let d = run(&dir, &["--test", "lat", "-s", "64", "-n", "100", "-q", "2"]);
+    assert_ok(&d);
+    let line = d
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(" Windows         : "))
+        .unwrap_or_else(|| panic!("no Windows line:\n{}", d.stdout));
+    for port in 0..3 {
+        assert!(line.contains(&format!("port {port} on ")), "{line}");
+    }
+    let pools: Vec<HugepageCounts> = [PageSize::Huge2M, PageSize::Huge1G]
+        .into_iter()
+        .filter_map(HugepageCounts::read)
+        .collect();
+    let none_reserved = !pools.is_empty() && pools.iter().all(|c| c.total == 0);
+    if line.contains("on 4 KiB pages") {
+        assert_eq!(
+            line.contains("no hugepages reserved"),
+            none_reserved,
+            "{line}"
+        );
+    } else {
+        assert!(!line.contains("("), "every side on hugepages: {line}");
+    }
+}
+
+#[test]
 fn sweep_of_sizes_by_duration() {
     let dir = Dir::new("sweep");
     let d = run(&dir, &["--test", "bw", "-a", "-D", "0.01"]);

@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use clap::error::{ContextKind, ContextValue};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use ntbdk_apps::cli::hugepages::{hugepage_pools, windows_by_side};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
     die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, publish_stats, usable_cores,
@@ -418,7 +419,10 @@ fn run(args: &Args) -> Result<()> {
                      (on the other side run: {TOOL} {how} {name} [-s SIZE ...])",
                     dev.port()
                 );
-                println!("{TOOL}: server windows: {}", windows_desc(&dev));
+                println!(
+                    "{TOOL}: server windows: {}",
+                    windows_by_side(&dev, &[dev.port()])
+                );
             }
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the client on the other side ({TOOL} {how} {name})");
@@ -476,37 +480,10 @@ fn check_hugepages(args: &Args, dev: &EmuDevice) -> Result<()> {
             "--use_hugepages: this side's windows are on 4 KiB pages ({}): reserve hugepages \
              (scripts/setup-hugepages.sh, or echo N > /proc/sys/vm/nr_hugepages) or drop \
              --use_hugepages",
-            hugepages_state()
+            hugepage_pools()
         );
     }
     Ok(())
-}
-
-/// What /proc/meminfo says of hugepages: none reserved, or how many free.
-fn hugepages_state() -> String {
-    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    match (field("HugePages_Total:"), field("HugePages_Free:")) {
-        (Some(0), _) | (None, _) => "no hugepages reserved".into(),
-        (Some(total), Some(free)) => {
-            format!("{free} of {total} hugepages free, not enough for the windows")
-        }
-        (Some(total), None) => format!("{total} hugepages reserved, too few free"),
-    }
-}
-
-/// This side's window memory, truthfully.
-fn windows_desc(dev: &EmuDevice) -> String {
-    if dev.window_is_huge() {
-        "on hugepages".into()
-    } else {
-        format!("on 4 KiB pages ({})", hugepages_state())
-    }
 }
 
 /// Both sides: a private fabric, the server(s) as child processes.
@@ -663,6 +640,7 @@ fn measure(
             dev,
             fabric,
             peers: &peer_desc,
+            servers: &servers,
             core,
             budget,
         };
@@ -707,6 +685,8 @@ struct Header<'a> {
     dev: &'a EmuDevice,
     fabric: &'a str,
     peers: &'a str,
+    /// The servers' ports (whose windows the header describes too).
+    servers: &'a [Port],
     core: core_affinity::CoreId,
     budget: Budget,
 }
@@ -749,7 +729,9 @@ impl Header<'_> {
             format!("{} per size", self.budget.describe())
         };
         println!(" Duration        : {budget}");
-        println!(" Windows         : {}", windows_desc(self.dev));
+        let mut sides = vec![self.dev.port()];
+        sides.extend_from_slice(self.servers);
+        println!(" Windows         : {}", windows_by_side(self.dev, &sides));
         if self.test == Test::Lat {
             let what = if a.op == Op::Read {
                 "round trip"
