@@ -317,6 +317,44 @@ fn windows_are_described_for_every_side() {
 }
 
 #[test]
+fn spinners_sharing_a_core_are_warned_of() {
+    let dir = Dir::new("cores");
+    // Every server of --qp 2 takes --peer-lcore: they share it.
+    let d = run(&dir, &["--test", "lat", "-s", "64", "-n", "10", "-q", "2"]);
+    assert_ok(&d);
+    assert!(
+        d.stderr
+            .contains("server 1 and server 2 poll on the same core")
+            && d.stderr.contains("--lcore, --peer-lcore"),
+        "{}",
+        d.stderr
+    );
+    let d = run(
+        &dir,
+        &[
+            "--test",
+            "lat",
+            "-s",
+            "64",
+            "-n",
+            "10",
+            "--lcore",
+            "0",
+            "--peer-lcore",
+            "0",
+        ],
+    );
+    assert_ok(&d);
+    assert!(
+        d.stderr
+            .contains("the client and server 1 poll on the same core 0"),
+        "{}",
+        d.stderr
+    );
+    assert_eq!(d.stderr.matches("poll on the same core").count(), 1, "once");
+}
+
+#[test]
 fn sweep_of_sizes_by_duration() {
     let dir = Dir::new("sweep");
     let d = run(&dir, &["--test", "bw", "-a", "-D", "0.01"]);

@@ -498,7 +498,7 @@ fn self_contained(
     for i in 1..=args.qp {
         spinners.push((format!("server {i}"), peer_core));
     }
-    warn_shared_cores(TOOL, &spinners);
+    warn_shared_cores(TOOL, &spinners, "--lcore, --peer-lcore");
     let name = format!("perf-{}", std::process::id());
     let slots = args.qp as usize + 1;
     let fabric = EmuFabric::create(&name, &fabric_config(slots))
