@@ -117,15 +117,20 @@ impl Example {
             writeln!(out, "{l}")?;
         }
         out.write_all(&b.stdout)?;
-        a.context("host A")?;
-        if !b.status.success() {
-            bail!(
+        let b = if b.status.success() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(
                 "host B's process failed ({}): {}",
                 b.status,
                 String::from_utf8_lossy(&b.stderr).trim()
-            );
+            ))
+        };
+        match (a, b) {
+            (Ok(()), b) => b,
+            (Err(a), Ok(())) => Err(a.context("host A")),
+            (Err(a), Err(b)) => Err(a.context(format!("host A (and {b:#})"))),
         }
-        Ok(())
     }
 
     /// One host, `role`, on the fabric `fabric` (created by whichever host
@@ -210,6 +215,10 @@ impl PrivateFabric {
                 fabric: FabricConfig {
                     slots: 2,
                     window_size: 4 << 20,
+                    // Two spinning processes on a small, busy machine can
+                    // starve a heartbeat thread for a while: a generous
+                    // timeout keeps a slow host from being declared dead.
+                    heartbeat_timeout: Duration::from_secs(2),
                     ..Default::default()
                 },
                 ..Default::default()
