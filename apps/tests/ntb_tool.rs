@@ -562,6 +562,18 @@ fn qp_shows_each_hosts_queue_pairs_from_their_stats_pages() {
 
     drop(a);
     assert!(!page_a.exists(), "the page goes with its transport");
+    drop(b);
+    drop((dev_a, dev_b));
+    ok(p, &["destroy", "qp", "--force"]);
+    let left: Vec<_> = std::fs::read_dir(p)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "destroy removes the stale pages too: {left:?}"
+    );
 }
 
 #[test]

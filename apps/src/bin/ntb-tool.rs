@@ -469,6 +469,11 @@ fn run(cli: Cli) -> Result<()> {
             }
             EmuFabric::destroy_in(&dir, &name)
                 .with_context(|| format!("destroying fabric {name:?}"))?;
+            // Stats pages left by hosts that died without dropping their
+            // transport go with the fabric.
+            for page in find_pages(&dir, &name).unwrap_or_default() {
+                let _ = std::fs::remove_file(&page.path);
+            }
             println!("destroyed fabric {name}");
         }
         Cmd::List => {
