@@ -379,19 +379,21 @@ fn watch_prints_rates_per_host() {
     let me = dev.port().to_string();
     let peer = device(p, "watch");
     let win = peer.peer_window(dev.port(), 0).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = std::thread::spawn({
-        let stop = stop.clone();
-        move || {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // The peer writes into our window and rings our doorbell meanwhile.
+    let out = std::thread::scope(|s| {
+        let (stop, peer, target) = (&stop, &peer, dev.port());
+        s.spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 win.write(0, &[7u8; 64]).unwrap();
+                peer.peer_db_set(target, 1).unwrap();
                 std::thread::sleep(Duration::from_micros(50));
             }
-        }
+        });
+        let out = ok(p, &["status", "watch", "--watch", "0.5", "--count", "3"]);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
     });
-    let out = ok(p, &["status", "watch", "--watch", "0.5", "--count", "3"]);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.join().unwrap();
     assert_eq!(out.matches("rates over").count(), 3, "{out}");
     let writer_row = |sample: &str| -> Vec<String> {
         sample
@@ -410,7 +412,14 @@ fn watch_prints_rates_per_host() {
         .lines()
         .find(|l| l.split_whitespace().next() == Some(me.as_str()))
         .unwrap();
-    assert_eq!(target.split_whitespace().nth(6), Some("0"), "{target}");
+    let target: Vec<&str> = target.split_whitespace().collect();
+    assert_eq!(target[6], "0", "the target posts nothing: {target:?}");
+    let rings: f64 = target[9].parse().unwrap();
+    assert!(
+        rings > 100.0,
+        "rings received at the target: {target:?}\n{out}"
+    );
+    assert_eq!(cols[9], "0", "the writer receives no rings: {cols:?}");
     let err = fails(p, &["status", "watch", "--watch", "0"]);
     assert!(err.contains("above 0"), "{err}");
 }

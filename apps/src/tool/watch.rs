@@ -11,7 +11,8 @@ use ntbdk_pmd::hw::emu::{FabricStatus, SlotState, SlotStatus};
 /// Counters are the owners' own, mirrored into the fabric by their
 /// heartbeats (a few times per heartbeat timeout), so a rate over an
 /// interval shorter than that is lumpy. Doorbell rings and peer scratchpad
-/// writes are posted writes and are counted among them. Joins come from the
+/// writes are posted writes and are counted among the ringer's; the rings a
+/// slot received are counted at the slot, as they happen. Joins come from the
 /// slot's generation, which every claim bumps, so none is missed between
 /// samples; link downs are counted when a sample sees the link go down, or
 /// infers it from a join while the link was up.
@@ -49,7 +50,7 @@ impl Watch {
         );
         let _ = writeln!(
             out,
-            "{:>4} {:<7} {:<4} {:>8} {:>6} {:>6} {:>12} {:>10} {:>10} {:>18}",
+            "{:>4} {:<7} {:<4} {:>8} {:>6} {:>6} {:>12} {:>10} {:>10} {:>10} {:>18}",
             "slot",
             "state",
             "link",
@@ -59,6 +60,7 @@ impl Watch {
             "posted-wr/s",
             "MB/s",
             "reads/s",
+            "db-rings/s",
             "db"
         );
         for (i, s) in now.slots.iter().enumerate() {
@@ -85,13 +87,15 @@ impl Watch {
             let writes = delta(c.posted_writes, pc.posted_writes) as f64 / secs;
             let mbps = delta(c.posted_bytes, pc.posted_bytes) as f64 / secs / 1e6;
             let reads = delta(c.non_posted_reads, pc.non_posted_reads) as f64 / secs;
+            // Rings received are the slot's own count, whoever owns it.
+            let rings = s.db_rings.saturating_sub(p.db_rings) as f64 / secs;
             let pid = s
                 .owner_pid
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 out,
-                "{:>4} {:<7} {:<4} {:>8} {:>6} {:>6} {:>12.0} {:>10.2} {:>10.0} {:>#18x}",
+                "{:>4} {:<7} {:<4} {:>8} {:>6} {:>6} {:>12.0} {:>10.2} {:>10.0} {:>10.0} {:>#18x}",
                 s.slot,
                 s.state.to_string(),
                 if s.link_up { "up" } else { "down" },
@@ -101,6 +105,7 @@ impl Watch {
                 writes,
                 mbps,
                 reads,
+                rings,
                 s.db
             );
         }
@@ -191,10 +196,11 @@ mod tests {
         second.slots[0].counters.posted_writes = 3_000;
         second.slots[0].counters.posted_bytes = 2_064_000;
         second.slots[0].counters.non_posted_reads = 10;
+        second.slots[0].db_rings = 8;
         let out = w.next(second.clone(), Duration::from_secs(2), false);
         let row = out.lines().nth(2).unwrap();
         let cols: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cols[6..9], ["1000", "1.00", "5"], "{out}");
+        assert_eq!(cols[6..10], ["1000", "1.00", "5", "4"], "{out}");
         assert_eq!(out.lines().count(), 3, "never-used slot 1 hidden: {out}");
         // A rejoin: the new owner's counters count from zero.
         let mut third = second;
