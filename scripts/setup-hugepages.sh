@@ -5,8 +5,10 @@
 # needed; --mount is there for tools that want one.
 set -euo pipefail
 
-SYSFS=/sys/kernel/mm/hugepages
-NODES=/sys/devices/system/node
+# The kernel's hugepage pools; the environment may point elsewhere (the
+# tests use a fake tree).
+SYSFS=${NTBDK_HUGEPAGES_SYSFS:-/sys/kernel/mm/hugepages}
+NODES=${NTBDK_NODES_SYSFS:-/sys/devices/system/node}
 
 usage() {
     cat <<'EOF'
@@ -93,18 +95,29 @@ show() {
 
 setup() { # count kB [node]
     local count=$1 kb=$2 node=${3:-} dir
-    need_root "--setup"
     dir=$(pool_dir "$kb" "$node")
     [ -d "$dir" ] || die "no $(human "$kb") hugepages here ($dir is missing)$(
         [ "$kb" = 1048576 ] && echo ': the CPU or kernel lacks 1 GiB pages, use --size 2M')"
+    [ -w "$dir/nr_hugepages" ] ||
+        die "--setup needs root (it writes $dir/nr_hugepages): run it with sudo"
+    local old got left
+    old=$(cat "$dir/nr_hugepages")
     echo "$count" >"$dir/nr_hugepages" || die "cannot write $dir/nr_hugepages"
-    local got
     got=$(cat "$dir/nr_hugepages")
     if [ "$got" -lt "$count" ]; then
-        echo "setup-hugepages: asked for $count $(human "$kb") pages, the kernel reserved" \
-            "$got (memory is short or fragmented; try fewer, or reserve at boot with" \
-            "hugepages=$count on the kernel command line)" >&2
-        exit 1
+        # A partial reservation is not what was asked for: put back what was
+        # there, and say exactly what is left.
+        if [ "$got" -eq "$old" ]; then
+            left="the reservation is unchanged ($old pages)"
+        elif echo "$old" >"$dir/nr_hugepages" 2>/dev/null &&
+            left=$(cat "$dir/nr_hugepages") && [ "$left" -eq "$old" ]; then
+            left="rolled back to the $old pages reserved before"
+        else
+            left="left ${left:-$got} pages reserved: could not restore the $old reserved before"
+        fi
+        die "asked for $count $(human "$kb") pages, the kernel reserved only $got (memory is" \
+            "short or fragmented; try fewer, or reserve at boot with hugepages=$count on the" \
+            "kernel command line); $left"
     fi
     echo "reserved $got $(human "$kb") hugepages${node:+ on node $node}"
 }

@@ -4,13 +4,16 @@
 //! Host B registers a region the peer may write and read, and sends its key
 //! in a message (the transport's sends are how hosts tell each other keys;
 //! perftest uses a TCP socket for the same). Host A receives it, greets B,
-//! and B answers. Each host runs in its own thread on a private emulated
-//! fabric (in real use each is its own process or machine, opened with the
-//! same `emu:NAME`, or `vfio:BDF` on a VM or NTB); the fabric is removed at
-//! the end, even on error.
+//! and B answers. Each host is a process of its own: run with no
+//! arguments, the program starts host B as a child of itself on a private
+//! emulated fabric, removed at the end, even on error; or run each host by
+//! hand, in two terminals (in real use each host is its own machine,
+//! opening the same `emu:NAME`, or `vfio:BDF` on a VM or NTB).
 //!
 //! ```sh
 //! cargo run --release -p ntbdk-apps --example messages
+//! cargo run --release -p ntbdk-apps --example messages -- --role b --fabric demo  # terminal 1
+//! cargo run --release -p ntbdk-apps --example messages -- --role a --fabric demo  # terminal 2
 //! ```
 
 use anyhow::Result;
@@ -18,21 +21,23 @@ use ntbdk_pmd::hw::open::open;
 use ntbdk_pmd::transport::{Access, Config, Geometry, OpKind, RegionKey, Sge, Transport};
 
 #[path = "common/mod.rs"]
-mod common;
+pub mod common;
 
-use common::{PrivateFabric, WAIT, hang_up, next};
+use common::{Example, PrivateFabric, WAIT, hang_up, next};
 
 const A: u16 = 0;
 const B: u16 = 1;
 
 fn main() -> Result<()> {
-    run(std::io::stdout())
+    EXAMPLE.main()
 }
 
-/// Runs both hosts and prints what each does to `out`.
-pub fn run(out: impl std::io::Write + Send) -> Result<()> {
-    common::run_hosts("messages", out, host_a, host_b)
-}
+/// The example: two hosts, each a process of its own.
+pub const EXAMPLE: Example = Example {
+    name: "messages",
+    host_a,
+    host_b,
+};
 
 /// Host A: learns B's region key, greets B, reads the answer.
 fn host_a(fabric: &PrivateFabric, say: &dyn Fn(String)) -> Result<()> {

@@ -4,9 +4,9 @@
 //! one read naming that key and its own region to land in. No byte is read
 //! across the bridge: A sends B where its region lies, and B copies the
 //! data into it with posted writes, so A's device counts zero non-posted
-//! reads. Each host runs in its own thread on a private emulated fabric,
-//! removed at the end (in real use each host is its own process or machine:
-//! see the `messages` example).
+//! reads. Each host is a process of its own (host B a child of this
+//! program, or `--role a|b --fabric NAME` by hand: see the `messages`
+//! example) on a private emulated fabric, removed at the end.
 //!
 //! ```sh
 //! cargo run --release -p ntbdk-apps --example read
@@ -19,22 +19,24 @@ use ntbdk_pmd::transport::{
 };
 
 #[path = "common/mod.rs"]
-mod common;
+pub mod common;
 
-use common::{PrivateFabric, WAIT, hang_up, next};
+use common::{Example, PrivateFabric, WAIT, hang_up, next};
 
 const A: u16 = 0;
 const B: u16 = 1;
 const LEN: usize = 1 << 20;
 
 fn main() -> Result<()> {
-    run(std::io::stdout())
+    EXAMPLE.main()
 }
 
-/// Runs both hosts and prints what each does to `out`.
-pub fn run(out: impl std::io::Write + Send) -> Result<()> {
-    common::run_hosts("read", out, host_a, host_b)
-}
+/// The example: two hosts, each a process of its own.
+pub const EXAMPLE: Example = Example {
+    name: "read",
+    host_a,
+    host_b,
+};
 
 /// The byte at `i` of B's region.
 fn pattern(i: usize) -> u8 {

@@ -4,9 +4,10 @@
 //! fills a region of its own and posts one write naming B's key. The data
 //! crosses as posted writes only (A copies straight into B's region after
 //! B sent it where the region lies); A's completion means B has it. A then
-//! tells B, which checks every byte and answers. Each host runs in its own
-//! thread on a private emulated fabric, removed at the end (in real use
-//! each host is its own process or machine: see the `messages` example).
+//! tells B, which checks every byte and answers. Each host is a process of
+//! its own (host B a child of this program, or `--role a|b --fabric NAME`
+//! by hand: see the `messages` example) on a private emulated fabric,
+//! removed at the end.
 //!
 //! ```sh
 //! cargo run --release -p ntbdk-apps --example write
@@ -19,22 +20,24 @@ use ntbdk_pmd::transport::{
 };
 
 #[path = "common/mod.rs"]
-mod common;
+pub mod common;
 
-use common::{PrivateFabric, WAIT, hang_up, next};
+use common::{Example, PrivateFabric, WAIT, hang_up, next};
 
 const A: u16 = 0;
 const B: u16 = 1;
 const LEN: usize = 1 << 20;
 
 fn main() -> Result<()> {
-    run(std::io::stdout())
+    EXAMPLE.main()
 }
 
-/// Runs both hosts and prints what each does to `out`.
-pub fn run(out: impl std::io::Write + Send) -> Result<()> {
-    common::run_hosts("write", out, host_a, host_b)
-}
+/// The example: two hosts, each a process of its own.
+pub const EXAMPLE: Example = Example {
+    name: "write",
+    host_a,
+    host_b,
+};
 
 /// The byte at `i` of what A writes.
 fn pattern(i: usize) -> u8 {

@@ -1,12 +1,15 @@
-//! The programs in `apps/examples/` run and say what they should: each is
-//! compiled into this test from its own source file, and its `run` is
-//! called with a buffer for its output (its `main` only passes stdout).
-//! `cargo test` also builds each as an example binary.
+//! The programs in `apps/examples/` run as two processes and say what they
+//! should: each is compiled into this test from its own source file; host A
+//! runs in the test, host B in this test binary run again as a child (the
+//! `child_host_b` entry), each on the example's fabric, as the example's
+//! own `main` does with itself. `cargo test` also builds each as an example
+//! binary.
 
 // Each example is compiled here as it is on its own, with its own copy of
 // the module the examples share.
 #![allow(clippy::duplicate_mod)]
 
+use std::process::Command;
 use std::sync::Mutex;
 
 #[allow(dead_code)]
@@ -19,12 +22,45 @@ mod read;
 #[path = "../examples/write.rs"]
 mod write;
 
-/// The examples spin two threads each; on a small machine one at a time
+/// The examples spin two processes each; on a small machine one at a time
 /// keeps them quick.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Runs `example`, returning its output; fails the test when it fails.
-fn output(example: fn(&mut Vec<u8>) -> anyhow::Result<()>) -> String {
+/// The environment variable that makes `child_host_b` run host B of an
+/// example: `EXAMPLE FABRIC`.
+const CHILD: &str = "NTBDK_EXAMPLE_HOST_B";
+
+/// Host B's process: this test binary again, running `child_host_b` only.
+fn spawn_b(example: &str) -> impl Fn(&str) -> Command {
+    let example = example.to_string();
+    move |fabric| {
+        let mut c = Command::new(std::env::current_exe().expect("the test binary"));
+        c.args(["--exact", "child_host_b", "--nocapture", "--quiet"])
+            .env(CHILD, format!("{example} {fabric}"));
+        c
+    }
+}
+
+/// Host B of an example, when this binary was started as its process.
+#[test]
+fn child_host_b() {
+    let Ok(what) = std::env::var(CHILD) else {
+        return; // a normal test run
+    };
+    let (example, fabric) = what.split_once(' ').expect("EXAMPLE FABRIC");
+    let out = std::io::stdout();
+    let r = match example {
+        "messages" => messages::EXAMPLE.run_role(messages::common::Role::B, fabric, out),
+        "write" => write::EXAMPLE.run_role(write::common::Role::B, fabric, out),
+        "read" => read::EXAMPLE.run_role(read::common::Role::B, fabric, out),
+        other => panic!("no example {other}"),
+    };
+    r.unwrap();
+}
+
+/// Runs `example` as two processes, returning its output (both hosts'
+/// lines); fails the test when it fails.
+fn output(example: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<()>) -> String {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Vec::new();
     if let Err(e) = example(&mut out) {
@@ -53,7 +89,7 @@ fn no_fabric_left(what: &str) {
 
 #[test]
 fn messages_exchanges_a_key_and_greetings() {
-    let out = output(|o| messages::run(o));
+    let out = output(|o| messages::EXAMPLE.run_pair(o, &spawn_b("messages")));
     assert!(has_line(&out, "host A: connected to port 1"), "{out}");
     assert!(
         has_line(&out, r#"host B: received "hello from A""#),
@@ -79,7 +115,7 @@ fn messages_exchanges_a_key_and_greetings() {
 
 #[test]
 fn write_lands_every_byte() {
-    let out = output(|o| write::run(o));
+    let out = output(|o| write::EXAMPLE.run_pair(o, &spawn_b("write")));
     assert!(
         has_line(&out, "host A: wrote 1048576 bytes into B's region"),
         "{out}"
@@ -98,7 +134,7 @@ fn write_lands_every_byte() {
 
 #[test]
 fn read_brings_every_byte_without_reading_across() {
-    let out = output(|o| read::run(o));
+    let out = output(|o| read::EXAMPLE.run_pair(o, &spawn_b("read")));
     assert!(
         has_line(
             &out,

@@ -142,6 +142,218 @@ fn write_bw_and_lat_with_json_and_plot() {
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
 }
 
+/// The client's `served` count from its counters block: writes the server
+/// placed into our region through the rendezvous (none when it answers
+/// with one-sided writes).
+fn served_by_client(stdout: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("qp -> port"))
+        .unwrap_or_else(|| panic!("no counters line:\n{stdout}"));
+    let at = line.find("served ").expect("a served count") + "served ".len();
+    line[at..].split(',').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn write_modes_direct_and_rendezvous() {
+    let dir = Dir::new("modes");
+    for mode in ["direct", "rendezvous"] {
+        let json = dir.0.join(format!("{mode}.json"));
+        let d = run(
+            &dir,
+            &[
+                "--op",
+                "write",
+                "--write-mode",
+                mode,
+                "-s",
+                "4K",
+                "-n",
+                "1000",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+        );
+        assert_ok(&d);
+        assert!(
+            d.stdout.contains(&format!(" Write mode      : {mode} (")),
+            "{}",
+            d.stdout
+        );
+        check_bw(&perftest_rows(&d.stdout, BW_HEADER)[0], 4096, Some(1000));
+        check_lat(&perftest_rows(&d.stdout, LAT_HEADER)[0], 4096, Some(1000));
+        let served = served_by_client(&d.stdout);
+        if mode == "direct" {
+            assert_eq!(served, 0, "answers are one-sided writes:\n{}", d.stdout);
+        } else {
+            assert!(
+                served >= 1000,
+                "answers are rendezvous writes:\n{}",
+                d.stdout
+            );
+        }
+        assert_eq!(Report::read_json(&json).unwrap().params["write_mode"], mode);
+    }
+    // The default is direct; a sweep re-arms the polled byte at each size.
+    let d = run(&dir, &["--test", "lat", "-a", "-n", "50"]);
+    assert_ok(&d);
+    assert!(
+        d.stdout.contains(" Write mode      : direct ("),
+        "{}",
+        d.stdout
+    );
+    let lat = perftest_rows(&d.stdout, LAT_HEADER);
+    assert_eq!(lat.len(), 23, "2 B .. 8 MiB:\n{}", d.stdout);
+    for (i, row) in lat.iter().enumerate() {
+        check_lat(row, 2 << i, Some(50));
+    }
+    let d = run(
+        &dir,
+        &["--op", "read", "--write-mode", "direct", "-s", "64"],
+    );
+    assert_fails_with(&d, "--write-mode says how --op write writes");
+    assert!(dir.fabrics().is_empty());
+}
+
+/// The rows after a bidirectional table's rule: this side's direction,
+/// then the servers'.
+fn direction_rows(stdout: &str) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let after = |marker: &str| -> Vec<Vec<String>> {
+        stdout
+            .lines()
+            .skip_while(|l| !l.contains(marker))
+            .skip(1)
+            .take_while(|l| l.starts_with(' ') && !l.contains("->") && !l.starts_with("---"))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    };
+    (
+        after("(this side, as measured here)"),
+        after("(the servers, as each timed itself)"),
+    )
+}
+
+#[test]
+fn bidirectional_bandwidth_sums_both_directions() {
+    let dir = Dir::new("bidir");
+    for op in ["write", "send", "read"] {
+        let json = dir.0.join(format!("{op}.json"));
+        let d = run(
+            &dir,
+            &[
+                "-b",
+                "--op",
+                op,
+                "--test",
+                "bw",
+                "-s",
+                "1K",
+                "-n",
+                "2000",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+        );
+        assert_ok(&d);
+        assert!(d.stdout.contains("Bidirectional BW Test"), "{}", d.stdout);
+        let total = perftest_rows(&d.stdout, BW_HEADER);
+        assert_eq!(total.len(), 1, "{}", d.stdout);
+        check_bw(&total[0], 1024, None);
+        let (ours, theirs) = direction_rows(&d.stdout);
+        assert_eq!((ours.len(), theirs.len()), (1, 1), "{}", d.stdout);
+        check_bw(&ours[0], 1024, Some(2000));
+        check_bw(&theirs[0], 1024, None);
+        // The total is the sum of the directions, as perftest's -b reports.
+        let n = |r: &[String], i: usize| num(&r[i]);
+        assert_eq!(
+            n(&total[0], 1),
+            n(&ours[0], 1) + n(&theirs[0], 1),
+            "{}",
+            d.stdout
+        );
+        for col in [3, 4] {
+            let sum = n(&ours[0], col) + n(&theirs[0], col);
+            assert!(
+                (n(&total[0], col) - sum).abs() <= 0.02 + sum * 0.001,
+                "column {col}: {}",
+                d.stdout
+            );
+        }
+        let report = Report::read_json(&json).unwrap();
+        assert_eq!(report.params["bidirectional"], true);
+        assert_eq!(report.bandwidth[0].iterations, n(&total[0], 1) as u64);
+    }
+    assert!(dir.fabrics().is_empty());
+}
+
+#[test]
+fn windows_are_described_for_every_side() {
+    use ntbdk_mempool::{HugepageCounts, PageSize};
+    let dir = Dir::new("windows");
+    let d = run(&dir, &["--test", "lat", "-s", "64", "-n", "100", "-q", "2"]);
+    assert_ok(&d);
+    let line = d
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(" Windows         : "))
+        .unwrap_or_else(|| panic!("no Windows line:\n{}", d.stdout));
+    for port in 0..3 {
+        assert!(line.contains(&format!("port {port} on ")), "{line}");
+    }
+    let pools: Vec<HugepageCounts> = [PageSize::Huge2M, PageSize::Huge1G]
+        .into_iter()
+        .filter_map(HugepageCounts::read)
+        .collect();
+    let none_reserved = !pools.is_empty() && pools.iter().all(|c| c.total == 0);
+    if line.contains("on 4 KiB pages") {
+        assert_eq!(
+            line.contains("no hugepages reserved"),
+            none_reserved,
+            "{line}"
+        );
+    } else {
+        assert!(!line.contains("("), "every side on hugepages: {line}");
+    }
+}
+
+#[test]
+fn spinners_sharing_a_core_are_warned_of() {
+    let dir = Dir::new("cores");
+    // Every server of --qp 2 takes --peer-lcore: they share it.
+    let d = run(&dir, &["--test", "lat", "-s", "64", "-n", "10", "-q", "2"]);
+    assert_ok(&d);
+    assert!(
+        d.stderr
+            .contains("server 1 and server 2 poll on the same core")
+            && d.stderr.contains("--lcore, --peer-lcore"),
+        "{}",
+        d.stderr
+    );
+    let d = run(
+        &dir,
+        &[
+            "--test",
+            "lat",
+            "-s",
+            "64",
+            "-n",
+            "10",
+            "--lcore",
+            "0",
+            "--peer-lcore",
+            "0",
+        ],
+    );
+    assert_ok(&d);
+    assert!(
+        d.stderr
+            .contains("the client and server 1 poll on the same core 0"),
+        "{}",
+        d.stderr
+    );
+    assert_eq!(d.stderr.matches("poll on the same core").count(), 1, "once");
+}
+
 #[test]
 fn sweep_of_sizes_by_duration() {
     let dir = Dir::new("sweep");
@@ -347,7 +559,8 @@ fn perftest_flags_without_meaning_name_the_nearest_option() {
         assert!(d.stderr.contains(needle), "{args:?}: {}", d.stderr);
     }
     for (args, needle) in [
-        (&["-b"][..], "not supported yet"),
+        (&["-b", "--test", "lat"][..], "measures bandwidth"),
+        (&["-b", "--run_infinitely"][..], "drop --run_infinitely"),
         (&["--run_infinitely", "--test", "lat"][..], "bandwidth only"),
         (&["-H", "--test", "bw"][..], "--test lat"),
         (

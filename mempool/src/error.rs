@@ -11,7 +11,7 @@ pub enum MemError {
     #[error(
         "not enough {page_size} hugepages: need {needed_pages}, {free_pages} free: \
          run scripts/setup-hugepages.sh --setup {suggested_total}{size_arg}, \
-         or allow the 4 KiB fallback (--no-huge)",
+         or allow the 4 KiB fallback (ZoneOptions::huge_or_fallback)",
         size_arg = page_size.setup_size_arg()
     )]
     NoHugepages {
@@ -30,7 +30,7 @@ pub enum MemError {
     #[error(
         "this system offers no {page_size} hugepages \
          (no /sys/kernel/mm/hugepages/{dir}): use 2 MiB pages, \
-         or allow the 4 KiB fallback (--no-huge)",
+         or allow the 4 KiB fallback (ZoneOptions::huge_or_fallback)",
         dir = page_size.sysfs_dir()
     )]
     HugepagesUnsupported {
@@ -96,6 +96,30 @@ impl MemError {
         Self::Io {
             what: what.into(),
             source,
+        }
+    }
+}
+
+impl MemError {
+    /// A hugepage shortage said for a zone that falls back to 4 KiB pages:
+    /// what was short and how to reserve more, without the advice to allow
+    /// the fallback it is taking. `None` for other errors.
+    pub(crate) fn hugepage_shortfall(&self) -> Option<String> {
+        match self {
+            MemError::NoHugepages {
+                page_size,
+                needed_pages,
+                free_pages,
+                suggested_total,
+            } => Some(format!(
+                "not enough {page_size} hugepages: need {needed_pages}, {free_pages} free \
+                 (to use hugepages: scripts/setup-hugepages.sh --setup {suggested_total}{})",
+                page_size.setup_size_arg()
+            )),
+            MemError::HugepagesUnsupported { page_size } => {
+                Some(format!("this system offers no {page_size} hugepages"))
+            }
+            _ => None,
         }
     }
 }

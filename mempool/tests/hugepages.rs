@@ -222,7 +222,7 @@ fn shortage_is_a_clear_error() {
     let expected = format!(
         "not enough 2 MiB hugepages: need {needed_pages}, {free_pages} free: \
          run scripts/setup-hugepages.sh --setup {suggested_total}, \
-         or allow the 4 KiB fallback (--no-huge)"
+         or allow the 4 KiB fallback (ZoneOptions::huge_or_fallback)"
     );
     assert_eq!(msg, expected);
     assert_eq!(counts().unwrap().available(), free, "nothing leaked");
@@ -252,8 +252,15 @@ fn fallback_to_small_pages_warns_once() {
     assert!(z.len() >= len);
     assert_eq!(warnings.len(), 1, "exactly one warning: {warnings:?}");
     assert!(
-        warnings[0].contains("not enough 2 MiB hugepages"),
+        warnings[0].contains("not enough 2 MiB hugepages")
+            && warnings[0].contains("scripts/setup-hugepages.sh --setup")
+            && warnings[0].contains("falling back to 4 KiB pages"),
         "{}",
+        warnings[0]
+    );
+    assert!(
+        !warnings[0].contains("allow the 4 KiB fallback") && !warnings[0].contains("--no-huge"),
+        "no advice to allow what is happening, nor a flag the apps lack: {}",
         warnings[0]
     );
 
@@ -295,7 +302,7 @@ fn gigantic_pages_error_or_fallback() {
             assert!(
                 msg.starts_with("not enough 1 GiB hugepages: need 1, 0 free")
                     && msg.contains("--size 1G")
-                    && msg.contains("--no-huge"),
+                    && msg.contains("ZoneOptions::huge_or_fallback"),
                 "{msg}"
             );
         }

@@ -341,7 +341,11 @@ fn run(args: &Args) -> Result<()> {
             spinners.push((format!("lcore {k}"), core_affinity::CoreId { id: c }));
         }
     }
-    let poll = if warn_shared_cores(TOOL, &spinners) {
+    let poll = if warn_shared_cores(
+        TOOL,
+        &spinners,
+        "--lcore (the first core; queues take the next ones)",
+    ) {
         PollMode::Hybrid { spins: 256 }
     } else {
         PollMode::Spin

@@ -19,20 +19,21 @@ use anyhow::{Context, Result, bail};
 use clap::error::{ContextKind, ContextValue};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use ntbdk_apps::cli::hugepages::{hugepage_pools, windows_by_side};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
-    warn_shared_cores,
+    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, publish_stats, usable_cores,
+    wait_peers, warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::perftest::{self, Invocation};
 use ntbdk_apps::perf::{
-    Budget, Client, EAGER_SIZE, Endpoint, Op, Test, fabric_config, parse_size, serve, size_label,
-    sweep_sizes,
+    Budget, Client, EAGER_SIZE, Endpoint, Op, Test, WriteMode, fabric_config, parse_size, serve,
+    size_label, sweep_sizes,
 };
 use ntbdk_apps::report::{
-    BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
+    BwRow, BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
 };
 use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric};
 use ntbdk_pmd::hw::open::DeviceSpec;
@@ -82,10 +83,16 @@ struct Args {
     /// (latency, as ib_*_lat). Default: both.
     #[arg(long, value_enum)]
     test: Option<Test>,
-    /// Operation: write (rendezvous, into the server's region), read (of
-    /// the server's region) or send (eager, at most 4 KiB).
+    /// Operation: write (into the server's region; see --write-mode), read
+    /// (of the server's region) or send (eager, at most 4 KiB).
     #[arg(long, value_enum, default_value = "write")]
     op: Op,
+    /// How --op write writes: direct (one-sided posted writes into the
+    /// server's advertised region, as ib_write_* do; latency polls the
+    /// buffer's last byte) or rendezvous (the transport's request, placement
+    /// and acknowledgment). Default: direct.
+    #[arg(long, value_enum, value_name = "MODE")]
+    write_mode: Option<WriteMode>,
     /// Message size (bytes; K, M suffixes: 64, 4K, 1M, 8M). Default: all
     /// sizes (-a).
     #[arg(short = 's', long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "all")]
@@ -112,8 +119,9 @@ struct Args {
     /// the client uses the first N servers whose links are up.
     #[arg(short = 'q', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     qp: u64,
-    /// Bidirectional bandwidth: not supported yet (refused with a
-    /// message; run a second client/server pair the other way).
+    /// Bidirectional bandwidth, as perftest's -b: every server posts the
+    /// same operations towards the client while the client measures; the
+    /// table's rows sum both directions, each direction is shown after it.
     #[arg(short = 'b', long)]
     bidirectional: bool,
     /// Largest send carried inline (perftest's -I). ntbdk's transport
@@ -302,6 +310,12 @@ fn check_args(args: &Args) -> Result<()> {
     {
         bail!("-D/--duration must be a number of seconds in (0, 3600], not {d}");
     }
+    if args.write_mode.is_some() && args.op != Op::Write {
+        bail!(
+            "--write-mode says how --op write writes: drop it, or use --op write (not --op {})",
+            args.op.name()
+        );
+    }
     if args.op == Op::Send
         && let Some(s) = args.size
         && s > u64::from(EAGER_SIZE)
@@ -311,11 +325,11 @@ fn check_args(args: &Args) -> Result<()> {
              for larger messages"
         );
     }
-    if args.bidirectional {
-        bail!(
-            "-b/--bidirectional is not supported yet: run a second pair the other way \
-             (swap --server) for the reverse direction"
-        );
+    if args.bidirectional && args.test == Some(Test::Lat) {
+        bail!("-b/--bidirectional measures bandwidth (as perftest's): drop --test lat");
+    }
+    if args.bidirectional && args.run_infinitely {
+        bail!("-b/--bidirectional reports per size: drop --run_infinitely (or -b)");
     }
     if args.run_infinitely && args.test == Some(Test::Lat) {
         bail!("--run_infinitely measures bandwidth only (as perftest's): drop --test lat");
@@ -392,6 +406,7 @@ fn run(args: &Args) -> Result<()> {
             let dev = Arc::new(dev);
             let mut ctl = ServerControl::new(dev.clone())?;
             let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
+            publish_stats(TOOL, &mut ep.t, &dev);
             // perftest's server waits for its client as long as it takes.
             let wait = args.timeout.map(Duration::from_secs_f64);
             if !args.peer {
@@ -404,7 +419,10 @@ fn run(args: &Args) -> Result<()> {
                      (on the other side run: {TOOL} {how} {name} [-s SIZE ...])",
                     dev.port()
                 );
-                println!("{TOOL}: server windows: {}", windows_desc(&dev));
+                println!(
+                    "{TOOL}: server windows: {}",
+                    windows_by_side(&dev, &[dev.port()])
+                );
             }
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the client on the other side ({TOOL} {how} {name})");
@@ -439,7 +457,8 @@ fn run(args: &Args) -> Result<()> {
                     max_servers(dev.as_ref())
                 );
             }
-            let ep = Endpoint::new(dev.clone(), op_timeout)?;
+            let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
+            publish_stats(TOOL, &mut ep.t, &dev);
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             if !want.is_empty() && args.qp > 1 {
                 bail!("--peer-slot names one server: use it with --qp 1");
@@ -461,37 +480,10 @@ fn check_hugepages(args: &Args, dev: &EmuDevice) -> Result<()> {
             "--use_hugepages: this side's windows are on 4 KiB pages ({}): reserve hugepages \
              (scripts/setup-hugepages.sh, or echo N > /proc/sys/vm/nr_hugepages) or drop \
              --use_hugepages",
-            hugepages_state()
+            hugepage_pools()
         );
     }
     Ok(())
-}
-
-/// What /proc/meminfo says of hugepages: none reserved, or how many free.
-fn hugepages_state() -> String {
-    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    match (field("HugePages_Total:"), field("HugePages_Free:")) {
-        (Some(0), _) | (None, _) => "no hugepages reserved".into(),
-        (Some(total), Some(free)) => {
-            format!("{free} of {total} hugepages free, not enough for the windows")
-        }
-        (Some(total), None) => format!("{total} hugepages reserved, too few free"),
-    }
-}
-
-/// This side's window memory, truthfully.
-fn windows_desc(dev: &EmuDevice) -> String {
-    if dev.window_is_huge() {
-        "on hugepages".into()
-    } else {
-        format!("on 4 KiB pages ({})", hugepages_state())
-    }
 }
 
 /// Both sides: a private fabric, the server(s) as child processes.
@@ -506,7 +498,7 @@ fn self_contained(
     for i in 1..=args.qp {
         spinners.push((format!("server {i}"), peer_core));
     }
-    warn_shared_cores(TOOL, &spinners);
+    warn_shared_cores(TOOL, &spinners, "--lcore, --peer-lcore");
     let name = format!("perf-{}", std::process::id());
     let slots = args.qp as usize + 1;
     let fabric = EmuFabric::create(&name, &fabric_config(slots))
@@ -515,7 +507,8 @@ fn self_contained(
     let dev = join(&fabric, Some(0))?;
     check_hugepages(args, &dev)?;
     let dev = Arc::new(dev);
-    let ep = Endpoint::new(dev.clone(), timeout)?;
+    let mut ep = Endpoint::new(dev.clone(), timeout)?;
+    publish_stats(TOOL, &mut ep.t, &dev);
 
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let mut children = Children::default();
@@ -570,13 +563,14 @@ fn budget(args: &Args) -> Budget {
 }
 
 /// perftest's test title: `RDMA_Write BW Test` becomes `NTB Write BW Test`.
-fn title(op: Op, test: Test, post_list: u64) -> String {
+fn title(op: Op, test: Test, post_list: u64, bidirectional: bool) -> String {
     let op = match op {
         Op::Write => "Write",
         Op::Read => "Read",
         Op::Send => "Send",
     };
     match test {
+        Test::Bw if bidirectional => format!("NTB {op} Bidirectional BW Test"),
         Test::Bw if post_list > 1 => format!("NTB {op} Post List BW Test"),
         Test::Bw => format!("NTB {op} BW Test"),
         Test::Lat => format!("NTB {op} Latency Test"),
@@ -593,6 +587,8 @@ fn measure(
     core: core_affinity::CoreId,
     spawned: Option<(core_affinity::CoreId, &mut Children)>,
 ) -> Result<()> {
+    let write_mode = args.write_mode.unwrap_or_default();
+    client.set_write_mode(write_mode);
     let tests: Vec<Test> = match (args.test, args.run_infinitely) {
         (_, true) => vec![Test::Bw],
         (Some(t), false) => vec![t],
@@ -612,6 +608,11 @@ fn measure(
     let mut report = Report::new(TOOL);
     report
         .param("op", args.op.name())
+        .param("bidirectional", args.bidirectional)
+        .param(
+            "write_mode",
+            (args.op == Op::Write).then_some(write_mode.name()),
+        )
         .param("post_list", args.post_list)
         .param("tx_depth", args.tx_depth)
         .param("qp", args.qp)
@@ -639,6 +640,7 @@ fn measure(
             dev,
             fabric,
             peers: &peer_desc,
+            servers: &servers,
             core,
             budget,
         };
@@ -683,6 +685,8 @@ struct Header<'a> {
     dev: &'a EmuDevice,
     fabric: &'a str,
     peers: &'a str,
+    /// The servers' ports (whose windows the header describes too).
+    servers: &'a [Port],
     core: core_affinity::CoreId,
     budget: Budget,
 }
@@ -693,9 +697,15 @@ impl Header<'_> {
         println!("{RULE}");
         println!(
             "                    {}",
-            title(a.op, self.test, a.post_list)
+            title(a.op, self.test, a.post_list, a.bidirectional)
         );
         println!(" Device          : {}", self.fabric);
+        if a.op == Op::Write {
+            println!(
+                " Write mode      : {}",
+                a.write_mode.unwrap_or_default().describe()
+            );
+        }
         println!(
             " Ports           : {} (core {}) -> {}",
             self.dev.port(),
@@ -719,7 +729,9 @@ impl Header<'_> {
             format!("{} per size", self.budget.describe())
         };
         println!(" Duration        : {budget}");
-        println!(" Windows         : {}", windows_desc(self.dev));
+        let mut sides = vec![self.dev.port()];
+        sides.extend_from_slice(self.servers);
+        println!(" Windows         : {}", windows_by_side(self.dev, &sides));
         if self.test == Test::Lat {
             let what = if a.op == Op::Read {
                 "round trip"
@@ -742,15 +754,24 @@ fn bandwidth(
     let sizes = sizes(args, client, args.op);
     let mut progress = Progress::new(&format!("{} bw", args.op.name()), sizes.len());
     println!("{RULE}\n{}", bw_header(unit));
+    let (burst, depth) = (args.post_list as usize, args.tx_depth as usize);
+    // -b: each direction's rows, shown after the table of their sums.
+    let mut directions: Vec<(BwRow, BwRow)> = Vec::new();
     for &size in &sizes {
         progress.step(&size_label(size));
-        let mut row = client.bandwidth(
-            args.op,
-            size,
-            args.post_list as usize,
-            args.tx_depth as usize,
-            budget,
-        )?;
+        let mut row = if args.bidirectional {
+            let (mut ours, mut theirs) =
+                client.bandwidth_bidir(args.op, size, burst, depth, budget)?;
+            if args.no_peak {
+                ours.peak_gb_per_s = 0.0;
+                theirs.peak_gb_per_s = 0.0;
+            }
+            let sum = ours.plus(&theirs);
+            directions.push((ours, theirs));
+            sum
+        } else {
+            client.bandwidth(args.op, size, burst, depth, budget)?
+        };
         if args.no_peak {
             row.peak_gb_per_s = 0.0;
         }
@@ -760,6 +781,19 @@ fn bandwidth(
     }
     progress.finish();
     println!("{RULE}");
+    if !directions.is_empty() {
+        let (us, them) = (client.endpoint().t.port(), client.server_ports());
+        println!(" Rows above: both directions summed. By direction:");
+        println!(" port {us} -> {them:?} (this side, as measured here):");
+        for (ours, _) in &directions {
+            println!("{}", bw_line(ours, unit));
+        }
+        println!(" {them:?} -> port {us} (the servers, as each timed itself):");
+        for (_, theirs) in &directions {
+            println!("{}", bw_line(theirs, unit));
+        }
+        println!("{RULE}");
+    }
     Ok(())
 }
 

@@ -256,6 +256,7 @@ fn self_contained(
             ("the measuring side".to_string(), core),
             ("the echo side".to_string(), peer_core),
         ],
+        "--lcore, --peer-lcore",
     );
     let name = format!("pingpong-{}", std::process::id());
     let cfg = fabric_config();

@@ -6,16 +6,25 @@
 //! ntb-tool db ring lab --peer 1 0x1        # claims a slot briefly to ring
 //! ntb-tool db read lab --slot 1            # slot 1's own doorbell register
 //! ntb-tool spad write lab --slot 1 0 0xbeef
+//! ntb-tool mw write lab --peer 1 --offset 0x100 de:ad:be:ef
+//! ntb-tool mw read lab --peer 1 --offset 0x100 --len 64
+//! ntb-tool db wait lab --slot 1 0x1 --timeout 5
+//! ntb-tool link wait lab --slot 1 --timeout 5
+//! ntb-tool status lab --watch 1
 //! ntb-tool destroy lab
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use ntbdk_apps::tool::{fmt_size, parse_size, parse_u32, parse_u64, render_status};
+use ntbdk_apps::cli::session::check_interrupted;
+use ntbdk_apps::tool::hexdump::{hexdump, parse_hex_bytes};
+use ntbdk_apps::tool::qp::{find_pages, render_qps};
+use ntbdk_apps::tool::watch::Watch;
+use ntbdk_apps::tool::{dead_owners, fmt_size, parse_size, parse_u32, parse_u64, render_status};
 use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig, shm_dir};
 use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, attach_fabric};
@@ -71,7 +80,7 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
-    /// List fabrics.
+    /// List fabrics; those whose owners are all dead are marked.
     List,
     /// Show a fabric's slots: owners, link, generations, heartbeats, counters.
     Status {
@@ -84,6 +93,24 @@ enum Cmd {
         /// First reclaim slots whose owner is dead.
         #[arg(long)]
         reclaim: bool,
+        /// Print per-host rates (posted writes/s, MB/s, reads/s), joins and
+        /// link downs every SECS seconds (default 1) until Ctrl-C.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        watch: Option<f64>,
+        /// With --watch, stop after N samples.
+        #[arg(long, value_name = "N", requires = "watch")]
+        count: Option<u64>,
+    },
+    /// Queue pairs of every host running a transport on the fabric: state,
+    /// outstanding writes/reads/multicasts, receives posted, backlog,
+    /// counters and drops by kind, per peer (from the stats pages the
+    /// transports publish beside the fabric).
+    Qp {
+        /// Fabric name.
+        name: String,
+        /// Show peers never connected too.
+        #[arg(long)]
+        all: bool,
     },
     /// Scratchpad registers.
     Spad {
@@ -94,6 +121,81 @@ enum Cmd {
     Db {
         #[command(subcommand)]
         op: DbOp,
+    },
+    /// Memory windows: a byte range of a peer's window through the bridge.
+    Mw {
+        #[command(subcommand)]
+        op: MwOp,
+    },
+    /// Links.
+    Link {
+        #[command(subcommand)]
+        op: LinkOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MwOp {
+    /// Read a byte range of a peer's window as a host (one non-posted read,
+    /// counted as such) and hex-dump it.
+    Read {
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
+        name: String,
+        /// The peer whose window to read.
+        #[arg(long)]
+        peer: u16,
+        /// The slot to act as (claimed briefly; default: the first free one).
+        #[arg(long)]
+        slot: Option<u16>,
+        /// First byte, from the window's start (K, M suffixes, 0x hex).
+        #[arg(long, default_value = "0", value_parser = parse_size)]
+        offset: usize,
+        /// Bytes to read (at most 1 MiB).
+        #[arg(long, default_value = "64", value_parser = parse_size)]
+        len: usize,
+    },
+    /// Write bytes into a peer's window as a host (posted writes): the
+    /// given hex bytes, or --len bytes of --fill.
+    Write {
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
+        name: String,
+        /// The peer whose window to write.
+        #[arg(long)]
+        peer: u16,
+        /// The slot to act as (claimed briefly; default: the first free one).
+        #[arg(long)]
+        slot: Option<u16>,
+        /// First byte, from the window's start (K, M suffixes, 0x hex).
+        #[arg(long, default_value = "0", value_parser = parse_size)]
+        offset: usize,
+        /// Write this byte (decimal, 0x hex) --len times instead of BYTES.
+        #[arg(long, value_parser = parse_byte, requires = "len", conflicts_with = "bytes")]
+        fill: Option<u8>,
+        /// With --fill, how many bytes (at most 1 MiB).
+        #[arg(long, value_parser = parse_size, requires = "fill")]
+        len: Option<usize>,
+        /// The bytes in hex: deadbeef, de:ad:be:ef or "de ad be ef".
+        #[arg(value_parser = parse_hex_bytes, required_unless_present = "fill")]
+        bytes: Option<HexBytes>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LinkOp {
+    /// Wait until slot N's link is up (or, with --down, down); fails after
+    /// --timeout.
+    Wait {
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
+        name: String,
+        /// The slot.
+        #[arg(long)]
+        slot: u16,
+        /// Wait for the link to go down instead.
+        #[arg(long)]
+        down: bool,
+        /// Give up after SECS seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        timeout: f64,
     },
 }
 
@@ -171,6 +273,21 @@ enum DbOp {
         #[arg(value_parser = parse_u64)]
         bits: Option<u64>,
     },
+    /// Wait until any of BITS (default: any bit) is pending in slot N's
+    /// doorbell and print them; fails after --timeout. Leaves them pending.
+    Wait {
+        /// Fabric name, or a device: emu:NAME, or vfio:BDF.
+        name: String,
+        /// The slot whose doorbell to watch.
+        #[arg(long)]
+        slot: u16,
+        /// The bits to wait for (decimal, 0x hex, 0b binary).
+        #[arg(value_parser = parse_u64)]
+        bits: Option<u64>,
+        /// Give up after SECS seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        timeout: f64,
+    },
     /// Show, set or clear slot N's doorbell mask.
     Mask {
         /// Fabric name, or a device: emu:NAME, or vfio:BDF.
@@ -189,6 +306,51 @@ enum DbOp {
 
 fn parse_index(s: &str) -> Result<usize, String> {
     parse_u64(s).map(|v| v as usize)
+}
+
+/// Bytes given as one hex argument (an alias, so that clap takes one
+/// value rather than a list).
+type HexBytes = Vec<u8>;
+
+fn parse_byte(s: &str) -> Result<u8, String> {
+    let v = parse_u64(s)?;
+    u8::try_from(v).map_err(|_| format!("{s:?} is not a byte (0 to 255)"))
+}
+
+/// Most bytes `mw read` and `mw write --fill` move in one go.
+const MW_MAX: usize = 1 << 20;
+
+/// Checks a byte count for `mw`: 1 to [`MW_MAX`].
+fn mw_len(len: usize) -> Result<usize> {
+    if len == 0 || len > MW_MAX {
+        bail!(
+            "{len} bytes: mw moves 1 byte to {} at a time",
+            fmt_size(MW_MAX)
+        );
+    }
+    Ok(len)
+}
+
+/// A timeout in seconds as a `Duration`, or an error naming the flag.
+fn timeout(secs: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| anyhow::anyhow!("--timeout {secs}: give a number of seconds, 0 or more"))
+}
+
+/// Polls `done` every 100 µs until it returns `Some`, `limit` passes
+/// (an error saying `what` did not happen), or Ctrl-C.
+fn wait_for<T>(limit: Duration, what: &str, mut done: impl FnMut() -> Option<T>) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = done() {
+            return Ok(v);
+        }
+        if start.elapsed() >= limit {
+            bail!("{what} within {limit:?}: nothing happened; try a longer --timeout");
+        }
+        check_interrupted()?;
+        std::thread::sleep(Duration::from_micros(100));
+    }
 }
 
 /// Attaches to the fabric `name` in `dir`; when there is none, says how to
@@ -307,6 +469,11 @@ fn run(cli: Cli) -> Result<()> {
             }
             EmuFabric::destroy_in(&dir, &name)
                 .with_context(|| format!("destroying fabric {name:?}"))?;
+            // Stats pages left by hosts that died without dropping their
+            // transport go with the fabric.
+            for page in find_pages(&dir, &name).unwrap_or_default() {
+                let _ = std::fs::remove_file(&page.path);
+            }
             println!("destroyed fabric {name}");
         }
         Cmd::List => {
@@ -317,13 +484,26 @@ fn run(cli: Cli) -> Result<()> {
             }
             for f in list {
                 match (&f.config, &f.problem) {
-                    (Some(c), _) => println!(
-                        "{:<24} {:>4} slots  {:>4} up  {:>8} windows",
-                        f.name,
-                        c.slots,
-                        f.up_slots,
-                        fmt_size(c.window_size)
-                    ),
+                    (Some(c), _) => {
+                        let dead = EmuFabric::attach_in(&dir, &f.name)
+                            .ok()
+                            .and_then(|fab| dead_owners(&fab.status()))
+                            .map(|n| {
+                                format!(
+                                    "  owners dead ({n} slots held): ntb-tool status {} \
+                                     --reclaim, or destroy it",
+                                    f.name
+                                )
+                            })
+                            .unwrap_or_default();
+                        println!(
+                            "{:<24} {:>4} slots  {:>4} up  {:>8} windows{dead}",
+                            f.name,
+                            c.slots,
+                            f.up_slots,
+                            fmt_size(c.window_size)
+                        )
+                    }
                     (None, p) => println!(
                         "{:<24} unusable: {}",
                         f.name,
@@ -332,7 +512,13 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Cmd::Status { name, all, reclaim } => {
+        Cmd::Status {
+            name,
+            all,
+            reclaim,
+            watch,
+            count,
+        } => {
             let f = match name.parse::<DeviceSpec>()? {
                 DeviceSpec::Emu(name) => attach(&dir, &name)?,
                 spec @ DeviceSpec::Vfio(_) => attach_shared(&spec, &dir)?,
@@ -343,7 +529,37 @@ fn run(cli: Cli) -> Result<()> {
                     println!("reclaimed dead slots {r:?}");
                 }
             }
-            print!("{}", render_status(&f.status(), all));
+            match watch {
+                None => print!("{}", render_status(&f.status(), all)),
+                Some(secs) => {
+                    let every = Duration::try_from_secs_f64(secs)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("--watch {secs}: give a number of seconds above 0")
+                        })?;
+                    let mut w = Watch::new(f.status());
+                    let mut last = Instant::now();
+                    for _ in 0..count.unwrap_or(u64::MAX) {
+                        let due = last + every;
+                        while Instant::now() < due {
+                            check_interrupted()?;
+                            std::thread::sleep(
+                                (due - Instant::now()).min(Duration::from_millis(50)),
+                            );
+                        }
+                        let now = Instant::now();
+                        println!("{}", w.next(f.status(), now - last, all));
+                        last = now;
+                    }
+                }
+            }
+        }
+        Cmd::Qp { name, all } => {
+            let f = attach(&dir, &name)?;
+            let pages = find_pages(&dir, &name)
+                .with_context(|| format!("listing stats pages in {}", dir.display()))?;
+            print!("{}", render_qps(&f.status(), &pages, all));
         }
         Cmd::Spad { op } => match op {
             SpadOp::Read {
@@ -424,6 +640,22 @@ fn run(cli: Cli) -> Result<()> {
                 r.db_clear(bits.unwrap_or(u64::MAX));
                 println!("slot {slot} db {:#x}", r.db());
             }
+            DbOp::Wait {
+                name,
+                slot,
+                bits,
+                timeout: secs,
+            } => {
+                let f = attach_device(&dir, &name)?;
+                let r = f.registers(slot)?;
+                let want = bits.unwrap_or(u64::MAX);
+                let got = wait_for(
+                    timeout(secs)?,
+                    &format!("no doorbell {want:#x} rang at slot {slot}"),
+                    || Some(r.db() & want).filter(|&b| b != 0),
+                )?;
+                println!("slot {slot} db {got:#x}");
+            }
             DbOp::Mask {
                 name,
                 slot,
@@ -439,6 +671,77 @@ fn run(cli: Cli) -> Result<()> {
                     r.db_clear_mask(b);
                 }
                 println!("slot {slot} db mask {:#x}", r.db_mask());
+            }
+        },
+        Cmd::Mw { op } => match op {
+            MwOp::Read {
+                name,
+                peer,
+                slot,
+                offset,
+                len,
+            } => {
+                let f = attach_device(&dir, &name)?;
+                let dev = host(&f, slot)?;
+                let mut buf = vec![0u8; mw_len(len)?];
+                dev.non_posted_read(peer, 0, offset, &mut buf)
+                    .with_context(|| {
+                        format!("reading {len} bytes at {offset:#x} of peer {peer}'s window")
+                    })?;
+                print!("{}", hexdump(offset, &buf));
+            }
+            MwOp::Write {
+                name,
+                peer,
+                slot,
+                offset,
+                fill,
+                len,
+                bytes,
+            } => {
+                let bytes = match (fill, len, bytes) {
+                    (Some(b), Some(n), _) => vec![b; mw_len(n)?],
+                    (_, _, Some(bytes)) => bytes,
+                    _ => bail!("say what to write: hex BYTES, or --fill B --len N"),
+                };
+                let f = attach_device(&dir, &name)?;
+                let dev = host(&f, slot)?;
+                dev.peer_window(peer, 0)
+                    .and_then(|w| w.write(offset, &bytes))
+                    .with_context(|| {
+                        format!(
+                            "writing {} bytes at {offset:#x} of peer {peer}'s window",
+                            bytes.len()
+                        )
+                    })?;
+                println!(
+                    "peer {peer} mw [{offset:#x}, {:#x}) <- {} bytes (from slot {})",
+                    offset + bytes.len(),
+                    bytes.len(),
+                    dev.port()
+                );
+            }
+        },
+        Cmd::Link { op } => match op {
+            LinkOp::Wait {
+                name,
+                slot,
+                down,
+                timeout: secs,
+            } => {
+                let f = attach_device(&dir, &name)?;
+                f.registers(slot)?; // the slot exists
+                let want_up = !down;
+                let state = if want_up { "up" } else { "down" };
+                let generation = wait_for(
+                    timeout(secs)?,
+                    &format!("slot {slot}'s link did not go {state}"),
+                    || {
+                        let s = &f.status().slots[slot as usize];
+                        (s.link_up == want_up).then_some(s.generation)
+                    },
+                )?;
+                println!("slot {slot} link {state} (generation {generation})");
             }
         },
     }

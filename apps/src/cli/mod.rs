@@ -15,6 +15,7 @@
 //! }
 //! ```
 
+pub mod hugepages;
 pub mod session;
 pub mod units;
 

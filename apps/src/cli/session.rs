@@ -94,14 +94,33 @@ pub fn pin(tool: &str, core: core_affinity::CoreId) {
     }
 }
 
-/// Warns once when two or more of `spinners` (each named, e.g. `"client"`,
-/// `"server 2"`) are pinned to the same core: polling loops that share a
+/// Warns once per core that two or more of `spinners` (each named, e.g.
+/// `"the client"`, `"server 2"`) are pinned to: polling loops that share a
 /// core take turns at the scheduler's pace, and the figures measure that.
-/// Returns whether it warned.
-pub fn warn_shared_cores(tool: &str, spinners: &[(String, core_affinity::CoreId)]) -> bool {
-    let mut warned = false;
+/// `hint` names the app's flags that choose cores (`--lcore/--peer-lcore`).
+/// Every app calls this for every set of spinners it pins. Returns whether
+/// it warned.
+pub fn warn_shared_cores(
+    tool: &str,
+    spinners: &[(String, core_affinity::CoreId)],
+    hint: &str,
+) -> bool {
+    let shared = shared_cores(spinners);
+    for (core, names) in &shared {
+        eprintln!(
+            "{tool}: warning: {} poll on the same core {core}: the figures measure the \
+             scheduler, not the fabric (give each its own core: {hint})",
+            names.join(" and "),
+        );
+    }
+    !shared.is_empty()
+}
+
+/// The cores that two or more of `spinners` share, each once (in the order
+/// of their first spinner) with the names of the spinners on it.
+pub fn shared_cores(spinners: &[(String, core_affinity::CoreId)]) -> Vec<(usize, Vec<&str>)> {
+    let mut out = Vec::new();
     for (i, (_, core)) in spinners.iter().enumerate() {
-        // Report each shared core once, at its first spinner.
         if spinners[..i].iter().any(|(_, c)| c == core) {
             continue;
         }
@@ -111,16 +130,21 @@ pub fn warn_shared_cores(tool: &str, spinners: &[(String, core_affinity::CoreId)
             .map(|(n, _)| n.as_str())
             .collect();
         if sharing.len() > 1 {
-            eprintln!(
-                "{tool}: warning: {} poll on the same core {}: the figures measure the \
-                 scheduler, not the fabric (give each its own core, e.g. --lcore/--peer-lcore)",
-                sharing.join(" and "),
-                core.id
-            );
-            warned = true;
+            out.push((core.id, sharing));
         }
     }
-    warned
+    out
+}
+
+/// Publishes `t`'s stats page beside `dev`'s fabric, where `ntb-tool qp`
+/// reads it (removed when `t` is dropped). Failing to is a warning: the run
+/// goes on without it.
+pub fn publish_stats(tool: &str, t: &mut ntbdk_pmd::transport::Transport, dev: &EmuDevice) {
+    let f = dev.fabric();
+    let path = ntbdk_pmd::transport::stats_path(f.dir(), f.name(), dev.port());
+    if let Err(e) = t.publish_stats(&path) {
+        eprintln!("{tool}: warning: {e}: ntb-tool qp will not show this host");
+    }
 }
 
 /// Attaches to the existing fabric `name`; when there is none, says so and
@@ -383,4 +407,23 @@ pub fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core_affinity::CoreId;
+
+    #[test]
+    fn each_shared_core_is_named_once_with_its_spinners() {
+        let on = |name: &str, id| (name.to_string(), CoreId { id });
+        assert!(shared_cores(&[on("the client", 0), on("server 1", 1)]).is_empty());
+        let qp2 = [on("the client", 0), on("server 1", 1), on("server 2", 1)];
+        assert_eq!(shared_cores(&qp2), vec![(1, vec!["server 1", "server 2"])]);
+        let all = [on("a", 3), on("b", 2), on("c", 3), on("d", 2), on("e", 3)];
+        assert_eq!(
+            shared_cores(&all),
+            vec![(3, vec!["a", "c", "e"]), (2, vec!["b", "d"])]
+        );
+    }
 }

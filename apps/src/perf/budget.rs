@@ -38,6 +38,15 @@ impl Budget {
         }
     }
 
+    /// No limit: until the caller stops (a server's side of a
+    /// bidirectional test).
+    pub fn until_stopped() -> Self {
+        Self {
+            iters: None,
+            time: None,
+        }
+    }
+
     /// Stops after `n` operations even if time is left.
     pub fn max_iterations(mut self, n: u64) -> Self {
         self.iters = Some(n.max(1));
@@ -72,7 +81,7 @@ impl Budget {
             (Some(n), None) => format!("{n} iterations"),
             (None, Some(t)) => format!("{:.2} s", t.as_secs_f64()),
             (Some(n), Some(t)) => format!("{:.2} s or {n} iterations", t.as_secs_f64()),
-            (None, None) => "nothing".into(),
+            (None, None) => "until stopped".into(),
         }
     }
 }

@@ -8,21 +8,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::transport::{
-    Completion, OpKind, Qp, QpCounters, RegionKey, RemoteAddr, SendWr, Sge, TransportError, WriteWr,
+    Completion, OpKind, Qp, QpCounters, RegionKey, RemoteAddr, Sge, TransportError,
 };
 
-use super::control::{ClientControl, Command, Phase};
+use super::control::{BidirLoad, BidirResult, ClientControl, Command, Phase};
 use super::endpoint::{EAGER_SIZE, Endpoint};
-use super::{Op, budget::Budget};
+use super::pump::{Load, Pumped, Target, pump};
+use super::{Op, WriteMode, budget::Budget};
 use crate::cli::session::{check_interrupted, completion_error};
 use crate::report::{BwRow, LatRow, new_histogram};
 
 /// Completions polled per call.
 const POLL_BURST: usize = 64;
-/// Least completions over which the peak bandwidth is measured (at least
-/// the tx depth: shorter stretches would time bursts of the queue, not the
-/// link).
-pub const PEAK_WINDOW: u64 = 256;
 
 /// One server as the client sees it.
 struct Server {
@@ -80,6 +77,7 @@ pub struct Client {
     servers: Vec<Server>,
     timeout: Duration,
     comps: Vec<Completion>,
+    write_mode: WriteMode,
 }
 
 impl Client {
@@ -129,7 +127,18 @@ impl Client {
             servers,
             timeout,
             comps: vec![Completion::default(); POLL_BURST],
+            write_mode: WriteMode::default(),
         })
+    }
+
+    /// How `Op::Write` writes from now on (default: [`WriteMode::Direct`]).
+    pub fn set_write_mode(&mut self, mode: WriteMode) {
+        self.write_mode = mode;
+    }
+
+    /// How `Op::Write` writes.
+    pub fn write_mode(&self) -> WriteMode {
+        self.write_mode
     }
 
     /// The endpoint (counters, transport).
@@ -235,10 +244,68 @@ impl Client {
         budget: Budget,
     ) -> Result<BwRow> {
         self.check_size(op, size)?;
-        let t0 = Instant::now();
-        let (done, peak_mpps) = self.pump(op, size, burst, depth, budget)?;
-        let peak = peak_mpps * 1e6 * size as f64 / 1e9;
-        Ok(BwRow::new(size, done, t0.elapsed()).with_peak(peak))
+        let p = self.pump(op, size, burst, depth, budget)?;
+        let peak = p.peak_mpps * 1e6 * size as f64 / 1e9;
+        Ok(BwRow::new(size, p.done, p.elapsed).with_peak(peak))
+    }
+
+    /// Bidirectional bandwidth (`-b`): every server posts the same load
+    /// towards us while we measure as [`bandwidth`](Self::bandwidth) does.
+    /// Returns our direction and the servers' (their operations over the
+    /// time each timed itself, from its first post to its last completion,
+    /// summed over servers).
+    pub fn bandwidth_bidir(
+        &mut self,
+        op: Op,
+        size: u64,
+        burst: usize,
+        depth: usize,
+        budget: Budget,
+    ) -> Result<(BwRow, BwRow)> {
+        self.check_size(op, size)?;
+        let load = BidirLoad {
+            op,
+            write_mode: self.write_mode,
+            burst: burst as u32,
+            depth: depth as u32,
+        };
+        self.command_all(Command::BidirLoad(load))?;
+        self.phase(Phase::Bidir { size: size as u32 }, false)?;
+        let warm = Budget::iterations(depth as u64);
+        self.pump(op, size, burst, depth, warm)?;
+        let ours = self.bandwidth_continued(op, size, burst, depth, budget)?;
+        // The next command ends the servers' side.
+        self.phase(Phase::Passive, false)?;
+        let mut theirs = BwRow::new(size, 0, Duration::ZERO);
+        for i in 0..self.servers.len() {
+            let mut w = [0u32; 4];
+            for (k, word) in w.iter_mut().enumerate() {
+                *word = self.call(i, Command::BidirResult { word: k as u32 })?;
+            }
+            let r = BidirResult::from_words(w);
+            let row = BwRow::new(size, r.done, Duration::from_micros(u64::from(r.micros)))
+                .with_peak(f64::from(r.peak_mpps) * 1e6 * size as f64 / 1e9);
+            theirs = theirs.plus(&row);
+        }
+        Ok((ours, theirs))
+    }
+
+    /// Sends `cmd` to every server.
+    fn command_all(&mut self, cmd: Command) -> Result<()> {
+        for i in 0..self.servers.len() {
+            self.call(i, cmd)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `cmd` to server `i` and returns its answer.
+    fn call(&mut self, i: usize, cmd: Command) -> Result<u32> {
+        let timeout = self.timeout;
+        let t = &mut self.ep.t;
+        self.servers[i].ctl.call(cmd, timeout, || {
+            t.progress();
+            check_interrupted()
+        })
     }
 
     fn check_size(&self, op: Op, size: u64) -> Result<()> {
@@ -256,10 +323,7 @@ impl Client {
         Ok(())
     }
 
-    /// Posts bursts until `budget` is spent (counting operations posted),
-    /// then drains; returns the operations completed and the peak message
-    /// rate (millions per second) over any stretch of [`PEAK_WINDOW`]
-    /// completions or more (0 when the run was shorter than that).
+    /// Runs the [`pump`](super::pump::pump) of `op` to every server.
     fn pump(
         &mut self,
         op: Op,
@@ -267,136 +331,31 @@ impl Client {
         burst: usize,
         depth: usize,
         budget: Budget,
-    ) -> Result<(u64, f64)> {
-        let start = Instant::now();
-        let window = PEAK_WINDOW.max(depth as u64);
-        let mut mark = (start, 0u64);
-        let mut peak = 0f64;
-        let local = [Sge {
-            key: self.ep.data,
-            offset: 0,
-            len: size,
-        }];
-        let payload = vec![0x5au8; size.min(u64::from(EAGER_SIZE)) as usize];
-        let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
-        let mut sends: Vec<SendWr<'_>> = Vec::new();
-        match op {
-            Op::Write => {
-                for s in &self.servers {
-                    let wr = WriteWr {
-                        local: &local,
-                        remote: RemoteAddr {
-                            key: s.key,
-                            offset: 0,
-                        },
-                        cookie: 0,
-                    };
-                    writes.push(vec![wr; burst]);
-                }
-            }
-            Op::Send => {
-                sends = vec![
-                    SendWr {
-                        data: &payload,
-                        cookie: 0
-                    };
-                    burst
-                ]
-            }
-            Op::Read => {}
-        }
-        let (mut posted, mut done) = (0u64, 0u64);
-        let mut turn = 0usize;
-        let mut empty = 0u32;
-        let mut last_progress = Instant::now();
-        let mut stopping = false;
-        let mut turn_clock = 0u32;
-        loop {
-            // The clock is read every 8th turn only: at millions of
-            // messages a second it would cost as much as the posting.
-            turn_clock = turn_clock.wrapping_add(1);
-            if !stopping
-                && (budget.remaining(posted) == Some(0)
-                    || (turn_clock.is_multiple_of(8) && budget.reached(posted, start.elapsed())))
-            {
-                stopping = true;
-            }
-            let outstanding = (posted - done) as usize;
-            if !stopping && outstanding < depth {
-                let left = budget.remaining(posted).unwrap_or(u64::MAX);
-                let k = burst.min(depth - outstanding).min(left as usize);
-                let i = turn % self.servers.len();
-                turn += 1;
-                let s = &self.servers[i];
-                let r = match op {
-                    Op::Write => self.ep.t.post_writes(s.qp, &writes[i][..k]),
-                    Op::Send => self.ep.t.post_sends(s.qp, &sends[..k]),
-                    Op::Read => {
-                        let remote = RemoteAddr {
-                            key: s.key,
-                            offset: 0,
-                        };
-                        let mut n = 0;
-                        let mut res = Ok(0);
-                        for _ in 0..k {
-                            if let Err(e) = self.ep.t.post_read(s.qp, &local, remote, 0) {
-                                res = Err(e);
-                                break;
-                            }
-                            n += 1;
-                        }
-                        if n > 0 { Ok(n) } else { res }
-                    }
-                };
-                match r {
-                    Ok(n) => posted += n as u64,
-                    Err(
-                        TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. },
-                    ) => {}
-                    Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
-                }
-            } else if stopping && outstanding == 0 {
-                // A run shorter than one window: its peak is its average.
-                if peak == 0.0 && done > 0 {
-                    let dt = start.elapsed().as_secs_f64();
-                    if dt > 0.0 {
-                        peak = done as f64 / dt / 1e6;
-                    }
-                }
-                return Ok((done, peak));
-            }
-            let n = self.ep.t.poll_completions(&mut self.comps);
-            if n > 0 {
-                for c in &self.comps[..n] {
-                    check(c)?;
-                    if matches!(c.op, OpKind::Write | OpKind::Read | OpKind::Send) {
-                        done += 1;
-                    }
-                }
-                empty = 0;
-                last_progress = Instant::now();
-                if done - mark.1 >= window {
-                    let dt = last_progress.duration_since(mark.0).as_secs_f64();
-                    if dt > 0.0 {
-                        peak = peak.max((done - mark.1) as f64 / dt / 1e6);
-                    }
-                    mark = (last_progress, done);
-                }
-            } else {
-                empty += 1;
-                if empty.is_multiple_of(1024) {
-                    check_interrupted()?;
-                    if posted > done && last_progress.elapsed() >= self.timeout {
-                        bail!(
-                            "no {op:?} completed within {:?} ({} outstanding): \
-                             is the server still running?",
-                            self.timeout,
-                            posted - done
-                        );
-                    }
-                }
-            }
-        }
+    ) -> Result<Pumped> {
+        let load = Load {
+            op,
+            write_mode: self.write_mode,
+            size,
+            burst,
+            depth,
+        };
+        let targets: Vec<Target> = self
+            .servers
+            .iter()
+            .map(|s| Target {
+                qp: s.qp,
+                key: s.key,
+            })
+            .collect();
+        pump(
+            &mut self.ep,
+            &mut self.comps,
+            &targets,
+            load,
+            budget,
+            self.timeout,
+            |_| Ok(false),
+        )
     }
 
     /// Latency of `op` with messages of `size`, one operation at a time
@@ -419,11 +378,21 @@ impl Client {
         mut samples: Option<&mut Vec<u64>>,
     ) -> Result<LatRow> {
         self.check_size(op, size)?;
+        let direct = op == Op::Write && self.write_mode == WriteMode::Direct;
         let phase = match op {
             Op::Send => Phase::SendEcho,
+            Op::Write if direct => Phase::WriteDirectEcho { size: size as u32 },
             Op::Write => Phase::WriteEcho { size: size as u32 },
             Op::Read => Phase::Passive,
         };
+        // The one-sided ping-pong: the server's answer lands in our region;
+        // its last byte says which answer it is (never 0, which we start from).
+        let view = self.ep.t.region_view(self.ep.data)?;
+        let mut direct_src = Vec::new();
+        if direct {
+            self.ep.t.region_write(self.ep.data, size - 1, &[0])?;
+            direct_src = vec![0xa5u8; size as usize];
+        }
         self.phase(phase, true)?;
         let mut hist = new_histogram();
         let payload = vec![0xa5u8; size.min(u64::from(EAGER_SIZE)) as usize];
@@ -454,6 +423,17 @@ impl Client {
                 Op::Send => {
                     self.post_retry(|t| t.post_send(qp, &payload, i))?;
                     self.wait(op, |c, _| c.op == OpKind::Recv, |_| true)?;
+                }
+                Op::Write if direct => {
+                    let v = (i % 255 + 1) as u8;
+                    direct_src[size as usize - 1] = v;
+                    let src = &direct_src;
+                    self.post_retry(|t| t.post_write_direct(qp, src, remote, None, i))?;
+                    self.wait(
+                        op,
+                        |c, _| c.op == OpKind::WriteDirect,
+                        |_| view.load_u8(size - 1) == Some(v),
+                    )?;
                 }
                 Op::Write => {
                     self.post_retry(|t| t.post_write(qp, &local, remote, i))?;
@@ -494,7 +474,12 @@ impl Client {
         loop {
             match post(&mut self.ep.t) {
                 Ok(()) => return Ok(()),
-                Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {
+                Err(
+                    TransportError::Busy { .. }
+                    | TransportError::TooManyOutstanding { .. }
+                    // The server's region not advertised to us yet.
+                    | TransportError::UnknownRemoteKey { .. },
+                ) => {
                     let n = self.ep.t.poll_completions(&mut self.comps);
                     for c in &self.comps[..n] {
                         check(c)?;

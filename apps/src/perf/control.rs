@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
+use super::{Op, WriteMode};
+
 /// Server scratchpad: the sequence number of the current command (written
 /// last).
 const SP_SEQ: usize = 0;
@@ -95,6 +97,101 @@ pub enum Command {
     Phase(Phase),
     /// Ends the session; the server exits after answering.
     Stop,
+    /// What the server posts towards the client in a bidirectional
+    /// bandwidth phase ([`Phase::Bidir`]): the client's own load.
+    BidirLoad(BidirLoad),
+    /// Asks for word `0..=3` of what the server did in the last
+    /// bidirectional phase ([`BidirResult`]), once it ended.
+    BidirResult {
+        /// Which word.
+        word: u32,
+    },
+}
+
+/// What a server posts in a bidirectional phase, packed in one argument:
+/// the operation (2 bits), the write mode (1), `burst - 1` (12) and
+/// `depth - 1` (12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BidirLoad {
+    /// The operation.
+    pub op: Op,
+    /// How writes write.
+    pub write_mode: WriteMode,
+    /// Work requests per post, 1 to 4096.
+    pub burst: u32,
+    /// Most outstanding, 1 to 4096.
+    pub depth: u32,
+}
+
+impl BidirLoad {
+    fn pack(self) -> u32 {
+        let op = match self.op {
+            Op::Write => 0,
+            Op::Read => 1,
+            Op::Send => 2,
+        };
+        let mode = u32::from(self.write_mode == WriteMode::Rendezvous);
+        op | mode << 2
+            | (self.burst.clamp(1, 4096) - 1) << 3
+            | (self.depth.clamp(1, 4096) - 1) << 15
+    }
+
+    fn unpack(v: u32) -> Option<Self> {
+        let op = match v & 3 {
+            0 => Op::Write,
+            1 => Op::Read,
+            2 => Op::Send,
+            _ => return None,
+        };
+        if v >> 27 != 0 {
+            return None;
+        }
+        Some(Self {
+            op,
+            write_mode: if v >> 2 & 1 == 1 {
+                WriteMode::Rendezvous
+            } else {
+                WriteMode::Direct
+            },
+            burst: (v >> 3 & 0xfff) + 1,
+            depth: (v >> 15 & 0xfff) + 1,
+        })
+    }
+}
+
+/// What a server did in a bidirectional phase, as [`Command::BidirResult`]
+/// hands it over a word at a time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BidirResult {
+    /// Operations it completed.
+    pub done: u64,
+    /// From its first post to its last completion, in microseconds.
+    pub micros: u32,
+    /// Its peak message rate, millions per second.
+    pub peak_mpps: f32,
+}
+
+impl BidirResult {
+    /// Word `i`: the low and high halves of `done`, `micros`, and the bits
+    /// of `peak_mpps`; `None` past the last.
+    pub fn word(&self, i: u32) -> Option<u32> {
+        match i {
+            0 => Some(self.done as u32),
+            1 => Some((self.done >> 32) as u32),
+            2 => Some(self.micros),
+            3 => Some(self.peak_mpps.to_bits()),
+            _ => None,
+        }
+    }
+
+    /// The result from its four words.
+    pub fn from_words(w: [u32; 4]) -> Self {
+        Self {
+            done: u64::from(w[0]) | u64::from(w[1]) << 32,
+            micros: w[2],
+            peak_mpps: f32::from_bits(w[3]),
+        }
+    }
 }
 
 /// What the server does during a phase, besides serving writes and reads
@@ -112,6 +209,20 @@ pub enum Phase {
         /// Bytes of each answering write.
         size: u32,
     },
+    /// Polls the last byte of the first `size` bytes of its region for the
+    /// next value of the sequence 1, 2, ..., 255, 1, ... and answers each
+    /// with a one-sided write of `size` bytes ending in that value into the
+    /// client's region (`ib_write_lat`).
+    WriteDirectEcho {
+        /// Bytes of each write, both ways.
+        size: u32,
+    },
+    /// Posts the [`BidirLoad`] of `size` bytes towards the client until the
+    /// next command (bidirectional bandwidth, `-b`).
+    Bidir {
+        /// Bytes per operation.
+        size: u32,
+    },
 }
 
 impl Command {
@@ -123,6 +234,10 @@ impl Command {
             Command::Phase(Phase::SendEcho) => (4, 0),
             Command::Phase(Phase::WriteEcho { size }) => (5, size),
             Command::Stop => (6, 0),
+            Command::Phase(Phase::WriteDirectEcho { size }) => (7, size),
+            Command::BidirLoad(load) => (8, load.pack()),
+            Command::Phase(Phase::Bidir { size }) => (9, size),
+            Command::BidirResult { word } => (10, word),
         }
     }
 
@@ -134,6 +249,10 @@ impl Command {
             4 => Command::Phase(Phase::SendEcho),
             5 => Command::Phase(Phase::WriteEcho { size: arg }),
             6 => Command::Stop,
+            7 => Command::Phase(Phase::WriteDirectEcho { size: arg }),
+            8 => Command::BidirLoad(BidirLoad::unpack(arg)?),
+            9 => Command::Phase(Phase::Bidir { size: arg }),
+            10 => Command::BidirResult { word: arg },
             _ => return None,
         })
     }
@@ -323,5 +442,56 @@ impl ServerControl {
         self.dev.peer_spad_write(client, 2 * rx.index + 1, value)?;
         self.dev.peer_spad_write(client, 2 * rx.index, rx.seq)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_survive_their_encoding() {
+        let loads = [
+            BidirLoad {
+                op: Op::Write,
+                write_mode: WriteMode::Direct,
+                burst: 1,
+                depth: 4096,
+            },
+            BidirLoad {
+                op: Op::Send,
+                write_mode: WriteMode::Rendezvous,
+                burst: 4096,
+                depth: 1,
+            },
+            BidirLoad {
+                op: Op::Read,
+                write_mode: WriteMode::Direct,
+                burst: 32,
+                depth: 128,
+            },
+        ];
+        for cmd in loads.map(Command::BidirLoad).into_iter().chain([
+            Command::Phase(Phase::Bidir { size: 8 << 20 }),
+            Command::BidirResult { word: 3 },
+            Command::Phase(Phase::WriteDirectEcho { size: 64 }),
+        ]) {
+            let (code, arg) = cmd.encode();
+            assert_eq!(Command::decode(code, arg), Some(cmd));
+        }
+        assert_eq!(Command::decode(8, 3), None, "no fourth operation");
+        assert_eq!(Command::decode(8, 1 << 27), None, "bits past the depth");
+    }
+
+    #[test]
+    fn bidir_results_go_by_words() {
+        let r = BidirResult {
+            done: (7 << 32) | 5,
+            micros: 200_000,
+            peak_mpps: 12.5,
+        };
+        let words = [0, 1, 2, 3].map(|i| r.word(i).unwrap());
+        assert_eq!(BidirResult::from_words(words), r);
+        assert_eq!(r.word(4), None);
     }
 }

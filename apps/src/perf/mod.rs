@@ -27,23 +27,28 @@ mod client;
 pub mod control;
 mod endpoint;
 pub mod perftest;
+mod pump;
 mod server;
+mod write_mode;
 
 pub use crate::cli::units::{
     MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes,
 };
 pub use budget::Budget;
-pub use client::{Client, PEAK_WINDOW, connect_failure};
+pub use client::{Client, connect_failure};
 pub use endpoint::{
     EAGER_COUNT, EAGER_SIZE, Endpoint, HEARTBEAT_TIMEOUT, QUEUE_DEPTH, RECVS, fabric_config,
     geometry, window_size,
 };
+pub use pump::PEAK_WINDOW;
 pub use server::{ServeStats, serve};
+pub use write_mode::WriteMode;
 
 /// Which operation is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Op {
-    /// Rendezvous write into the server's region (`ib_write_*`).
+    /// Write into the server's region (`ib_write_*`): one-sided or
+    /// rendezvous, as [`WriteMode`] says.
     Write,
     /// Read of the server's region into ours (`ib_read_*`).
     Read,

@@ -10,8 +10,10 @@ use ntbdk_pmd::transport::{
     Completion, OpKind, PeerState, RegionKey, RemoteAddr, Sge, TransportError,
 };
 
-use super::control::{Command, Phase, REFUSED, ServerControl};
+use super::control::{BidirLoad, BidirResult, Command, Phase, REFUSED, Received, ServerControl};
 use super::endpoint::{EAGER_SIZE, Endpoint};
+use super::pump::{Load, Target, pump};
+use super::{Budget, Op};
 use crate::cli::session::{check_interrupted, completion_error};
 
 /// What a server did, for its closing line.
@@ -48,6 +50,16 @@ pub fn serve(
     let mut echo = vec![0u8; EAGER_SIZE as usize];
     let mut served = ep.t.counters(qp).served;
     let mut owed = 0u64;
+    // The one-sided echo: our region as the client writes it, the value we
+    // wait for next, and the bytes we answer with.
+    let view = ep.t.region_view(ep.data)?;
+    let mut next = 1u8;
+    let mut direct_echo: Vec<u8> = Vec::new();
+    // The bidirectional phase: what to post, what was done, and the command
+    // that ended it.
+    let mut bidir_load: Option<BidirLoad> = None;
+    let mut bidir_result = BidirResult::default();
+    let mut pending: Option<Received> = None;
     let mut last_activity = Instant::now();
     let mut polls = 0u32;
     loop {
@@ -92,10 +104,27 @@ pub fn serve(
                 active = true;
             }
         }
+        if let (Phase::WriteDirectEcho { size }, Some(key)) = (phase, client_key) {
+            let last = u64::from(size) - 1;
+            if view.load_u8(last) == Some(next) {
+                direct_echo[last as usize] = next;
+                let remote = RemoteAddr { key, offset: 0 };
+                post_retry(ep, timeout, |t| {
+                    t.post_write_direct(qp, &direct_echo, remote, None, 0)
+                })?;
+                next = next % 255 + 1;
+                stats.echoes += 1;
+                active = true;
+            }
+        }
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(16)
-            && let Some(rx) = ctl.poll()
-        {
+        // A command that ended a bidirectional phase is answered first.
+        let rx = match pending.take() {
+            Some(rx) => Some(rx),
+            None if polls.is_multiple_of(16) => ctl.poll(),
+            None => None,
+        };
+        if let Some(rx) = rx {
             active = true;
             stats.commands += 1;
             let answer = match rx.cmd {
@@ -106,11 +135,24 @@ pub fn serve(
                 Some(Command::RegionLen) => ep.data_len as u32,
                 Some(Command::Phase(p)) => {
                     let ok = match p {
-                        Phase::WriteEcho { size } => {
+                        Phase::WriteEcho { size } | Phase::WriteDirectEcho { size } => {
                             client_key.is_some() && u64::from(size) <= ep.data_len && size > 0
+                        }
+                        Phase::Bidir { size } => {
+                            client_key.is_some()
+                                && size > 0
+                                && u64::from(size) <= ep.data_len
+                                && bidir_load
+                                    .is_some_and(|l| l.op != Op::Send || size <= EAGER_SIZE)
                         }
                         _ => true,
                     };
+                    if ok && let Phase::WriteDirectEcho { size } = p {
+                        // The sequence starts again from a zero last byte.
+                        ep.t.region_write(ep.data, u64::from(size) - 1, &[0])?;
+                        next = 1;
+                        direct_echo = vec![0x5a; size as usize];
+                    }
                     if ok {
                         phase = p;
                         served = ep.t.counters(qp).served;
@@ -124,9 +166,44 @@ pub fn serve(
                     ctl.reply(client, &rx, 0)?;
                     return Ok(stats);
                 }
+                Some(Command::BidirLoad(l)) => {
+                    bidir_load = Some(l);
+                    0
+                }
+                Some(Command::BidirResult { word }) => bidir_result.word(word).unwrap_or(REFUSED),
                 None => REFUSED,
             };
             ctl.reply(client, &rx, answer)?;
+            if let (Phase::Bidir { size }, Some(l), Some(key)) = (phase, bidir_load, client_key) {
+                // Towards the client until its next command, which is kept
+                // to be answered next.
+                let load = Load {
+                    op: l.op,
+                    write_mode: l.write_mode,
+                    size: u64::from(size),
+                    burst: l.burst as usize,
+                    depth: l.depth as usize,
+                };
+                let p = pump(
+                    ep,
+                    &mut comps,
+                    &[Target { qp, key }],
+                    load,
+                    Budget::until_stopped(),
+                    timeout,
+                    |_| {
+                        pending = ctl.poll();
+                        Ok(pending.is_some())
+                    },
+                )?;
+                bidir_result = BidirResult {
+                    done: p.done,
+                    micros: u32::try_from(p.elapsed.as_micros()).unwrap_or(u32::MAX),
+                    peak_mpps: p.peak_mpps as f32,
+                };
+                phase = Phase::Passive;
+                served = ep.t.counters(qp).served;
+            }
         }
         if stats.commands == 0 && polls.is_multiple_of(1024) {
             ctl.check_peer_role(client)?;
@@ -155,7 +232,12 @@ fn post_retry(
     loop {
         match post(&mut ep.t) {
             Ok(()) => return Ok(()),
-            Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {
+            Err(
+                TransportError::Busy { .. }
+                | TransportError::TooManyOutstanding { .. }
+                // The client's region not advertised to us yet.
+                | TransportError::UnknownRemoteKey { .. },
+            ) => {
                 ep.t.progress();
                 if start.elapsed() >= timeout {
                     bail!("no room to post an echo for {timeout:?}: is the client still running?");

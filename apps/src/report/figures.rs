@@ -40,6 +40,19 @@ pub struct BwRow {
 }
 
 impl BwRow {
+    /// Two directions of one concurrent run as one row, as perftest's `-b`
+    /// reports it: messages, bandwidths and rates summed, the longer time.
+    pub fn plus(&self, other: &BwRow) -> BwRow {
+        BwRow {
+            bytes: self.bytes,
+            iterations: self.iterations + other.iterations,
+            seconds: self.seconds.max(other.seconds),
+            gb_per_s: self.gb_per_s + other.gb_per_s,
+            peak_gb_per_s: self.peak_gb_per_s + other.peak_gb_per_s,
+            mpps: self.mpps + other.mpps,
+        }
+    }
+
     /// The row for `iterations` messages of `bytes` that took `elapsed`.
     pub fn new(bytes: u64, iterations: u64, elapsed: Duration) -> Self {
         let seconds = elapsed.as_secs_f64();

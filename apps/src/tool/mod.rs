@@ -1,4 +1,10 @@
-//! Helpers of `ntb-tool`: number and size parsing, and the status table.
+//! Helpers of `ntb-tool`: number and size parsing, the status table,
+//! [`hexdump`]s of window bytes, the [`watch`] of rates and the [`qp`]
+//! view of published queue pairs.
+
+pub mod hexdump;
+pub mod qp;
+pub mod watch;
 
 use std::fmt::Write as _;
 
@@ -128,6 +134,18 @@ pub fn render_status(st: &FabricStatus, all: bool) -> String {
         );
     }
     out
+}
+
+/// What `ntb-tool list` says of a fabric's owners: `None` while any owner
+/// lives or no slot is owned, else how many slots dead owners hold (their
+/// processes exited or crashed without leaving).
+pub fn dead_owners(st: &FabricStatus) -> Option<usize> {
+    let owned: Vec<_> = st
+        .slots
+        .iter()
+        .filter(|s| s.state != SlotState::Free)
+        .collect();
+    (!owned.is_empty() && owned.iter().all(|s| !s.owner_alive)).then_some(owned.len())
 }
 
 #[cfg(test)]

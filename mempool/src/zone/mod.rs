@@ -118,7 +118,8 @@ impl Zone {
             Err(e @ (MemError::NoHugepages { .. } | MemError::HugepagesUnsupported { .. }))
                 if opts.allow_fallback =>
             {
-                tracing::warn!(zone = name, "{e}; falling back to 4 KiB pages");
+                let why = e.hugepage_shortfall().unwrap_or_else(|| e.to_string());
+                tracing::warn!(zone = name, "{why}; falling back to 4 KiB pages");
                 Self::create_backed(name, len, PageSize::Small4K, opts.lock)
             }
             r => r,

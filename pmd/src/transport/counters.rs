@@ -28,6 +28,36 @@ pub enum DropKind {
 /// Number of [`DropKind`]s.
 pub const DROP_KINDS: usize = 9;
 
+impl DropKind {
+    /// Every kind, in the order of [`QpCounters::dropped`].
+    pub const ALL: [DropKind; DROP_KINDS] = [
+        DropKind::Malformed,
+        DropKind::WrongQueue,
+        DropKind::OutOfRange,
+        DropKind::UnknownOp,
+        DropKind::Replay,
+        DropKind::Access,
+        DropKind::BadBuffer,
+        DropKind::BadCredit,
+        DropKind::Overload,
+    ];
+
+    /// Its name in tables: `malformed`, `wrong-queue`...
+    pub fn name(self) -> &'static str {
+        match self {
+            DropKind::Malformed => "malformed",
+            DropKind::WrongQueue => "wrong-queue",
+            DropKind::OutOfRange => "out-of-range",
+            DropKind::UnknownOp => "unknown-op",
+            DropKind::Replay => "replay",
+            DropKind::Access => "access",
+            DropKind::BadBuffer => "bad-buffer",
+            DropKind::BadCredit => "bad-credit",
+            DropKind::Overload => "overload",
+        }
+    }
+}
+
 /// Counters of one queue pair (one peer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QpCounters {
@@ -77,5 +107,20 @@ impl QpCounters {
     #[inline]
     pub(crate) fn drop_one(&mut self, kind: DropKind) {
         self.dropped[kind as usize] += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_at_its_index_with_its_own_name() {
+        for (i, k) in DropKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i, "{k:?}");
+        }
+        let mut names: Vec<_> = DropKind::ALL.iter().map(|k| k.name()).collect();
+        names.dedup();
+        assert_eq!(names.len(), DROP_KINDS);
     }
 }

@@ -23,6 +23,7 @@ use super::idhash::IdMap;
 use super::ops::{EarlySgl, OutKind, OutOp};
 use super::peer::Peer;
 use super::region::RegionTable;
+use super::stats_page::StatsPage;
 use super::types::{Completion, PeerState, Qp, Resources};
 use super::wire::{Msg, Ring, SLOT, WireStatus};
 
@@ -129,6 +130,9 @@ pub struct Transport {
     /// Whether the device told us we lost our place on the fabric: from
     /// then on nothing is written (see [`PeerState::Lost`]).
     pub(crate) lost: bool,
+    /// Where our counters are published for other processes, if anywhere
+    /// (see [`publish_stats`](Transport::publish_stats)).
+    pub(crate) stats_page: Option<StatsPage>,
 }
 
 /// The parts of a transport that moving data touches, borrowed apart: the
@@ -230,6 +234,7 @@ impl Transport {
             storage_quota,
             isolated: false,
             lost: false,
+            stats_page: None,
         };
         // Per-peer translation: each peer may write its own mailbox and
         // section, and the regions registered for it (granted one by one

@@ -212,6 +212,13 @@ pub enum TransportError {
         /// Where the handshake stood.
         state: PeerState,
     },
+    /// A stats page could not be published or read (see
+    /// [`read_stats`](super::read_stats)).
+    #[error("stats page {what}")]
+    Stats {
+        /// Which page, and what went wrong.
+        what: String,
+    },
 }
 
 /// Why a [`Geometry`](super::Geometry) cannot be laid out.

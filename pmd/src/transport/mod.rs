@@ -130,10 +130,12 @@ mod ops;
 mod peer;
 mod poll;
 mod post;
+mod publish;
 mod queue;
 mod receive;
 mod region;
 mod sgl;
+mod stats_page;
 mod target;
 mod types;
 mod watch;
@@ -156,5 +158,9 @@ pub use key::{Access, RegionKey};
 pub use memory::RegionView;
 pub use multicast::MulticastMode;
 pub use sgl::{RemoteAddr, Sge};
+pub use stats_page::{
+    PUBLISH_INTERVAL, PublishedPeer, PublishedState, PublishedStats, read_stats, stats_path,
+    stats_prefix,
+};
 pub use types::{Completion, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
 pub use wire::Ring;

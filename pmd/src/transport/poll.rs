@@ -91,6 +91,7 @@ impl Transport {
             }
         }
         self.expire(now);
+        self.maybe_publish_stats(now);
     }
 
     /// We lost our place on the fabric: every connection ends (operations

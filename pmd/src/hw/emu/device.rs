@@ -782,6 +782,7 @@ impl NtbDevice for EmuDevice {
         }
         let (r, _) = self.up_peer(peer)?;
         r.db.fetch_or(bits, Release);
+        r.db_rings.fetch_add(1, Relaxed);
         self.inner.counters.posted(8);
         Ok(())
     }

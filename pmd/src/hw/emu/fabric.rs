@@ -398,6 +398,7 @@ impl EmuFabric {
             heartbeats: r.heartbeat_count.load(Relaxed),
             db: r.db.load(Relaxed),
             db_mask: r.db_mask.load(Relaxed),
+            db_rings: r.db_rings.load(Relaxed),
             rlut_in_use: rlut::in_use(r),
             rlut_refusals: r.rlut_refusals.load(Relaxed),
             counters: CounterSnapshot {

@@ -21,7 +21,7 @@ use crate::hw::grant_table::GrantTable;
 /// "NTBDKFAB", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NTBDKFAB");
 /// Bumped on every incompatible change of this layout.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 /// Most ranges in a slot's published grant.
 pub(crate) const MAX_GRANT: usize = 8;
 /// Bytes reserved for the header (one page).
@@ -139,6 +139,9 @@ pub(crate) struct SlotRegs {
     pub rlut_map: AtomicU64,
     /// Non-posted reads refused at this target for want of an entry.
     pub rlut_refusals: AtomicU64,
+    /// Doorbell rings received (each peer's ring adds one; tools'
+    /// `ntb-tool status --watch` rates).
+    pub db_rings: AtomicU64,
     /// Owner's counters, mirrored by its heartbeat: posted writes, posted
     /// bytes, non-posted reads, non-posted bytes, R-LUT refusals, writes
     /// refused outside a grant.

@@ -1,7 +1,7 @@
 //! Direct access to one slot's registers, for tools acting as that slot's
 //! host (`ntb-tool db read`, `spad write`...).
 
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use super::config::FabricConfig;
 use super::layout::SlotRegs;
@@ -39,6 +39,7 @@ impl SlotRegisters<'_> {
     pub fn db_set(&self, bits: u64) -> Result<()> {
         self.check_bits(bits)?;
         self.regs.db.fetch_or(bits, AcqRel);
+        self.regs.db_rings.fetch_add(1, Relaxed);
         Ok(())
     }
 

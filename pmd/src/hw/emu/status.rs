@@ -68,6 +68,8 @@ pub struct SlotStatus {
     pub db: u64,
     /// Doorbell mask.
     pub db_mask: u64,
+    /// Doorbell rings received since the fabric was created.
+    pub db_rings: u64,
     /// R-LUT entries in use at this port (non-posted reads in flight to it).
     pub rlut_in_use: u32,
     /// Non-posted reads to this port refused for want of an R-LUT entry.

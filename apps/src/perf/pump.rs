@@ -1,0 +1,241 @@
+//! The bandwidth engine both sides run: bursts of work requests posted to
+//! one or more peers, at most a window outstanding, completions polled in
+//! bursts. The client runs it to measure; a server runs it too in a
+//! bidirectional test (`-b`), towards the client, until told to stop.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use ntbdk_pmd::transport::{
+    Completion, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge, TransportError, WriteWr,
+};
+
+use super::endpoint::{EAGER_SIZE, Endpoint};
+use super::{Budget, Op, WriteMode};
+use crate::cli::session::{check_interrupted, completion_error};
+
+/// Least completions over which the peak bandwidth is measured (at least
+/// the tx depth: shorter stretches would time bursts of the queue, not the
+/// link).
+pub const PEAK_WINDOW: u64 = 256;
+
+/// What a pump posts: `op` of `size` bytes, in bursts of `burst`, at most
+/// `depth` outstanding; writes as `write_mode` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    /// The operation.
+    pub op: Op,
+    /// How writes write.
+    pub write_mode: WriteMode,
+    /// Bytes per operation.
+    pub size: u64,
+    /// Work requests per post.
+    pub burst: usize,
+    /// Most outstanding.
+    pub depth: usize,
+}
+
+/// A peer to post to: its queue pair and its data region.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// The queue pair.
+    pub qp: Qp,
+    /// The peer's data region.
+    pub key: RegionKey,
+}
+
+/// What a pump did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pumped {
+    /// Operations completed.
+    pub done: u64,
+    /// From the first post to the last completion.
+    pub elapsed: Duration,
+    /// Peak message rate, millions per second, over any stretch of
+    /// [`PEAK_WINDOW`] completions or more (the average when shorter).
+    pub peak_mpps: f64,
+}
+
+/// Posts bursts of `load` to `targets` in turn until `budget` is spent
+/// (counting operations posted) or `stop` says so (asked every few turns),
+/// then drains. Receives consumed meanwhile (a peer sending to us) are
+/// posted again. Fails on an error completion, when nothing completes for
+/// `timeout`, or on Ctrl-C.
+pub fn pump(
+    ep: &mut Endpoint,
+    comps: &mut [Completion],
+    targets: &[Target],
+    load: Load,
+    budget: Budget,
+    timeout: Duration,
+    mut stop: impl FnMut(&mut Endpoint) -> Result<bool>,
+) -> Result<Pumped> {
+    let Load {
+        op,
+        size,
+        burst,
+        depth,
+        ..
+    } = load;
+    let start = Instant::now();
+    let window = PEAK_WINDOW.max(depth as u64);
+    let mut mark = (start, 0u64);
+    let mut peak = 0f64;
+    let local = [Sge {
+        key: ep.data,
+        offset: 0,
+        len: size,
+    }];
+    let payload = vec![0x5au8; size.min(u64::from(EAGER_SIZE)) as usize];
+    let direct = op == Op::Write && load.write_mode == WriteMode::Direct;
+    let direct_src = if direct {
+        vec![0x5au8; size as usize]
+    } else {
+        Vec::new()
+    };
+    let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
+    let mut sends: Vec<SendWr<'_>> = Vec::new();
+    match op {
+        Op::Write => {
+            for s in targets {
+                let wr = WriteWr {
+                    local: &local,
+                    remote: RemoteAddr {
+                        key: s.key,
+                        offset: 0,
+                    },
+                    cookie: 0,
+                };
+                writes.push(vec![wr; burst]);
+            }
+        }
+        Op::Send => {
+            sends = vec![
+                SendWr {
+                    data: &payload,
+                    cookie: 0
+                };
+                burst
+            ]
+        }
+        Op::Read => {}
+    }
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut turn = 0usize;
+    let mut empty = 0u32;
+    let mut last_progress = Instant::now();
+    let mut stopping = false;
+    let mut turn_clock = 0u32;
+    loop {
+        // The clock is read every 8th turn only: at millions of messages a
+        // second it would cost as much as the posting.
+        turn_clock = turn_clock.wrapping_add(1);
+        if !stopping
+            && (budget.remaining(posted) == Some(0)
+                || (turn_clock.is_multiple_of(8) && budget.reached(posted, start.elapsed()))
+                || (turn_clock.is_multiple_of(16) && stop(ep)?))
+        {
+            stopping = true;
+        }
+        let outstanding = (posted - done) as usize;
+        if !stopping && outstanding < depth {
+            let left = budget.remaining(posted).unwrap_or(u64::MAX);
+            let k = burst.min(depth - outstanding).min(left as usize);
+            let i = turn % targets.len();
+            turn += 1;
+            let s = &targets[i];
+            let remote = RemoteAddr {
+                key: s.key,
+                offset: 0,
+            };
+            let r = match op {
+                Op::Write if direct => post_each(k, || {
+                    ep.t.post_write_direct(s.qp, &direct_src, remote, None, 0)
+                }),
+                Op::Write => ep.t.post_writes(s.qp, &writes[i][..k]),
+                Op::Send => ep.t.post_sends(s.qp, &sends[..k]),
+                Op::Read => post_each(k, || ep.t.post_read(s.qp, &local, remote, 0)),
+            };
+            match r {
+                Ok(n) => posted += n as u64,
+                Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {}
+                // The peer's region not advertised to us yet.
+                Err(TransportError::UnknownRemoteKey { .. })
+                    if last_progress.elapsed() < timeout =>
+                {
+                    ep.t.progress();
+                }
+                Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
+            }
+        } else if stopping && outstanding == 0 {
+            let elapsed = start.elapsed();
+            // A run shorter than one window: its peak is its average.
+            if peak == 0.0 && done > 0 && elapsed > Duration::ZERO {
+                peak = done as f64 / elapsed.as_secs_f64() / 1e6;
+            }
+            return Ok(Pumped {
+                done,
+                elapsed,
+                peak_mpps: peak,
+            });
+        }
+        let n = ep.t.poll_completions(comps);
+        if n > 0 {
+            for c in &comps[..n] {
+                if c.op == OpKind::Recv {
+                    // A peer sending to us (bidirectional sends), or a
+                    // receive flushed by a reset: post it again.
+                    let qp = targets.iter().find(|t| t.qp.peer() == c.peer);
+                    if let Some(t) = qp {
+                        ep.repost(t.qp, c.cookie)?;
+                    }
+                    continue;
+                }
+                if !c.status.is_ok() {
+                    return Err(completion_error(c));
+                }
+                if matches!(
+                    c.op,
+                    OpKind::Write | OpKind::WriteDirect | OpKind::Read | OpKind::Send
+                ) {
+                    done += 1;
+                }
+            }
+            empty = 0;
+            last_progress = Instant::now();
+            if done - mark.1 >= window {
+                let dt = last_progress.duration_since(mark.0).as_secs_f64();
+                if dt > 0.0 {
+                    peak = peak.max((done - mark.1) as f64 / dt / 1e6);
+                }
+                mark = (last_progress, done);
+            }
+        } else {
+            empty += 1;
+            if empty.is_multiple_of(1024) {
+                check_interrupted()?;
+                if posted > done && last_progress.elapsed() >= timeout {
+                    bail!(
+                        "no {op:?} completed within {timeout:?} ({} outstanding): \
+                         is the other side still running?",
+                        posted - done
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Posts up to `k` operations with `post`, stopping at the first refusal:
+/// how many were posted, or the refusal when none was.
+fn post_each(
+    k: usize,
+    mut post: impl FnMut() -> std::result::Result<(), TransportError>,
+) -> std::result::Result<usize, TransportError> {
+    for n in 0..k {
+        if let Err(e) = post() {
+            return if n > 0 { Ok(n) } else { Err(e) };
+        }
+    }
+    Ok(k)
+}

@@ -1,0 +1,506 @@
+//! The transport's per-peer counters published in a small file for other
+//! processes (`ntb-tool qp`): what each queue pair has outstanding, and
+//! what it dropped, by kind.
+//!
+//! The owner ([`Transport::publish_stats`](super::Transport::publish_stats)) creates the file, maps it and
+//! rewrites it from its slow path (every [`PUBLISH_INTERVAL`] at most)
+//! with relaxed atomic stores inside a sequence lock; it removes the file
+//! when the transport is dropped. A reader ([`read_stats`]) maps it
+//! read-only, validates it like any input from another process, and copies
+//! a consistent snapshot out.
+//!
+//! ```text
+//! word 0     magic "NTBDKQPS"
+//!      1     VERSION
+//!      2     header words (HEADER_WORDS), 3  words per peer (RECORD_WORDS)
+//!      4     our port, 5  ports (records), 6  pid, 7  our join generation
+//!      8     sequence (odd while the owner writes), 9  last update, Unix ms
+//! HEADER_WORDS + p * RECORD_WORDS: port p's record (see `Field`)
+//! ```
+//!
+//! Every word is a little-endian `u64` at an 8-byte aligned offset, reached
+//! only through atomics: no Rust reference or slice is made over the file.
+
+use std::fs::File;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU64, fence};
+use std::time::{Duration, Instant};
+
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+
+use super::counters::{DROP_KINDS, QpCounters};
+use super::error::{Result, TransportError};
+use super::ops::{OutKind, OutOp};
+use super::peer::Peer;
+use super::types::PeerState;
+use crate::hw::Port;
+
+/// "NTBDKQPS", little endian.
+const MAGIC: u64 = u64::from_le_bytes(*b"NTBDKQPS");
+/// Bumped on every incompatible change of the layout.
+pub const VERSION: u64 = 1;
+/// Header words.
+const HEADER_WORDS: usize = 16;
+/// Words of one peer's record.
+const RECORD_WORDS: usize = 32;
+/// Most ports a page describes (a reader refuses more).
+const MAX_PORTS: u64 = 4096;
+/// The state code of the host's own port.
+const STATE_US: u64 = 5;
+/// How often the owner rewrites its page at most.
+pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Header word indices.
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 1;
+const H_HEADER_WORDS: usize = 2;
+const H_RECORD_WORDS: usize = 3;
+const H_PORT: usize = 4;
+const H_PORTS: usize = 5;
+const H_PID: usize = 6;
+const H_GENERATION: usize = 7;
+const H_SEQ: usize = 8;
+const H_UPDATED_MS: usize = 9;
+
+/// Record word indices: state, outstanding work, then [`QpCounters`].
+mod field {
+    pub const STATE: usize = 0;
+    pub const OUT_WRITES: usize = 1;
+    pub const OUT_READS: usize = 2;
+    pub const OUT_MULTICASTS: usize = 3;
+    pub const SERVING: usize = 4;
+    pub const RECVS_POSTED: usize = 5;
+    pub const BACKLOG: usize = 6;
+    pub const SENDS: usize = 7;
+    pub const RECVS: usize = 8;
+    pub const WRITES: usize = 9;
+    pub const READS: usize = 10;
+    pub const MULTICASTS: usize = 11;
+    pub const SERVED: usize = 12;
+    pub const BYTES_OUT: usize = 13;
+    pub const BYTES_IN: usize = 14;
+    pub const FAILED_OPS: usize = 15;
+    pub const EMPTY_POLLS: usize = 16;
+    pub const CONNECTS: usize = 17;
+    pub const DISCONNECTS: usize = 18;
+    pub const RESYNCS: usize = 19;
+    /// `DROP_KINDS` words, in `DropKind` order.
+    pub const DROPPED: usize = 20;
+}
+const _: () = assert!(field::DROPPED + DROP_KINDS <= RECORD_WORDS);
+
+/// A peer's state as published (a [`PeerState`] without its payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishedState {
+    /// Link down.
+    Down,
+    /// Handshake under way.
+    Connecting,
+    /// Connected.
+    Connected,
+    /// Handshake failed.
+    Failed,
+    /// We lost our place on the fabric.
+    Lost,
+    /// Our own port (no queue pair).
+    Us,
+    /// A code this reader does not know.
+    Unknown(u64),
+}
+
+impl PublishedState {
+    fn code(s: &PeerState) -> u64 {
+        match s {
+            PeerState::Down => 0,
+            PeerState::Connecting => 1,
+            PeerState::Connected => 2,
+            PeerState::Failed(_) => 3,
+            PeerState::Lost => 4,
+        }
+    }
+
+    fn from_code(c: u64) -> Self {
+        match c {
+            0 => Self::Down,
+            1 => Self::Connecting,
+            2 => Self::Connected,
+            3 => Self::Failed,
+            4 => Self::Lost,
+            STATE_US => Self::Us,
+            c => Self::Unknown(c),
+        }
+    }
+}
+
+impl std::fmt::Display for PublishedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Down => f.write_str("down"),
+            Self::Connecting => f.write_str("connecting"),
+            Self::Connected => f.write_str("connected"),
+            Self::Failed => f.write_str("failed"),
+            Self::Lost => f.write_str("lost"),
+            Self::Us => f.write_str("us"),
+            Self::Unknown(c) => write!(f, "unknown({c})"),
+        }
+    }
+}
+
+/// One queue pair (one peer port) as published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedPeer {
+    /// The peer port.
+    pub peer: Port,
+    /// Its state.
+    pub state: PublishedState,
+    /// Rendezvous writes of ours to it in flight.
+    pub outstanding_writes: u64,
+    /// Reads of ours from it in flight.
+    pub outstanding_reads: u64,
+    /// Multicast puts of ours that involve it in flight.
+    pub outstanding_multicasts: u64,
+    /// Its operations we are serving.
+    pub serving: u64,
+    /// Receives posted for its messages.
+    pub recvs_posted: u64,
+    /// Messages waiting for its credits.
+    pub backlog: u64,
+    /// The queue pair's counters (drops by kind among them).
+    pub counters: QpCounters,
+}
+
+/// A snapshot of one host's page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedStats {
+    /// The host's port.
+    pub port: Port,
+    /// Its pid.
+    pub pid: u32,
+    /// Its join generation when it created the page (compare with the
+    /// fabric's to tell a page left by a dead host).
+    pub generation: u64,
+    /// When it last rewrote the page, Unix milliseconds.
+    pub updated_unix_ms: u64,
+    /// One entry per port but its own.
+    pub peers: Vec<PublishedPeer>,
+}
+
+/// Where a host of fabric `fabric` at `port` publishes its page: beside
+/// the fabric's control segment in `dir`.
+pub fn stats_path(dir: &Path, fabric: &str, port: Port) -> PathBuf {
+    dir.join(format!("{}{fabric}-{port}", stats_prefix()))
+}
+
+/// The file-name prefix of every page (`ntbdk-qpstats-`).
+pub fn stats_prefix() -> &'static str {
+    "ntbdk-qpstats-"
+}
+
+/// A shared mapping of a page file: its base and length, unmapped on drop.
+struct Mapping {
+    base: NonNull<u8>,
+    words: usize,
+}
+
+impl Mapping {
+    fn map(file: &File, len: usize, writable: bool, what: &Path) -> Result<Self> {
+        let nz = NonZeroUsize::new(len).ok_or_else(|| TransportError::Stats {
+            what: format!("{}: empty", what.display()),
+        })?;
+        let prot = if writable {
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE
+        } else {
+            ProtFlags::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of an open file at an address the
+        // kernel picks, so it aliases no Rust object; it is reached only
+        // through atomics (`word`).
+        let base = unsafe { mmap(None, nz, prot, MapFlags::MAP_SHARED, file, 0) }.map_err(|e| {
+            TransportError::Stats {
+                what: format!("mapping {}: {e}", what.display()),
+            }
+        })?;
+        Ok(Self {
+            base: base.cast(),
+            words: len / 8,
+        })
+    }
+
+    /// The word at index `i`, if inside the mapping.
+    fn word(&self, i: usize) -> Option<&AtomicU64> {
+        (i < self.words).then(|| {
+            // SAFETY: `i` words are inside the mapping (checked), which is
+            // page aligned, so the address is 8-byte aligned; the mapping
+            // lives as long as `self`; `AtomicU64` is valid for any bytes
+            // and is only loaded from a read-only mapping (a plain load on
+            // the platforms we build for).
+            unsafe { AtomicU64::from_ptr(self.base.as_ptr().cast::<u64>().add(i)) }
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base..base + words * 8` is the mapping made in `map`,
+        // unmapped once, here.
+        let _ = unsafe { munmap(self.base.cast(), self.words * 8) };
+    }
+}
+
+// SAFETY: the mapping is shared memory reached only through atomics.
+unsafe impl Send for Mapping {}
+
+/// The owner's page: written from the transport's slow path.
+pub(crate) struct StatsPage {
+    map: Mapping,
+    path: PathBuf,
+    ports: usize,
+    last: Option<Instant>,
+}
+
+impl StatsPage {
+    /// Creates (or replaces) the page at `path` for a host at `port` of a
+    /// fabric of `ports` ports.
+    pub(crate) fn create(path: &Path, port: Port, ports: usize, generation: u64) -> Result<Self> {
+        let err = |e: std::io::Error| TransportError::Stats {
+            what: format!("creating {}: {e}", path.display()),
+        };
+        let words = HEADER_WORDS + ports * RECORD_WORDS;
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(err)?;
+        file.set_len((words * 8) as u64).map_err(err)?;
+        let map = Mapping::map(&file, words * 8, true, path)?;
+        let w = |i: usize| map.word(i).expect("inside the page just sized");
+        w(H_VERSION).store(VERSION, Relaxed);
+        w(H_HEADER_WORDS).store(HEADER_WORDS as u64, Relaxed);
+        w(H_RECORD_WORDS).store(RECORD_WORDS as u64, Relaxed);
+        w(H_PORT).store(u64::from(port), Relaxed);
+        w(H_PORTS).store(ports as u64, Relaxed);
+        w(H_PID).store(u64::from(std::process::id()), Relaxed);
+        w(H_GENERATION).store(generation, Relaxed);
+        w(H_MAGIC).store(MAGIC, Release);
+        Ok(Self {
+            map,
+            path: path.to_owned(),
+            ports,
+            last: None,
+        })
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        self.map
+            .word(i)
+            .expect("inside the page (sized for `ports`)")
+    }
+}
+
+impl Drop for StatsPage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl StatsPage {
+    /// Whether the page is due a rewrite at `now`.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        self.last
+            .is_none_or(|t| now.duration_since(t) >= PUBLISH_INTERVAL)
+    }
+
+    /// Rewrites the page at `now`: `me`'s port, every port's `peers` entry
+    /// and the operations of ours in flight.
+    pub(crate) fn write<'a>(
+        &mut self,
+        now: Instant,
+        me: Port,
+        peers: &[Peer],
+        ops: impl Iterator<Item = &'a OutOp>,
+    ) {
+        self.last = Some(now);
+        let mut out = vec![[0u64; 3]; self.ports];
+        for op in ops {
+            match &op.kind {
+                OutKind::Write { peer, .. } => bump(&mut out, *peer, 0),
+                OutKind::Read { peer, .. } | OutKind::ReadSize { peer, .. } => {
+                    bump(&mut out, *peer, 1)
+                }
+                OutKind::Multicast { targets, .. } => {
+                    for t in targets {
+                        bump(&mut out, t.peer, 2);
+                    }
+                }
+            }
+        }
+        let seq = self.word(H_SEQ);
+        let s = seq.load(Relaxed);
+        seq.store(s | 1, Relaxed);
+        fence(Release);
+        for (p, peer) in peers.iter().enumerate().take(self.ports) {
+            let base = HEADER_WORDS + p * RECORD_WORDS;
+            let put = |f: usize, v: u64| self.word(base + f).store(v, Relaxed);
+            let state = if p == me as usize {
+                STATE_US
+            } else {
+                PublishedState::code(&peer.state)
+            };
+            let (serving, backlog) = peer
+                .conn
+                .as_ref()
+                .map_or((0, 0), |c| (c.serving(), c.backlog()));
+            let c = &peer.counters;
+            put(field::STATE, state);
+            put(field::OUT_WRITES, out[p][0]);
+            put(field::OUT_READS, out[p][1]);
+            put(field::OUT_MULTICASTS, out[p][2]);
+            put(field::SERVING, serving as u64);
+            put(field::RECVS_POSTED, peer.recvs.len() as u64);
+            put(field::BACKLOG, backlog as u64);
+            put(field::SENDS, c.sends);
+            put(field::RECVS, c.recvs);
+            put(field::WRITES, c.writes);
+            put(field::READS, c.reads);
+            put(field::MULTICASTS, c.multicasts);
+            put(field::SERVED, c.served);
+            put(field::BYTES_OUT, c.bytes_out);
+            put(field::BYTES_IN, c.bytes_in);
+            put(field::FAILED_OPS, c.failed_ops);
+            put(field::EMPTY_POLLS, c.empty_polls);
+            put(field::CONNECTS, c.connects);
+            put(field::DISCONNECTS, c.disconnects);
+            put(field::RESYNCS, c.resyncs);
+            for (k, v) in c.dropped.iter().enumerate() {
+                put(field::DROPPED + k, *v);
+            }
+        }
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.word(H_UPDATED_MS).store(ms, Relaxed);
+        seq.store((s | 1).wrapping_add(1), Release);
+    }
+}
+
+fn bump(out: &mut [[u64; 3]], peer: Port, kind: usize) {
+    if let Some(o) = out.get_mut(peer as usize) {
+        o[kind] += 1;
+    }
+}
+
+/// Reads the page at `path` (see the module docs): maps it read-only,
+/// validates its header and size, and copies out a consistent snapshot
+/// (retrying while the owner is mid-write). A page that is not one, of
+/// another version, or cut short is an error saying which.
+pub fn read_stats(path: &Path) -> Result<PublishedStats> {
+    let bad = |why: String| TransportError::Stats {
+        what: format!("{}: {why}", path.display()),
+    };
+    let file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let len = file
+        .metadata()
+        .map_err(|e| bad(format!("cannot stat: {e}")))?
+        .len();
+    let len = usize::try_from(len).map_err(|_| bad(format!("{len} bytes is too large")))?;
+    if len < HEADER_WORDS * 8 {
+        return Err(bad(format!(
+            "{len} bytes, shorter than a header: not a stats page (or still being created)"
+        )));
+    }
+    let map = Mapping::map(&file, len, false, path)?;
+    let w = |i: usize| map.word(i).map_or(0, |a| a.load(Relaxed));
+    if map.word(H_MAGIC).map_or(0, |a| a.load(Acquire)) != MAGIC {
+        return Err(bad(
+            "no stats-page magic: not a page, or still being created".into(),
+        ));
+    }
+    if w(H_VERSION) != VERSION {
+        return Err(bad(format!(
+            "layout version {}, this tool reads {VERSION}: use the tool of the same ntbdk",
+            w(H_VERSION)
+        )));
+    }
+    let (hw, rw, ports) = (w(H_HEADER_WORDS), w(H_RECORD_WORDS), w(H_PORTS));
+    if hw != HEADER_WORDS as u64 || rw != RECORD_WORDS as u64 || ports > MAX_PORTS {
+        return Err(bad(format!(
+            "bad geometry: header {hw} words, records {rw} words, {ports} ports"
+        )));
+    }
+    let ports = ports as usize;
+    if HEADER_WORDS + ports * RECORD_WORDS > map.words {
+        return Err(bad(format!(
+            "{len} bytes cannot hold {ports} ports' records"
+        )));
+    }
+    let port = w(H_PORT);
+    if port >= ports as u64 {
+        return Err(bad(format!("port {port} outside its {ports} ports")));
+    }
+    for _ in 0..1000 {
+        let s1 = map.word(H_SEQ).map_or(0, |a| a.load(Acquire));
+        if s1 & 1 == 1 {
+            std::thread::yield_now();
+            continue;
+        }
+        let snap = snapshot(&w, port as Port, ports);
+        fence(Acquire);
+        if w(H_SEQ) == s1 {
+            return Ok(snap);
+        }
+    }
+    Err(bad(
+        "the owner kept rewriting it (or died mid-write): try again".into(),
+    ))
+}
+
+fn snapshot(w: &dyn Fn(usize) -> u64, port: Port, ports: usize) -> PublishedStats {
+    let peers = (0..ports)
+        .filter(|&p| p != port as usize)
+        .map(|p| {
+            let r = |f: usize| w(HEADER_WORDS + p * RECORD_WORDS + f);
+            let mut dropped = [0u64; DROP_KINDS];
+            for (k, d) in dropped.iter_mut().enumerate() {
+                *d = r(field::DROPPED + k);
+            }
+            PublishedPeer {
+                peer: p as Port,
+                state: PublishedState::from_code(r(field::STATE)),
+                outstanding_writes: r(field::OUT_WRITES),
+                outstanding_reads: r(field::OUT_READS),
+                outstanding_multicasts: r(field::OUT_MULTICASTS),
+                serving: r(field::SERVING),
+                recvs_posted: r(field::RECVS_POSTED),
+                backlog: r(field::BACKLOG),
+                counters: QpCounters {
+                    sends: r(field::SENDS),
+                    recvs: r(field::RECVS),
+                    writes: r(field::WRITES),
+                    reads: r(field::READS),
+                    multicasts: r(field::MULTICASTS),
+                    served: r(field::SERVED),
+                    bytes_out: r(field::BYTES_OUT),
+                    bytes_in: r(field::BYTES_IN),
+                    failed_ops: r(field::FAILED_OPS),
+                    dropped,
+                    empty_polls: r(field::EMPTY_POLLS),
+                    connects: r(field::CONNECTS),
+                    disconnects: r(field::DISCONNECTS),
+                    resyncs: r(field::RESYNCS),
+                },
+            }
+        })
+        .collect();
+    PublishedStats {
+        port,
+        pid: w(H_PID) as u32,
+        generation: w(H_GENERATION),
+        updated_unix_ms: w(H_UPDATED_MS),
+        peers,
+    }
+}
