@@ -64,6 +64,33 @@ fn connect(ts: &mut [Transport]) {
     }
 }
 
+/// Two hosts on a fabric of their own, connected, with data queue 0 of host
+/// 0 towards host 1 (`tx`) and of host 1 towards host 0 (`rx`). Fields drop
+/// in order: queues, transports, the fabric, then its directory.
+struct Pair {
+    tx: DataQueue,
+    rx: DataQueue,
+    ts: Vec<Transport>,
+    _f: EmuFabric,
+    _dir: TestDir,
+}
+
+fn pair(tag: &str, g: Geometry) -> Pair {
+    let dir = TestDir::new(tag);
+    let f = fabric(&dir, tag, &g);
+    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    let tx = ts[0].data_queue(1, 0).unwrap();
+    let rx = ts[1].data_queue(0, 0).unwrap();
+    connect(&mut ts);
+    Pair {
+        tx,
+        rx,
+        ts,
+        _f: f,
+        _dir: dir,
+    }
+}
+
 /// Payload of message `seq`: its length and bytes follow from `seq` alone.
 fn payload(seq: u64, max: usize) -> Vec<u8> {
     let len = 1 + (seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % max;
@@ -139,13 +166,14 @@ fn control(ts: &mut [Transport], stop: &AtomicBool) {
 
 #[test]
 fn bursts_deliver_every_byte_once_and_pools_come_back_full() {
-    let dir = TestDir::new("dataq-bytes");
     let g = geometry(1, 64, 256);
-    let f = fabric(&dir, "dataq-bytes", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let mut tx = ts[0].data_queue(1, 0).unwrap();
-    let mut rx = ts[1].data_queue(0, 0).unwrap();
-    connect(&mut ts);
+    let Pair {
+        mut tx,
+        mut rx,
+        mut ts,
+        _f,
+        _dir,
+    } = pair("dataq-bytes", g);
     let txp = pool("dataq-bytes-tx", 256, 256);
     const N: u64 = 50_000;
     let stop = AtomicBool::new(false);
@@ -169,13 +197,14 @@ fn bursts_deliver_every_byte_once_and_pools_come_back_full() {
 
 #[test]
 fn a_received_mbuf_is_the_buffer_the_peer_wrote() {
-    let dir = TestDir::new("dataq-inplace");
     let g = geometry(1, 16, 128);
-    let f = fabric(&dir, "dataq-inplace", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let mut tx = ts[0].data_queue(1, 0).unwrap();
-    let mut rx = ts[1].data_queue(0, 0).unwrap();
-    connect(&mut ts);
+    let Pair {
+        mut tx,
+        mut rx,
+        ts,
+        _f,
+        _dir,
+    } = pair("dataq-inplace", g);
     let txp = pool("dataq-inplace-tx", 16, 128);
     let mut got = Vec::new();
     let end = Instant::now() + LONG;
@@ -201,13 +230,14 @@ fn a_received_mbuf_is_the_buffer_the_peer_wrote() {
 
 #[test]
 fn exhaustion_is_back_pressure_and_dropped_mbufs_come_back() {
-    let dir = TestDir::new("dataq-exhaust");
     let g = geometry(1, 16, 64);
-    let f = fabric(&dir, "dataq-exhaust", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let mut tx = ts[0].data_queue(1, 0).unwrap();
-    let mut rx = ts[1].data_queue(0, 0).unwrap();
-    connect(&mut ts);
+    let Pair {
+        mut tx,
+        mut rx,
+        ts: _ts,
+        _f,
+        _dir,
+    } = pair("dataq-exhaust", g);
     let txp = pool("dataq-exhaust-tx", 64, 64);
     // The receiver holds everything it gets: after 16 the sender stalls.
     let mut held = Vec::new();
@@ -473,13 +503,14 @@ fn forged_descriptors_are_refused_and_counted_and_a_good_one_still_lands() {
 
 #[test]
 fn sent_mbufs_are_freed_in_batches_of_the_tx_free_threshold() {
-    let dir = TestDir::new("dataq-txfree");
     let g = geometry(1, 64, 64);
-    let f = fabric(&dir, "dataq-txfree", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let mut tx = ts[0].data_queue(1, 0).unwrap();
-    let mut rx = ts[1].data_queue(0, 0).unwrap();
-    connect(&mut ts);
+    let Pair {
+        mut tx,
+        mut rx,
+        ts: _ts,
+        _f,
+        _dir,
+    } = pair("dataq-txfree", g);
     tx.set_tx_free_thresh(16);
     let txp = pool("dataq-txfree-tx", 64, 64);
     let end = Instant::now() + LONG;

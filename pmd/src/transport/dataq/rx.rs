@@ -170,14 +170,10 @@ impl RxQueue {
     /// is up.
     #[inline]
     fn sync(&mut self) -> bool {
-        match self.link.check() {
-            Seen::Up => true,
-            Seen::Down => false,
-            Seen::Restarted(epoch) => {
-                self.start_over(epoch);
-                self.link.is_up()
-            }
+        if let Seen::Restarted(epoch) = self.link.check() {
+            self.start_over(epoch);
         }
+        self.link.is_up()
     }
 
     /// A new connection (or none): buffers lent to the old one's peer come

@@ -174,14 +174,10 @@ impl TxQueue {
     /// is up.
     #[inline]
     fn sync(&mut self) -> bool {
-        match self.link.check() {
-            Seen::Up => true,
-            Seen::Down => false,
-            Seen::Restarted(epoch) => {
-                self.start_over(epoch);
-                self.link.is_up()
-            }
+        if let Seen::Restarted(epoch) = self.link.check() {
+            self.start_over(epoch);
         }
+        self.link.is_up()
     }
 
     /// A new connection (or none): the old peer's lends are forgotten,
