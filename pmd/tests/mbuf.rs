@@ -121,3 +121,23 @@ fn a_full_ring_keeps_the_rest_in_order_and_frees_what_it_holds_on_drop() {
     drop(ring);
     assert_eq!(p.available(), 16, "the ring freed the mbufs it held");
 }
+
+#[test]
+fn mbufs_outlive_the_pool_handles_they_came_from() {
+    let p = pool("mbuf-outlive", 8, 64);
+    let clone = p.clone();
+    let mut v = Vec::new();
+    p.alloc_bulk(8, &mut v).unwrap();
+    for m in &mut v {
+        m.append(b"alive").unwrap();
+    }
+    let last = v.pop().unwrap();
+    drop(p);
+    assert_eq!(clone.available(), 0, "a clone sees the same pool");
+    drop(clone);
+    // Every handle to the pool is gone; the mbufs still hold it.
+    assert!(v.iter().all(|m| m.to_vec() == b"alive"));
+    Mbuf::free_bulk(&mut v);
+    assert_eq!(last.to_vec(), b"alive");
+    drop(last); // the last reference frees the pool
+}

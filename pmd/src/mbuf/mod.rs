@@ -25,17 +25,22 @@ use std::fmt;
 use std::ptr::NonNull;
 
 mod pool;
+mod pool_ref;
 mod ring;
 
 pub use pool::MbufPool;
 pub use ring::MbufRing;
 
-use ntbdk_mempool::{ObjIdx, Pool};
+pub(crate) use pool_ref::{Adding, PoolRef};
+
+use ntbdk_mempool::ObjIdx;
+use pool_ref::PoolPtr;
 
 /// One message buffer: an object of a pool, owned by this handle until it
 /// is dropped, freed or sent.
 pub struct Mbuf {
-    pool: Pool,
+    /// Its pool (one counted reference, released when the mbuf goes).
+    pool: PoolPtr,
     obj: ObjIdx,
     /// The object's first byte (valid while `pool` lives).
     base: NonNull<u8>,
@@ -50,33 +55,40 @@ pub struct Mbuf {
 }
 
 // SAFETY: an Mbuf owns its object exclusively (taken from the pool, not
-// returned until drop), `Pool` is Send + Sync, and `base` points into
-// memory the pool keeps mapped; nothing in it is tied to a thread.
+// returned until drop), its pool pointer is Send + Sync and counted, and
+// `base` points into memory the pool keeps mapped; nothing in it is tied to
+// a thread.
 unsafe impl Send for Mbuf {}
 
 impl Mbuf {
-    /// An mbuf over object `obj` of `pool` holding `len` bytes at offset 0.
+    /// An mbuf over object `obj` of `owner`'s pool holding `len` bytes at
+    /// offset 0; `adding` counts its reference to the pool.
     ///
     /// # Safety
-    /// `obj` is a handle of `pool` taken as a raw handle by the caller and
-    /// not returned: the mbuf becomes its only owner.
+    /// `obj` is a handle of that pool taken as a raw handle by the caller and
+    /// not returned: the mbuf becomes its only owner. `adding` was made from
+    /// `owner`.
+    #[inline]
     pub(crate) unsafe fn from_pool(
-        pool: &Pool,
+        owner: &PoolRef,
+        adding: &mut Adding,
         obj: ObjIdx,
         len: u32,
-        port: u16,
-        queue: u16,
+        (port, queue): (u16, u16),
     ) -> Mbuf {
+        let pool = owner.pool();
         let base = pool
             .ptr(obj)
             .expect("a handle just taken from this pool is its own");
+        let room = pool.elt_size() as u32;
+        adding.one();
         Mbuf {
-            pool: pool.clone(),
+            pool: owner.ptr(),
             obj,
             base,
-            room: pool.elt_size() as u32,
+            room,
             data_off: 0,
-            len: len.min(pool.elt_size() as u32),
+            len: len.min(room),
             shared: pool.is_external(),
             port,
             queue,
@@ -259,12 +271,11 @@ impl Mbuf {
     /// pool handle stay taken until [`from_raw`](Mbuf::from_raw).
     #[inline]
     pub(crate) fn into_raw(self) -> RawMbuf {
+        // Not dropped: its object and its reference to the pool move into
+        // the raw form.
         let m = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `m` is never dropped or used again: its pool handle moves
-        // into the raw form.
-        let pool = unsafe { std::ptr::read(&m.pool) };
         RawMbuf {
-            pool: pool.into_raw() as usize,
+            pool: m.pool.to_bits(),
             obj: m.obj,
             base: m.base.as_ptr() as usize,
             room: m.room,
@@ -285,9 +296,9 @@ impl Mbuf {
     #[inline]
     pub(crate) unsafe fn from_raw(raw: RawMbuf) -> Mbuf {
         Mbuf {
-            // SAFETY: the caller's contract: the handle was given up once by
-            // `into_raw` and is taken back once.
-            pool: unsafe { Pool::from_raw(raw.pool as *const ()) },
+            // SAFETY: the caller's contract: the reference was given up once
+            // by `into_raw` and is taken back once.
+            pool: unsafe { PoolPtr::from_bits(raw.pool) },
             obj: raw.obj,
             // SAFETY: `into_raw` stored a NonNull's address.
             base: unsafe { NonNull::new_unchecked(raw.base as *mut u8) },
@@ -313,28 +324,28 @@ impl Mbuf {
     pub(crate) fn free_front(mbufs: &mut Vec<Mbuf>, n: usize) {
         const CHUNK: usize = 64;
         let mut hs = [ObjIdx::default(); CHUNK];
+        // Not dropped one by one: their objects and pool references are
+        // returned below, a run of one pool at a time.
         let mut drain = mbufs.drain(..n).map(std::mem::ManuallyDrop::new).peekable();
         while let Some(first) = drain.next() {
             hs[0] = first.obj;
             let mut k = 1;
             while k < CHUNK {
-                match drain.next_if(|m| m.pool.tag() == first.pool.tag()) {
+                match drain.next_if(|m| m.pool == first.pool) {
                     Some(m) => {
                         hs[k] = m.obj;
                         k += 1;
-                        // SAFETY: `m` (ManuallyDrop) is never used or dropped
-                        // again: its pool handle is released here, its
-                        // object below.
-                        drop(unsafe { std::ptr::read(&m.pool) });
                     }
                     None => break,
                 }
             }
             // SAFETY: each handle was owned by exactly one mbuf, now gone
-            // (ManuallyDrop, never dropped): each is returned once.
-            unsafe { first.pool.put_bulk(&hs[..k]) };
-            // SAFETY: `first` is never used again; release its pool handle.
-            drop(unsafe { std::ptr::read(&first.pool) });
+            // (ManuallyDrop, never dropped): each object is returned once,
+            // and the `k` references those mbufs held are released once.
+            unsafe {
+                first.pool.pool().put_bulk(&hs[..k]);
+                first.pool.release(k);
+            }
         }
     }
 
@@ -396,15 +407,19 @@ impl RawMbuf {
 
 impl Drop for Mbuf {
     fn drop(&mut self) {
-        // SAFETY: the mbuf owned its object and is going away: returned once.
-        unsafe { self.pool.put(self.obj) };
+        // SAFETY: the mbuf owned its object and its reference to the pool,
+        // and is going away: each is returned once.
+        unsafe {
+            self.pool.pool().put(self.obj);
+            self.pool.release(1);
+        }
     }
 }
 
 impl fmt::Debug for Mbuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mbuf")
-            .field("pool", &self.pool.name())
+            .field("pool", &self.pool.pool().name())
             .field("index", &self.obj.index())
             .field("len", &self.len)
             .field("data_off", &self.data_off)

@@ -3,13 +3,20 @@
 
 use ntbdk_mempool::{ObjIdx, Pool, PoolError, PoolOptions, ZoneOptions};
 
-use super::Mbuf;
+use super::{Adding, Mbuf, PoolRef};
 
 /// A pool of mbufs of one data room, created by the application (DPDK's
-/// `rte_pktmbuf_pool_create`).
-#[derive(Clone, Debug)]
+/// `rte_pktmbuf_pool_create`). Clones share the pool; it lives until the
+/// last clone and the last of its mbufs are gone.
+#[derive(Clone)]
 pub struct MbufPool {
-    pool: Pool,
+    pool: PoolRef,
+}
+
+impl std::fmt::Debug for MbufPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.pool().fmt(f)
+    }
 }
 
 impl MbufPool {
@@ -31,7 +38,7 @@ impl MbufPool {
             ..PoolOptions::new(data_room, count)
         };
         Ok(MbufPool {
-            pool: Pool::create(name, &opts, zone)?,
+            pool: PoolRef::new(Pool::create(name, &opts, zone)?),
         })
     }
 
@@ -40,9 +47,10 @@ impl MbufPool {
     /// # Errors
     /// [`PoolError::Exhausted`] when none is free.
     pub fn alloc(&self) -> Result<Mbuf, PoolError> {
-        let h = self.pool.get_raw()?;
+        let h = self.pool().get_raw()?;
+        let mut adding = Adding::new(&self.pool);
         // SAFETY: `h` was just taken from this private pool and is ours.
-        Ok(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) })
+        Ok(unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, 0, (0, 0)) })
     }
 
     /// Takes `n` mbufs into `out`, all or nothing (DPDK's
@@ -58,13 +66,14 @@ impl MbufPool {
         let mut left = n;
         while left > 0 {
             let k = left.min(CHUNK);
-            if let Err(e) = self.pool.get_bulk(&mut hs[..k]) {
+            if let Err(e) = self.pool().get_bulk(&mut hs[..k]) {
                 out.truncate(start); // the mbufs taken so far go back on drop
                 return Err(e);
             }
+            let mut adding = Adding::new(&self.pool);
             for &h in &hs[..k] {
                 // SAFETY: `h` was just taken from this private pool.
-                out.push(unsafe { Mbuf::from_pool(&self.pool, h, 0, 0, 0) });
+                out.push(unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, 0, (0, 0)) });
             }
             left -= k;
         }
@@ -73,21 +82,21 @@ impl MbufPool {
 
     /// Bytes of data room per mbuf.
     pub fn data_room(&self) -> usize {
-        self.pool.elt_size()
+        self.pool().elt_size()
     }
 
     /// Mbufs in the pool.
     pub fn size(&self) -> usize {
-        self.pool.size()
+        self.pool().size()
     }
 
     /// Mbufs free (in the pool's ring and this process's caches).
     pub fn available(&self) -> usize {
-        self.pool.available()
+        self.pool().available()
     }
 
     /// The pool under the mbufs.
     pub fn pool(&self) -> &Pool {
-        &self.pool
+        self.pool.pool()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use ntbdk_mempool::{ObjIdx, Pool, PoolOptions};
 
 use crate::hw::Port;
-use crate::mbuf::Mbuf;
+use crate::mbuf::{Adding, Mbuf, PoolRef};
 
 use super::super::error::{Result, TransportError};
 use super::super::geometry::{DataPart, Layout};
@@ -32,7 +32,7 @@ pub struct RxQueue {
     credit_out: usize,
     /// Our receive buffers: the pool over them and, per buffer, whether it
     /// is lent to the peer now.
-    pool: Pool,
+    pool: PoolRef,
     lent: Vec<bool>,
     lent_now: u32,
     stats: DataQueueStats,
@@ -56,16 +56,18 @@ impl RxQueue {
         // SAFETY: the buffers lie in our window (checked by `ptr_at`), which
         // the `LocalWindow` clone passed as `keep` keeps mapped; only this
         // queue (taken once per peer and queue) hands them out.
-        let pool = unsafe {
-            Pool::create_over(
-                &format!("ntbdk-rxq-{me}-{peer}-{queue}"),
-                &opts,
-                objects,
-                bytes,
-                Arc::new(link.local.clone()),
-            )
-        }
-        .map_err(|e| TransportError::DataQueuePool(e.to_string()))?;
+        let pool = PoolRef::new(
+            unsafe {
+                Pool::create_over(
+                    &format!("ntbdk-rxq-{me}-{peer}-{queue}"),
+                    &opts,
+                    objects,
+                    bytes,
+                    Arc::new(link.local.clone()),
+                )
+            }
+            .map_err(|e| TransportError::DataQueuePool(e.to_string()))?,
+        );
         Ok(RxQueue {
             nb_desc: d.nb_desc,
             buf_size: d.buf_size,
@@ -107,13 +109,13 @@ impl RxQueue {
 
     /// Receive buffers in all (`nb_desc`).
     pub fn pool_size(&self) -> usize {
-        self.pool.size()
+        self.pool.pool().size()
     }
 
     /// Receive buffers free in the pool: neither lent to the peer nor held
     /// by the application as received mbufs.
     pub fn pool_available(&self) -> usize {
-        self.pool.available()
+        self.pool.pool().available()
     }
 
     /// Receive buffers lent to the peer now.
@@ -133,6 +135,7 @@ impl RxQueue {
         }
         self.lend();
         let mut n = 0;
+        let mut adding = Adding::new(&self.pool);
         while n < max {
             let Some(body) = self.cons.peek(&self.link.local) else {
                 break;
@@ -145,12 +148,16 @@ impl RxQueue {
             }
             self.lent[b as usize] = false;
             self.lent_now -= 1;
-            let h = self.pool.handle(b).expect("b < nb_desc, the pool's size");
+            let h = self
+                .pool
+                .pool()
+                .handle(b)
+                .expect("b < nb_desc, the pool's size");
+            let origin = (self.link.peer, self.link.queue);
             // SAFETY: buffer `b` was lent (taken from the pool as a raw
             // handle when lent) and is now the peer's no longer: the mbuf
-            // becomes its only owner.
-            let mut m =
-                unsafe { Mbuf::from_pool(&self.pool, h, len, self.link.peer, self.link.queue) };
+            // becomes its only owner; `adding` is this pool's.
+            let mut m = unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, len, origin) };
             m.set_user(user);
             out.push(m);
             self.stats.rx += 1;
@@ -182,10 +189,10 @@ impl RxQueue {
     fn start_over(&mut self, epoch: u32) {
         let lent: Vec<ObjIdx> = (0..self.nb_desc)
             .filter(|&b| self.lent[b as usize])
-            .filter_map(|b| self.pool.handle(b).ok())
+            .filter_map(|b| self.pool.pool().handle(b).ok())
             .collect();
         // The peer of the old connection no longer holds them.
-        let _ = self.pool.put_bulk_checked(&lent);
+        let _ = self.pool.pool().put_bulk_checked(&lent);
         self.lent.fill(false);
         self.lent_now = 0;
         self.cons = Consumer::new(self.cons.base(), self.nb_desc, epoch);
@@ -202,7 +209,7 @@ impl RxQueue {
         };
         let room = self.nb_desc - self.lent_now;
         // The pool has no thread caches: every free buffer is in its ring.
-        let avail = self.pool.available_in_ring().min(room as usize);
+        let avail = self.pool.pool().available_in_ring().min(room as usize);
         if avail == 0 || (avail < LEND_BATCH.min(self.nb_desc as usize / 4) && self.lent_now > 0) {
             return;
         }
@@ -212,7 +219,7 @@ impl RxQueue {
         let mask = u64::from(self.nb_desc) - 1;
         while left > 0 {
             let k = left.min(LEND_BATCH);
-            if self.pool.get_bulk(&mut hs[..k]).is_err() {
+            if self.pool.pool().get_bulk(&mut hs[..k]).is_err() {
                 break; // only this queue takes from the pool: cannot happen
             }
             for h in &hs[..k] {
@@ -222,7 +229,7 @@ impl RxQueue {
                 if win.write_u64(at, entry).is_err() {
                     self.stats.device_errors += 1;
                     // Not lent after all.
-                    let _ = self.pool.put_checked(*h);
+                    let _ = self.pool.pool().put_checked(*h);
                     continue;
                 }
                 self.fq_out_seq += 1;
