@@ -266,10 +266,10 @@ impl PeerWindow {
     pub unsafe fn write_from_ptr(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
         check(offset, len, self.len)?;
         self.admitted(offset, len)?;
-        // SAFETY: bounds checked above; the mapping is valid while `_keep`
-        // lives; `src` is readable for `len` bytes (the caller's contract);
         // `copy` (memmove) holds even if the two overlap (a loopback fabric
         // maps one memory as both windows).
+        // SAFETY: bounds checked above; the mapping is valid while `_keep`
+        // lives; `src` is readable for `len` bytes (the caller's contract).
         unsafe { std::ptr::copy(src, self.base.add(offset), len) };
         self.mine.posted(len);
         self.note_data(offset, len);

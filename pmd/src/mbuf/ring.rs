@@ -40,12 +40,12 @@ impl MbufRing {
                 *slot = m.into_raw();
             }
             let n = self.ring.enqueue_burst(&raw[..k]).n;
-            // SAFETY: the ones the ring did not take are still only ours,
-            // each taken back once.
-            mbufs.splice(
-                0..0,
-                raw[n..k].iter().map(|r| unsafe { Mbuf::from_raw(*r) }),
-            );
+            let back = raw[n..k].iter().map(|r| {
+                // SAFETY: the ones the ring did not take are still only
+                // ours, each taken back once.
+                unsafe { Mbuf::from_raw(*r) }
+            });
+            mbufs.splice(0..0, back);
             total += n;
             if n < k {
                 break;

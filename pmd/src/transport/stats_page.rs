@@ -232,11 +232,11 @@ impl Mapping {
     /// The word at index `i`, if inside the mapping.
     fn word(&self, i: usize) -> Option<&AtomicU64> {
         (i < self.words).then(|| {
+            // `AtomicU64` is valid for any bytes and is only loaded from a
+            // read-only mapping (a plain load on the platforms we build for).
             // SAFETY: `i` words are inside the mapping (checked), which is
             // page aligned, so the address is 8-byte aligned; the mapping
-            // lives as long as `self`; `AtomicU64` is valid for any bytes
-            // and is only loaded from a read-only mapping (a plain load on
-            // the platforms we build for).
+            // lives as long as `self`.
             unsafe { AtomicU64::from_ptr(self.base.as_ptr().cast::<u64>().add(i)) }
         })
     }

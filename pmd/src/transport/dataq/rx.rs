@@ -53,21 +53,14 @@ impl RxQueue {
             ..PoolOptions::new(d.buf_size as usize, d.nb_desc)
         };
         let objects = std::ptr::NonNull::new(ptr).expect("a window pointer is not null");
+        let name = format!("ntbdk-rxq-{me}-{peer}-{queue}");
+        let keep = Arc::new(link.local.clone());
         // SAFETY: the buffers lie in our window (checked by `ptr_at`), which
         // the `LocalWindow` clone passed as `keep` keeps mapped; only this
         // queue (taken once per peer and queue) hands them out.
-        let pool = PoolRef::new(
-            unsafe {
-                Pool::create_over(
-                    &format!("ntbdk-rxq-{me}-{peer}-{queue}"),
-                    &opts,
-                    objects,
-                    bytes,
-                    Arc::new(link.local.clone()),
-                )
-            }
-            .map_err(|e| TransportError::DataQueuePool(e.to_string()))?,
-        );
+        let pool = unsafe { Pool::create_over(&name, &opts, objects, bytes, keep) }
+            .map_err(|e| TransportError::DataQueuePool(e.to_string()))?;
+        let pool = PoolRef::new(pool);
         Ok(RxQueue {
             nb_desc: d.nb_desc,
             buf_size: d.buf_size,
