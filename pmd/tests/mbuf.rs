@@ -3,7 +3,6 @@
 
 use ntbdk_mempool::ZoneOptions;
 use ntbdk_pmd::mbuf::{Mbuf, MbufError, MbufPool, MbufRing};
-use ntbdk_ring::RingMode;
 
 fn pool(name: &str, count: u32, room: usize) -> MbufPool {
     MbufPool::create(name, count, room, 16, &ZoneOptions::no_huge()).unwrap()
@@ -59,7 +58,7 @@ fn mbufs_return_on_drop_and_in_bulk() {
 #[test]
 fn a_ring_between_threads_hands_over_every_mbuf_once() {
     let p = pool("mbuf-ring", 256, 64);
-    let ring = MbufRing::new(64, RingMode::SPSC).unwrap();
+    let (mut to, mut from) = MbufRing::spsc(64).unwrap();
     const N: u64 = 200_000;
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -77,14 +76,14 @@ fn a_ring_between_threads_hands_over_every_mbuf_once() {
                         Err(_) => break, // all in flight: wait for the consumer
                     }
                 }
-                ring.enqueue_burst(&mut batch);
+                to.enqueue_burst(&mut batch);
             }
         });
         s.spawn(|| {
             let mut got = Vec::new();
             let mut want = 0u64;
             while want < N {
-                ring.dequeue_burst(&mut got, 32);
+                from.dequeue_burst(&mut got, 32);
                 for m in &got {
                     assert_eq!(m.user(), want);
                     let mut b = [0u8; 8];
@@ -96,14 +95,14 @@ fn a_ring_between_threads_hands_over_every_mbuf_once() {
             }
         });
     });
-    assert!(ring.is_empty());
+    assert!(to.is_empty() && from.is_empty());
     assert_eq!(p.available(), 256);
 }
 
 #[test]
 fn a_full_ring_keeps_the_rest_in_order_and_frees_what_it_holds_on_drop() {
     let p = pool("mbuf-ring-full", 16, 64);
-    let ring = MbufRing::new(8, RingMode::MPMC).unwrap();
+    let ring = MbufRing::new(8).unwrap();
     let mut v = Vec::new();
     p.alloc_bulk(12, &mut v).unwrap();
     for (i, m) in v.iter_mut().enumerate() {

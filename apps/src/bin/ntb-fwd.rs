@@ -35,7 +35,6 @@ use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::lcore::{PollMode, StopFlag};
 use ntbdk_pmd::mbuf::{MbufPool, MbufRing};
 use ntbdk_pmd::transport::{Config, DataQueue, DataQueues, Transport};
-use ntbdk_ring::RingMode;
 
 /// DPDK ntb_fwd on an NTB fabric's data queues: txonly, rxonly, iofwd,
 /// file-trans.
@@ -397,21 +396,18 @@ fn run(args: &Args) -> Result<()> {
             }
             Mode::IoFwd if args.pipeline => {
                 let (rxq, txq) = q.split();
-                let ring = Arc::new(MbufRing::new(
-                    (d.nb_desc as usize).next_power_of_two(),
-                    RingMode::SPSC,
-                )?);
+                let (to_tx, from_rx) = MbufRing::spsc((d.nb_desc as usize).next_power_of_two())?;
                 let done = StopFlag::new();
-                let (r2, d2, c2) = (ring.clone(), done.clone(), ctx.clone());
+                let (d2, c2) = (done.clone(), ctx.clone());
                 job(
                     format!("iofwd-rx-{i}"),
                     core,
-                    Box::new(move || pipeline_rx(rxq, ring, done, limit, ctx)),
+                    Box::new(move || pipeline_rx(rxq, to_tx, done, limit, ctx)),
                 );
                 job(
                     format!("iofwd-tx-{i}"),
                     core_of(i * per_queue + 1),
-                    Box::new(move || pipeline_tx(txq, r2, d2, c2)),
+                    Box::new(move || pipeline_tx(txq, from_rx, d2, c2)),
                 );
             }
             Mode::IoFwd => job(

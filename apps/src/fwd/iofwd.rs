@@ -5,18 +5,16 @@
 //! - run to completion ([`iofwd`]): one lcore per queue receives a burst
 //!   and sends it back;
 //! - pipeline ([`iofwd_pipeline`]): an rx lcore receives and passes the
-//!   mbufs through an [`MbufRing`] to a tx lcore that sends them; the queue
+//!   mbufs through an [`MbufRing`](ntbdk_pmd::mbuf::MbufRing) to a tx lcore that sends them; the queue
 //!   is split into its receive and send halves ([`DataQueue::split`]), one
 //!   per lcore, with no lock between them.
 //!
 //! Nothing is dropped for want of room: what the peer cannot take yet stays
 //! queued (back-pressure) until it can, or until the run ends.
 
-use std::sync::Arc;
-
 use anyhow::Result;
 use ntbdk_pmd::lcore::StopFlag;
-use ntbdk_pmd::mbuf::{Mbuf, MbufRing};
+use ntbdk_pmd::mbuf::{Mbuf, MbufConsumer, MbufProducer};
 use ntbdk_pmd::transport::{DataQueue, RxQueue, TxQueue};
 
 use super::lcore::{Every, LcoreCtx, Limit, Step, counts, drop_unsent, spin, tx_counted};
@@ -77,7 +75,7 @@ fn ended(qid: u16, peer_left: bool) -> String {
 /// raises `done` when the peer leaves or the limit is reached.
 pub fn pipeline_rx(
     mut q: RxQueue,
-    ring: Arc<MbufRing>,
+    mut ring: MbufProducer,
     done: StopFlag,
     limit: Limit,
     ctx: LcoreCtx,
@@ -115,7 +113,7 @@ pub fn pipeline_rx(
 /// once `done` is raised and the ring is drained (or the peer is gone).
 pub fn pipeline_tx(
     mut q: TxQueue,
-    ring: Arc<MbufRing>,
+    mut ring: MbufConsumer,
     done: StopFlag,
     ctx: LcoreCtx,
 ) -> Result<String> {

@@ -106,7 +106,16 @@ impl<'a> Obj<'a> {
     /// handle (taken with [`Pool::get_bulk`] / [`Pool::get_raw`] or
     /// [`Obj::into_handle`], not returned since): no other `Obj` or raw access
     /// to it may exist while the `Obj` lives, and nobody else may return it.
+    ///
+    /// # Panics
+    /// For a pool over memory it does not own ([`Pool::create_over`]): its
+    /// objects may be written by others, so no slice may be made over them.
     pub unsafe fn from_handle(pool: &'a Pool, handle: ObjIdx) -> Self {
+        assert!(
+            !pool.is_external(),
+            "Obj::from_handle: pool {:?} holds objects in memory it does not own",
+            pool.name()
+        );
         let ptr = pool
             .ptr(handle)
             .expect("Obj::from_handle: not a handle of this pool");

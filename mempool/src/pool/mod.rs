@@ -274,24 +274,6 @@ impl Pool {
         ))
     }
 
-    /// Turns this handle into a raw pointer (as `Arc::into_raw`), for
-    /// carrying it inside `Copy` data such as ring slots; the pool stays
-    /// alive until [`from_raw`](Pool::from_raw) takes it back.
-    pub fn into_raw(self) -> *const () {
-        Arc::into_raw(self.inner).cast()
-    }
-
-    /// Takes back a handle made by [`into_raw`](Pool::into_raw).
-    ///
-    /// # Safety
-    /// `ptr` came from `into_raw` and is taken back exactly once.
-    pub unsafe fn from_raw(ptr: *const ()) -> Pool {
-        // SAFETY: the caller's contract: `ptr` is an `Arc<Inner>` given up
-        // by `into_raw` and not yet taken back.
-        let inner = unsafe { Arc::from_raw(ptr.cast::<Inner>()) };
-        Pool { inner }
-    }
-
     /// Whether the objects lie in memory the pool does not own
     /// ([`create_over`](Pool::create_over)).
     #[inline]

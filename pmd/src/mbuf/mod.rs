@@ -29,7 +29,7 @@ mod pool_ref;
 mod ring;
 
 pub use pool::MbufPool;
-pub use ring::MbufRing;
+pub use ring::{MbufConsumer, MbufProducer, MbufRing};
 
 pub(crate) use pool_ref::{Adding, PoolRef};
 

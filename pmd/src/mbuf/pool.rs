@@ -48,7 +48,7 @@ impl MbufPool {
     /// [`PoolError::Exhausted`] when none is free.
     pub fn alloc(&self) -> Result<Mbuf, PoolError> {
         let h = self.pool().get_raw()?;
-        let mut adding = Adding::new(&self.pool);
+        let mut adding = Adding::reserve(&self.pool, 1);
         // SAFETY: `h` was just taken from this private pool and is ours.
         Ok(unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, 0, (0, 0)) })
     }
@@ -70,7 +70,7 @@ impl MbufPool {
                 out.truncate(start); // the mbufs taken so far go back on drop
                 return Err(e);
             }
-            let mut adding = Adding::new(&self.pool);
+            let mut adding = Adding::reserve(&self.pool, k);
             for &h in &hs[..k] {
                 // SAFETY: `h` was just taken from this private pool.
                 out.push(unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, 0, (0, 0)) });
@@ -95,8 +95,9 @@ impl MbufPool {
         self.pool().available()
     }
 
-    /// The pool under the mbufs.
-    pub fn pool(&self) -> &Pool {
+    /// The pool under the mbufs (crate-private: returning its objects by
+    /// hand would free what a live mbuf owns).
+    pub(crate) fn pool(&self) -> &Pool {
         self.pool.pool()
     }
 }

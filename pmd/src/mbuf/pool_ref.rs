@@ -123,35 +123,48 @@ impl PoolPtr {
     }
 }
 
-/// Counts mbufs as they are made and adds their references in one go when
-/// dropped (at the end of the burst, or during unwinding, so the count never
-/// falls short of the mbufs that exist).
+/// References added ahead for the mbufs a burst may make: `reserve` adds
+/// them in one go before any mbuf exists (so no mbuf is ever dropped
+/// against a count that does not include it, even during unwinding), each
+/// mbuf made takes one, and the unused ones are released on drop.
 pub(crate) struct Adding {
     ptr: PoolPtr,
-    n: usize,
+    reserved: usize,
+    used: usize,
 }
 
 impl Adding {
-    /// Starts counting for the pool behind `owner`.
+    /// Adds `n` references to the pool behind `owner`, for up to `n` mbufs.
     #[inline]
-    pub fn new(owner: &PoolRef) -> Adding {
-        Adding { ptr: owner.0, n: 0 }
+    pub fn reserve(owner: &PoolRef, n: usize) -> Adding {
+        if n > 0 {
+            // Relaxed, as `Arc::clone`: the owner's reference keeps the
+            // pool alive.
+            owner.0.shared().refs.fetch_add(n, Ordering::Relaxed);
+        }
+        Adding {
+            ptr: owner.0,
+            reserved: n,
+            used: 0,
+        }
     }
 
-    /// One more mbuf holds the pointer.
+    /// One more mbuf holds the pointer (one of the reserved references).
     #[inline]
     pub fn one(&mut self) {
-        self.n += 1;
+        assert!(
+            self.used < self.reserved,
+            "more mbufs than references reserved"
+        );
+        self.used += 1;
     }
 }
 
 impl Drop for Adding {
     #[inline]
     fn drop(&mut self) {
-        if self.n > 0 {
-            // The owner's reference (held by whoever made this counter and
-            // still holds the PoolRef) keeps the pool alive meanwhile.
-            self.ptr.shared().refs.fetch_add(self.n, Ordering::Relaxed);
-        }
+        // SAFETY: the unused references were added by `reserve` and are
+        // held by nobody; the owner's reference keeps the count above zero.
+        unsafe { self.ptr.release(self.reserved - self.used) };
     }
 }

@@ -2,6 +2,8 @@
 //! pointers): an `ntbdk-ring` ring whose slots carry mbufs given up as
 //! plain data.
 
+use std::sync::Arc;
+
 use ntbdk_ring::{Ring, RingError, RingMode};
 
 use super::{Mbuf, RawMbuf};
@@ -12,20 +14,45 @@ const CHUNK: usize = 64;
 /// A bounded lock-free ring of mbufs, for passing them between lcores (for
 /// example an rx stage and a tx stage). Mbufs left in it when it is dropped
 /// are freed.
+///
+/// A shared `MbufRing` is multi-producer and multi-consumer (any thread may
+/// enqueue or dequeue). For one producer and one consumer, [`spsc`]
+/// (MbufRing::spsc) gives the faster single-producer/single-consumer ring
+/// as two handles, one per side, that cannot be shared: a slot carries an
+/// mbuf's ownership, and two threads on a single-threaded side would
+/// duplicate or lose mbufs.
 pub struct MbufRing {
     ring: Ring<RawMbuf>,
 }
 
+/// The producer side of an [`MbufRing::spsc`] ring: one thread at a time.
+pub struct MbufProducer(Arc<MbufRing>);
+
+/// The consumer side of an [`MbufRing::spsc`] ring: one thread at a time.
+pub struct MbufConsumer(Arc<MbufRing>);
+
 impl MbufRing {
-    /// A ring of `capacity` mbufs (a power of two) with producer and
-    /// consumer sides as `mode` says (SP/MP × SC/MC).
+    /// A multi-producer, multi-consumer ring of `capacity` mbufs (a power of
+    /// two).
     ///
     /// # Errors
     /// [`RingError`] for a bad capacity.
-    pub fn new(capacity: usize, mode: RingMode) -> Result<MbufRing, RingError> {
+    pub fn new(capacity: usize) -> Result<MbufRing, RingError> {
         Ok(MbufRing {
-            ring: Ring::new(capacity, mode)?,
+            ring: Ring::new(capacity, RingMode::MPMC)?,
         })
+    }
+
+    /// A single-producer, single-consumer ring of `capacity` mbufs (a power
+    /// of two), as its two sides.
+    ///
+    /// # Errors
+    /// [`RingError`] for a bad capacity.
+    pub fn spsc(capacity: usize) -> Result<(MbufProducer, MbufConsumer), RingError> {
+        let ring = Arc::new(MbufRing {
+            ring: Ring::new(capacity, RingMode::SPSC)?,
+        });
+        Ok((MbufProducer(ring.clone()), MbufConsumer(ring)))
     }
 
     /// Moves as many mbufs from the front of `mbufs` into the ring as fit;
@@ -86,6 +113,52 @@ impl MbufRing {
     /// The most mbufs it holds.
     pub fn capacity(&self) -> usize {
         self.ring.capacity()
+    }
+}
+
+impl MbufProducer {
+    /// See [`MbufRing::enqueue_burst`].
+    pub fn enqueue_burst(&mut self, mbufs: &mut Vec<Mbuf>) -> usize {
+        self.0.enqueue_burst(mbufs)
+    }
+
+    /// Mbufs in the ring now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the ring holds no mbuf now.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl MbufConsumer {
+    /// See [`MbufRing::dequeue_burst`].
+    pub fn dequeue_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        self.0.dequeue_burst(out, max)
+    }
+
+    /// Mbufs in the ring now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the ring holds no mbuf now.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for MbufProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("MbufProducer").field(&*self.0).finish()
+    }
+}
+
+impl std::fmt::Debug for MbufConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("MbufConsumer").field(&*self.0).finish()
     }
 }
 

@@ -220,6 +220,18 @@ impl Consumer {
         Some(body)
     }
 
+    /// Like [`peek`](Self::peek), then loads the tag again after the copy
+    /// (behind an acquire fence): a slot zeroed or rewritten while it was
+    /// being copied is not taken (as a hello is re-checked).
+    #[inline]
+    pub fn peek_stable(&self, local: &LocalWindow) -> Option<Body> {
+        let body = self.peek(local)?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        let off = slot_offset(self.base, self.depth, self.seq);
+        let t = local.load_u64(off + TAG_OFFSET).ok()?;
+        (t == tag(self.epoch, self.seq)).then_some(body)
+    }
+
     /// Hints the CPU to fetch slot `k` places after the next one: a poller
     /// waiting on the next slot touches the one after too, so a message that
     /// spans both arrives in one round of line transfers, not two.

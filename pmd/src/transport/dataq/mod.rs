@@ -27,6 +27,14 @@
 //! and [`DataQueue::split`] gives them to two lcores (an rx stage and a tx
 //! stage of a pipeline) with no lock between them.
 //!
+//! **Known limit.** A connection that comes back after a link flap without
+//! either side restarting keeps its epoch (it is derived from the two
+//! incarnations), so for a moment after the reconnect a descriptor the
+//! peer's old send half wrote late can pass for a new one (its slot had been
+//! zeroed, the peer's half had not yet seen the change). It names a buffer
+//! we lent, so nothing leaves our window, but that message can be delivered
+//! out of place. Processes that restart, and resyncs, get a new epoch.
+//!
 //! **Connection changes.** The transport publishes the peer's connection in
 //! a connection word (`watch.rs`, followed by `link.rs`); each burst loads it first. On a new connection the
 //! queue starts over: buffers lent to the peer come back to the pool, lends
@@ -77,6 +85,8 @@ pub struct DataQueueStats {
     pub bad_desc: u64,
     /// FreeQ entries refused (out of range, or lent twice).
     pub bad_lend: u64,
+    /// Credit words refused (behind the last one, or past what we sent).
+    pub bad_credit: u64,
     /// Buffers lent to the peer (in total).
     pub lent: u64,
     /// Times the queue started over on a new connection.
@@ -97,6 +107,7 @@ impl DataQueueStats {
             tx_oversize: tx.tx_oversize,
             bad_desc: rx.bad_desc,
             bad_lend: tx.bad_lend,
+            bad_credit: tx.bad_credit,
             lent: rx.lent,
             resets: rx.resets.max(tx.resets),
             device_errors: rx.device_errors + tx.device_errors,

@@ -128,11 +128,16 @@ impl RxQueue {
         }
         self.lend();
         let mut n = 0;
-        let mut adding = Adding::new(&self.pool);
+        // References for the mbufs this burst may make, added in one go once
+        // a descriptor is there (an empty poll adds none).
+        let mut adding = None;
         while n < max {
-            let Some(body) = self.cons.peek(&self.link.local) else {
+            let Some(body) = self.cons.peek_stable(&self.link.local) else {
                 break;
             };
+            let adding = adding.get_or_insert_with(|| {
+                Adding::reserve(&self.pool, max.min(self.lent_now as usize))
+            });
             self.cons.advance();
             let (b, len, user) = parse_descriptor(&body);
             if b >= self.nb_desc || !self.lent[b as usize] || len > self.buf_size {
@@ -150,7 +155,7 @@ impl RxQueue {
             // SAFETY: buffer `b` was lent (taken from the pool as a raw
             // handle when lent) and is now the peer's no longer: the mbuf
             // becomes its only owner; `adding` is this pool's.
-            let mut m = unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, len, origin) };
+            let mut m = unsafe { Mbuf::from_pool(&self.pool, adding, h, len, origin) };
             m.set_user(user);
             out.push(m);
             self.stats.rx += 1;

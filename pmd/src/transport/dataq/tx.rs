@@ -75,7 +75,7 @@ impl TxQueue {
     }
 
     /// The send counters (`tx`, `tx_bytes`, `tx_full`, `tx_oversize`,
-    /// `bad_lend`, `resets`, `device_errors`).
+    /// `bad_lend`, `bad_credit`, `resets`, `device_errors`).
     pub fn stats(&self) -> DataQueueStats {
         DataQueueStats {
             device_errors: self.stats.device_errors + self.link.window_errors,
@@ -130,7 +130,10 @@ impl TxQueue {
             return 0;
         };
         // Reads the peer's credit only when short of descriptors.
-        let _ = self.prod.room(&self.link.local, mbufs.len() as u64);
+        let (_, sane) = self.prod.room(&self.link.local, mbufs.len() as u64);
+        if !sane {
+            self.stats.bad_credit += 1;
+        }
         let slots = self.prod.free(&self.link.local).0 as usize;
         let n = mbufs.len().min(slots).min(self.peer_free.len());
         let mut sent = 0;
@@ -149,6 +152,9 @@ impl TxQueue {
             let wrote = unsafe { win.write_from_ptr(off, src, len) }
                 .and_then(|_| self.prod.push(win, &descriptor(b, len as u32, m.user())));
             if wrote.is_err() {
+                // Still lent to us: keep it for the next burst.
+                self.peer_free.push(b);
+                self.peer_have[b as usize] = true;
                 self.stats.device_errors += 1;
                 break;
             }
@@ -198,11 +204,13 @@ impl TxQueue {
         }
     }
 
-    /// Takes the buffers the peer lent us from the FreeQ in our window.
+    /// Takes the buffers the peer lent us from the FreeQ in our window (at
+    /// most one lap of it per call, so a peer rewriting entries cannot keep
+    /// us here).
     fn take_lends(&mut self) {
         let epoch = self.link.epoch();
         let mask = u64::from(self.nb_desc) - 1;
-        loop {
+        for _ in 0..self.nb_desc {
             let at = self.fq_in + ((self.fq_in_seq & mask) as usize) * 8;
             let Ok(raw) = self.link.local.load_u64(at) else {
                 return;
