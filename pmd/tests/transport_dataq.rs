@@ -64,31 +64,33 @@ fn connect(ts: &mut [Transport]) {
     }
 }
 
-/// Two hosts on a fabric of their own, connected, with data queue 0 of host
-/// 0 towards host 1 (`tx`) and of host 1 towards host 0 (`rx`). Fields drop
-/// in order: queues, transports, the fabric, then its directory.
-struct Pair {
-    tx: DataQueue,
-    rx: DataQueue,
+/// Two connected hosts on a fabric of their own (fields drop in order:
+/// transports, the fabric, then its directory).
+struct Hosts {
     ts: Vec<Transport>,
     _f: EmuFabric,
     _dir: TestDir,
 }
 
-fn pair(tag: &str, g: Geometry) -> Pair {
+/// Two connected hosts, with data queue 0 of host 0 towards host 1 (`tx`)
+/// and of host 1 towards host 0 (`rx`). Bind all three: the queues, bound
+/// after the hosts, drop before them.
+fn pair(tag: &str, g: Geometry) -> (Hosts, DataQueue, DataQueue) {
     let dir = TestDir::new(tag);
     let f = fabric(&dir, tag, &g);
     let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
     let tx = ts[0].data_queue(1, 0).unwrap();
     let rx = ts[1].data_queue(0, 0).unwrap();
     connect(&mut ts);
-    Pair {
+    (
+        Hosts {
+            ts,
+            _f: f,
+            _dir: dir,
+        },
         tx,
         rx,
-        ts,
-        _f: f,
-        _dir: dir,
-    }
+    )
 }
 
 /// Payload of message `seq`: its length and bytes follow from `seq` alone.
@@ -167,20 +169,14 @@ fn control(ts: &mut [Transport], stop: &AtomicBool) {
 #[test]
 fn bursts_deliver_every_byte_once_and_pools_come_back_full() {
     let g = geometry(1, 64, 256);
-    let Pair {
-        mut tx,
-        mut rx,
-        mut ts,
-        _f,
-        _dir,
-    } = pair("dataq-bytes", g);
+    let (mut hosts, mut tx, mut rx) = pair("dataq-bytes", g);
     let txp = pool("dataq-bytes-tx", 256, 256);
     const N: u64 = 50_000;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let sender = s.spawn(|| send_all(&mut tx, &txp, N, 256, 32));
         let receiver = s.spawn(|| receive_all(&mut rx, N, 256, 32));
-        s.spawn(|| control(&mut ts, &stop));
+        s.spawn(|| control(&mut hosts.ts, &stop));
         let _stop = StopOnDrop(&stop);
         sender.join().unwrap();
         receiver.join().unwrap();
@@ -198,13 +194,7 @@ fn bursts_deliver_every_byte_once_and_pools_come_back_full() {
 #[test]
 fn a_received_mbuf_is_the_buffer_the_peer_wrote() {
     let g = geometry(1, 16, 128);
-    let Pair {
-        mut tx,
-        mut rx,
-        ts,
-        _f,
-        _dir,
-    } = pair("dataq-inplace", g);
+    let (hosts, mut tx, mut rx) = pair("dataq-inplace", g);
     let txp = pool("dataq-inplace-tx", 16, 128);
     let mut got = Vec::new();
     let end = Instant::now() + LONG;
@@ -220,7 +210,7 @@ fn a_received_mbuf_is_the_buffer_the_peer_wrote() {
     // The sender's raw window: overwrite every receive buffer of the queue.
     // The mbuf held by the receiver sees it — it was never copied out.
     let layout = g.layout().unwrap();
-    let raw = ts[0].device().peer_window(1, 0).unwrap();
+    let raw = hosts.ts[0].device().peer_window(1, 0).unwrap();
     let bufs = layout.data_part(0, 0, DataPart::Bufs);
     raw.write(bufs, &vec![0xEE; 16 * 128]).unwrap();
     assert_eq!(got[0].to_vec(), vec![0xEE; 100], "the mbuf is not in place");
@@ -231,13 +221,7 @@ fn a_received_mbuf_is_the_buffer_the_peer_wrote() {
 #[test]
 fn exhaustion_is_back_pressure_and_dropped_mbufs_come_back() {
     let g = geometry(1, 16, 64);
-    let Pair {
-        mut tx,
-        mut rx,
-        ts: _ts,
-        _f,
-        _dir,
-    } = pair("dataq-exhaust", g);
+    let (_hosts, mut tx, mut rx) = pair("dataq-exhaust", g);
     let txp = pool("dataq-exhaust-tx", 64, 64);
     // The receiver holds everything it gets: after 16 the sender stalls.
     let mut held = Vec::new();
@@ -504,13 +488,7 @@ fn forged_descriptors_are_refused_and_counted_and_a_good_one_still_lands() {
 #[test]
 fn sent_mbufs_are_freed_in_batches_of_the_tx_free_threshold() {
     let g = geometry(1, 64, 64);
-    let Pair {
-        mut tx,
-        mut rx,
-        ts: _ts,
-        _f,
-        _dir,
-    } = pair("dataq-txfree", g);
+    let (_hosts, mut tx, mut rx) = pair("dataq-txfree", g);
     tx.set_tx_free_thresh(16);
     let txp = pool("dataq-txfree-tx", 64, 64);
     let end = Instant::now() + LONG;

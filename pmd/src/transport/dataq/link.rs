@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::hw::{LocalWindow, NtbDevice, PeerWindow, Port};
 
 use super::super::watch::{ConnWatch, epoch_of};
+use super::DataQueueStats;
 
 /// How the connection stands at a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +36,7 @@ pub(super) struct Link {
     /// The peer's window while connected.
     win: Option<PeerWindow>,
     /// Peer windows that could not be had.
-    pub window_errors: u64,
+    window_errors: u64,
 }
 
 impl Link {
@@ -93,6 +94,15 @@ impl Link {
     #[inline]
     pub fn epoch(&self) -> u32 {
         epoch_of(self.seen)
+    }
+
+    /// `stats` with the peer windows that could not be had counted as
+    /// device errors.
+    pub fn counted(&self, stats: DataQueueStats) -> DataQueueStats {
+        DataQueueStats {
+            device_errors: stats.device_errors + self.window_errors,
+            ..stats
+        }
     }
 
     /// Whether we are up with a window.

@@ -94,10 +94,7 @@ impl RxQueue {
     /// The receive counters (`rx`, `rx_bytes`, `bad_desc`, `lent`,
     /// `resets`, `device_errors`).
     pub fn stats(&self) -> DataQueueStats {
-        DataQueueStats {
-            device_errors: self.stats.device_errors + self.link.window_errors,
-            ..self.stats
-        }
+        self.link.counted(self.stats)
     }
 
     /// Receive buffers in all (`nb_desc`).

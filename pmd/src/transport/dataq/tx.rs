@@ -77,10 +77,7 @@ impl TxQueue {
     /// The send counters (`tx`, `tx_bytes`, `tx_full`, `tx_oversize`,
     /// `bad_lend`, `bad_credit`, `resets`, `device_errors`).
     pub fn stats(&self) -> DataQueueStats {
-        DataQueueStats {
-            device_errors: self.stats.device_errors + self.link.window_errors,
-            ..self.stats
-        }
+        self.link.counted(self.stats)
     }
 
     /// Bytes per buffer of the peer (the largest mbuf `tx_burst` sends).
