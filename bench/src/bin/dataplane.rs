@@ -36,6 +36,8 @@ use ntbdk_pmd::transport::{
 const BURST: usize = 32;
 /// Receives the copy path keeps posted.
 const RECVS: u64 = 256;
+/// Eager buffers of the copy path's queue pair.
+const EAGER: u32 = 128;
 /// Bytes per receive buffer (both paths) and eager buffer.
 const BUF: u32 = 4096;
 
@@ -54,6 +56,10 @@ struct Args {
     /// Message sizes in bytes.
     #[arg(long, value_delimiter = ',', default_values_t = [64usize, 1500, 4096])]
     sizes: Vec<usize>,
+    /// Data descriptors, and so receive buffers, per queue (a power of
+    /// two; DPDK `ntb_fwd`'s default).
+    #[arg(long, default_value_t = 1024)]
+    nb_desc: u32,
     /// Skip the two-queue scaling case.
     #[arg(long)]
     no_scaling: bool,
@@ -67,25 +73,27 @@ struct Args {
     one_core: Option<u64>,
 }
 
-fn geometry() -> Geometry {
+/// The fabric's geometry: the copy path's queue pair and `nb_desc` data
+/// descriptors (and receive buffers) per queue.
+fn geometry(nb_desc: u32) -> Geometry {
     Geometry {
         ports: 2,
         queue_depth: 256,
-        eager_count: 128,
+        eager_count: EAGER,
         eager_size: BUF,
         data: DataQueues {
             count: 2,
-            nb_desc: 1024,
+            nb_desc,
             buf_size: BUF,
         },
     }
 }
 
 /// A fabric of two hosts in a directory of its own, removed after `f`.
-fn with_hosts<R>(f: impl FnOnce(Transport, Transport) -> Result<R>) -> Result<R> {
+fn with_hosts<R>(nb_desc: u32, f: impl FnOnce(Transport, Transport) -> Result<R>) -> Result<R> {
     let dir = std::env::temp_dir().join(format!("ntbdk-bench-dataplane-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
-    let g = geometry();
+    let g = geometry(nb_desc);
     let window = g
         .layout()?
         .window_size_for(RECVS as usize * BUF as usize + (1 << 20))
@@ -180,9 +188,9 @@ fn time_run(c: &Counter, secs: f64, mut poll: impl FnMut()) -> Rate {
 }
 
 /// The copy path: sends from a slice, posted receives, `region_read`.
-fn copy_path(size: usize, secs: f64) -> Result<Rate> {
+fn copy_path(size: usize, nb_desc: u32, secs: f64) -> Result<Rate> {
     let (ca, cb) = core_pair();
-    with_hosts(|mut a, mut b| {
+    with_hosts(nb_desc, |mut a, mut b| {
         let c = Counter::new();
         let qa = a.create_qp(1)?;
         let qb = b.create_qp(0)?;
@@ -292,9 +300,9 @@ fn receive_bursts(qs: &mut [DataQueue], c: &Counter) {
 
 /// The data queues: `senders` sender threads (one queue each) to one
 /// receiver thread polling all of them.
-fn burst_path(size: usize, senders: usize, secs: f64) -> Result<Rate> {
+fn burst_path(size: usize, senders: usize, nb_desc: u32, secs: f64) -> Result<Rate> {
     let (ca, cb) = core_pair();
-    with_hosts(|mut a, mut b| {
+    with_hosts(nb_desc, |mut a, mut b| {
         let c = Counter::new();
         let mut txs: Vec<DataQueue> = (0..senders as u16)
             .map(|q| a.data_queue(1, q))
@@ -343,8 +351,8 @@ fn burst_path(size: usize, senders: usize, secs: f64) -> Result<Rate> {
 
 /// Both sides of one queue on this thread: `n` messages in bursts, sent,
 /// received and freed; returns nanoseconds per message.
-fn one_core(size: usize, n: u64) -> Result<f64> {
-    with_hosts(|mut a, mut b| {
+fn one_core(size: usize, nb_desc: u32, n: u64) -> Result<f64> {
+    with_hosts(nb_desc, |mut a, mut b| {
         let mut tx = a.data_queue(1, 0)?;
         let mut rx = b.data_queue(0, 0)?;
         let pool = MbufPool::create(
@@ -391,7 +399,7 @@ fn main() -> Result<()> {
     let args = Args::parse();
     if let Some(n) = args.one_core {
         let size = args.sizes[0];
-        let ns = one_core(size, n)?;
+        let ns = one_core(size, args.nb_desc, n)?;
         println!(
             "one core, {size} B, {n} messages: {ns:.1} ns per message (tx_burst + rx_burst + free)"
         );
@@ -399,8 +407,12 @@ fn main() -> Result<()> {
     }
     println!("# bench dataplane — {}", describe_machine());
     println!(
-        "continuous runs of {} s counted at the receiver, {} interleaved repetitions; median [min – max]\n",
+        "continuous runs of {} s counted at the receiver, {} interleaved repetitions; median [min – max]",
         args.seconds, args.runs
+    );
+    println!(
+        "receive buffers of {BUF} B: {} per data queue (--nb-desc), {EAGER} eager buffers on the copy path\n",
+        args.nb_desc
     );
     println!("| case | size | Mmsg/s | GB/s | ratio to copy path (median) |");
     println!("| --- | --- | --- | --- | --- |");
@@ -411,9 +423,9 @@ fn main() -> Result<()> {
         let (mut copy, mut burst) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
             if !args.burst_only {
-                copy.push(copy_path(size, args.seconds)?);
+                copy.push(copy_path(size, args.nb_desc, args.seconds)?);
             }
-            burst.push(burst_path(size, 1, args.seconds)?);
+            burst.push(burst_path(size, 1, args.nb_desc, args.seconds)?);
         }
         if args.burst_only {
             let (bm, bl, bh) = summary(&burst, |r| r.mps);
@@ -447,8 +459,8 @@ fn main() -> Result<()> {
     if !args.no_scaling {
         let (mut one, mut two) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            one.push(burst_path(64, 1, args.seconds)?);
-            two.push(burst_path(64, 2, args.seconds)?);
+            one.push(burst_path(64, 1, args.nb_desc, args.seconds)?);
+            two.push(burst_path(64, 2, args.nb_desc, args.seconds)?);
         }
         let (om, ol, oh) = summary(&one, |r| r.mps);
         let (tm, tl, th) = summary(&two, |r| r.mps);

@@ -22,8 +22,13 @@ pub struct TxQueue {
     fq_in_seq: u64,
     /// Offset of the peer's buffers in its window (we send into them).
     bufs_out: usize,
-    /// Peer buffers we may send into (a stack) and, per buffer, whether it
-    /// is in that stack.
+    /// Peer buffers we may send into, and per buffer whether it is here.
+    /// A stack: new lends go on top at every burst and are used first, so
+    /// the buffers in circulation stay as few as the traffic needs and warm
+    /// in the caches, while the rest rest at the bottom. (Used in lending
+    /// order, every one of `nb_desc` buffers of 4 KiB was written in turn,
+    /// 4 MiB, more than an L2: 3.3 against 4.9 M/s at 4 KiB in
+    /// `bench dataplane`.)
     peer_free: Vec<u32>,
     peer_have: Vec<bool>,
     /// Sent mbufs waiting to be freed in bulk, and how many trigger it
@@ -120,9 +125,9 @@ impl TxQueue {
         if mbufs.is_empty() || !self.sync() {
             return 0;
         }
-        if self.peer_free.len() < mbufs.len() {
-            self.take_lends();
-        }
+        // Every burst, so that the buffers lent last (the ones the peer
+        // freed last) are on top of the stack: see `peer_free`.
+        self.take_lends();
         let Some(win) = self.link.win() else {
             return 0;
         };
