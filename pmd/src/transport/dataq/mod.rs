@@ -60,7 +60,7 @@ use crate::mbuf::Mbuf;
 
 use super::geometry::Layout;
 use super::watch::ConnWatch;
-use super::wire::BODY;
+use super::wire::{BODY, Words};
 
 pub use rx::RxQueue;
 pub use tx::TxQueue;
@@ -254,14 +254,15 @@ impl DataQueue {
     }
 }
 
-/// A descriptor's body: buffer index, length, user word.
+/// A descriptor's body as the words of its slot: buffer index and length
+/// (little-endian bytes 0..4 and 4..8), then the user word (8..16); the
+/// rest is zero.
 #[inline]
-fn descriptor(buffer: u32, len: u32, user: u64) -> [u8; BODY] {
-    let mut b = [0u8; BODY];
-    b[0..4].copy_from_slice(&buffer.to_le_bytes());
-    b[4..8].copy_from_slice(&len.to_le_bytes());
-    b[8..16].copy_from_slice(&user.to_le_bytes());
-    b
+fn descriptor(buffer: u32, len: u32, user: u64) -> Words {
+    let mut w = [0u64; BODY / 8];
+    w[0] = u64::from(buffer) | (u64::from(len) << 32);
+    w[1] = user;
+    w
 }
 
 /// The fields of a descriptor's body (any bytes: validated by the caller).
