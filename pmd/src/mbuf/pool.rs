@@ -71,10 +71,18 @@ impl MbufPool {
                 return Err(e);
             }
             let mut adding = Adding::reserve(&self.pool, k);
-            for &h in &hs[..k] {
+            out.reserve(k);
+            let at = out.len();
+            // Written in place: an mbuf built on the stack and then copied
+            // into the vector is read back wider than its fields were
+            // written, which stalls store forwarding for every mbuf.
+            for (slot, &h) in out.spare_capacity_mut().iter_mut().zip(&hs[..k]) {
                 // SAFETY: `h` was just taken from this private pool.
-                out.push(unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, 0, (0, 0)) });
+                slot.write(unsafe { Mbuf::from_pool(&self.pool, &mut adding, h, 0, (0, 0)) });
             }
+            // SAFETY: the `k` slots after `at` were just initialised (the
+            // reserve made room for them, and `hs[..k]` has `k` handles).
+            unsafe { out.set_len(at + k) };
             left -= k;
         }
         Ok(())

@@ -152,9 +152,8 @@ impl RxQueue {
             // SAFETY: buffer `b` was lent (taken from the pool as a raw
             // handle when lent) and is now the peer's no longer: the mbuf
             // becomes its only owner; `adding` is this pool's.
-            let mut m = unsafe { Mbuf::from_pool(&self.pool, adding, h, len, origin) };
-            m.set_user(user);
-            out.push(m);
+            let m = unsafe { Mbuf::from_pool(&self.pool, adding, h, len, origin) };
+            push_in_place(out, m).set_user(user);
             self.stats.rx += 1;
             self.stats.rx_bytes += u64::from(len);
             n += 1;
@@ -235,6 +234,25 @@ impl RxQueue {
             left -= k;
         }
     }
+}
+
+/// `out.push(m)`, with `m` written straight into the vector's buffer: an
+/// mbuf built on the stack and then copied in is read back wider than its
+/// fields were written, which stalls store forwarding for every mbuf (47 →
+/// 59 ns per message, both sides on one core, `bench dataplane --one-core`).
+/// Returns the mbuf in place.
+#[inline(always)]
+fn push_in_place(out: &mut Vec<Mbuf>, m: Mbuf) -> &mut Mbuf {
+    out.reserve(1);
+    let at = out.len();
+    let slot = &mut out.spare_capacity_mut()[0];
+    let ptr: *mut Mbuf = slot.write(m);
+    // SAFETY: slot `at` (the first spare one, which `reserve` made) was just
+    // initialised.
+    unsafe { out.set_len(at + 1) };
+    // SAFETY: `ptr` points at element `at` of `out`, initialised, and stays
+    // valid while `out` is borrowed mutably by the returned reference.
+    unsafe { &mut *ptr }
 }
 
 impl std::fmt::Debug for RxQueue {
