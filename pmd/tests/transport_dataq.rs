@@ -260,6 +260,41 @@ fn the_sender_reuses_the_buffers_lent_last() {
     );
 }
 
+/// Descriptors travel up to three to a slot; bursts of any size take them
+/// in order, one slot split over several bursts included.
+#[test]
+fn descriptors_three_to_a_slot_arrive_in_order_in_bursts_of_any_size() {
+    let g = geometry(1, 16, 128);
+    let (_hosts, mut tx, mut rx) = pair("dataq-packed", g);
+    let txp = pool("dataq-packed-tx", 32, 128);
+    rx.rx_burst(&mut Vec::new(), 0); // lends every buffer
+    let mut batch: Vec<Mbuf> = (0..7u64)
+        .map(|i| {
+            let mut m = txp.alloc().unwrap();
+            m.append(&[i as u8; 10]).unwrap();
+            m.set_user(i);
+            m
+        })
+        .collect();
+    assert_eq!(
+        tx.tx_burst(&mut batch),
+        7,
+        "seven in one burst: three slots"
+    );
+    let mut seen = Vec::new();
+    for max in [1, 2, 1, 3, 5] {
+        let mut got = Vec::new();
+        let n = rx.rx_burst(&mut got, max);
+        assert!(n <= max);
+        for m in &got {
+            assert_eq!(m.to_vec(), vec![m.user() as u8; 10]);
+            seen.push(m.user());
+        }
+    }
+    assert_eq!(seen, (0..7).collect::<Vec<_>>());
+    assert_eq!(rx.stats().bad_desc, 0);
+}
+
 #[test]
 fn exhaustion_is_back_pressure_and_dropped_mbufs_come_back() {
     let g = geometry(1, 16, 64);
@@ -488,11 +523,13 @@ fn forged_descriptors_are_refused_and_counted_and_a_good_one_still_lands() {
     let e = epoch(ts[0].incarnation(), ts[1].incarnation());
     let layout = *ts[1].layout();
     let mut inj = Injector::new(&*rogue_dev, 1, layout, e).unwrap();
+    // A slot of one descriptor: the count, then buffer, length, user word.
     let desc = |buffer: u32, len: u32, user: u64| {
         let mut b = [0u8; 56];
-        b[0..4].copy_from_slice(&buffer.to_le_bytes());
-        b[4..8].copy_from_slice(&len.to_le_bytes());
-        b[8..16].copy_from_slice(&user.to_le_bytes());
+        b[0..8].copy_from_slice(&1u64.to_le_bytes());
+        b[8..12].copy_from_slice(&buffer.to_le_bytes());
+        b[12..16].copy_from_slice(&len.to_le_bytes());
+        b[16..24].copy_from_slice(&user.to_le_bytes());
         b
     };
     // Which buffer the victim lent first: its FreeQ entry in the rogue's
@@ -522,7 +559,39 @@ fn forged_descriptors_are_refused_and_counted_and_a_good_one_still_lands() {
         (b"forged but fine".to_vec(), 77)
     );
     assert_eq!(rx.stats().bad_desc, 3);
-    drop(got);
+    // Slots whose count is not 1..=3 are refused whole.
+    for (seq, count) in [(4, 0u64), (5, 4), (6, u64::MAX)] {
+        let mut b = desc(lent, 15, 79);
+        b[0..8].copy_from_slice(&count.to_le_bytes());
+        inj.push_descriptor(0, seq, &b).unwrap();
+    }
+    assert_eq!(rx.rx_burst(&mut got, 8), 0);
+    assert_eq!(rx.stats().bad_desc, 6);
+    // A slot of three whose middle one is bad: the other two land.
+    let next_lent = |inj_seq: u64| {
+        let local = rogue_dev.local_window(0).unwrap();
+        let raw = local
+            .load_u64(layout.data_part(1, 0, DataPart::FreeQ) + inj_seq as usize * 8)
+            .unwrap();
+        (raw as u32) - 1
+    };
+    let (b1, b2) = (next_lent(1), next_lent(2));
+    let mut three = desc(b1, 5, 80);
+    three[0..8].copy_from_slice(&3u64.to_le_bytes());
+    three[24..28].copy_from_slice(&1000u32.to_le_bytes()); // out of range
+    three[28..32].copy_from_slice(&5u32.to_le_bytes());
+    three[40..44].copy_from_slice(&b2.to_le_bytes());
+    three[44..48].copy_from_slice(&6u32.to_le_bytes());
+    three[48..56].copy_from_slice(&81u64.to_le_bytes());
+    inj.push_descriptor(0, 7, &three).unwrap();
+    let mut more = Vec::new();
+    assert_eq!(rx.rx_burst(&mut more, 8), 2);
+    assert_eq!(
+        more.iter().map(|m| (m.len(), m.user())).collect::<Vec<_>>(),
+        vec![(5, 80), (6, 81)]
+    );
+    assert_eq!(rx.stats().bad_desc, 7);
+    drop((got, more));
     rx.rx_burst(&mut Vec::new(), 0);
     assert_eq!(rx.rx_lent() + rx.rx_pool_available(), 16, "nothing lost");
 }

@@ -11,6 +11,7 @@
 //! separately named, takes an R-LUT entry for its duration and is counted, so
 //! [`NtbDevice::counters`] proves what the transport does not do.
 
+mod copy;
 mod counters;
 pub mod emu;
 mod error;
@@ -31,7 +32,7 @@ pub use grant::{PeerGrant, Strided};
 pub use grant_table::GrantId;
 pub use tenure::Tenure;
 pub use wc::{StoreProbe, WriteCombining};
-pub use window::{Keepalive, LocalWindow, PeerWindow, store_fence};
+pub use window::{Keepalive, LocalWindow, PeerWindow, WindowSpan, store_fence};
 
 /// A port (the emulated fabric calls it a slot): a host's number on the
 /// fabric. Peers are named by their port.

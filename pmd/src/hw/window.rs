@@ -26,6 +26,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
+use super::copy::move_bytes;
 use super::counters::{DeviceCounters, HandleCounters};
 use super::error::{HwError, Result};
 use super::grant::covered;
@@ -266,14 +267,30 @@ impl PeerWindow {
     pub unsafe fn write_from_ptr(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
         check(offset, len, self.len)?;
         self.admitted(offset, len)?;
-        // `copy` (memmove) holds even if the two overlap (a loopback fabric
+        // A move (memmove) holds even if the two overlap (a loopback fabric
         // maps one memory as both windows).
         // SAFETY: bounds checked above; the mapping is valid while `_keep`
         // lives; `src` is readable for `len` bytes (the caller's contract).
-        unsafe { std::ptr::copy(src, self.base.add(offset), len) };
+        unsafe { move_bytes(src, self.base.add(offset), len) };
         self.mine.posted(len);
         self.note_data(offset, len);
         Ok(())
+    }
+
+    /// Checks `len` bytes at `offset` once (bounds, and the tenure and
+    /// grants of [`with_tenure`](Self::with_tenure) and
+    /// [`with_grant`](Self::with_grant)) for many writes into them: a
+    /// burst's payloads into the buffers a peer lent. The checks hold as of
+    /// this call, as a single write's hold as of that write.
+    #[inline]
+    pub fn span(&self, offset: usize, len: usize) -> Result<WindowSpan<'_>> {
+        check(offset, len, self.len)?;
+        self.admitted(offset, len)?;
+        Ok(WindowSpan {
+            win: self,
+            offset,
+            len,
+        })
     }
 
     /// Stores `words` at `offset` (8-byte aligned), two words to a 16-byte
@@ -520,6 +537,37 @@ impl Guard {
             Some(t) => t.check(),
             None => Ok(()),
         }
+    }
+}
+
+/// A range of a [`PeerWindow`] checked once ([`PeerWindow::span`]), for
+/// many writes into it.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowSpan<'a> {
+    win: &'a PeerWindow,
+    offset: usize,
+    len: usize,
+}
+
+impl WindowSpan<'_> {
+    /// [`PeerWindow::write_from_ptr`] at `at` bytes into the span, checked
+    /// against the span's bounds only (the window's checks were made for the
+    /// whole span).
+    ///
+    /// # Safety
+    /// As [`PeerWindow::write_from_ptr`].
+    #[inline]
+    pub unsafe fn write_from_ptr(&self, at: usize, src: *const u8, len: usize) -> Result<()> {
+        check(at, len, self.len)?;
+        let offset = self.offset + at;
+        // SAFETY: `at .. at + len` lies in the span (checked above), which
+        // lies in the window (checked by `span`); the mapping lives while the
+        // window borrowed here does; `src` is readable (the caller's
+        // contract); a move holds even for overlapping spans.
+        unsafe { move_bytes(src, self.win.base.add(offset), len) };
+        self.win.mine.posted(len);
+        self.win.note_data(offset, len);
+        Ok(())
     }
 }
 

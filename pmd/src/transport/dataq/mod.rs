@@ -254,26 +254,43 @@ impl DataQueue {
     }
 }
 
-/// A descriptor's body as the words of its slot: buffer index and length
-/// (little-endian bytes 0..4 and 4..8), then the user word (8..16); the
-/// rest is zero.
+/// Descriptors per slot. A slot's body is seven words: the count (1..=3)
+/// in word 0, then each descriptor as two words: its buffer index and
+/// length (little-endian u32s, word `1 + 2i`) and its user word (word
+/// `2 + 2i`). A burst thus moves one slot line per three messages, not one
+/// per message.
+pub(crate) const PER_SLOT: usize = 3;
+
+/// One descriptor: buffer index, length, user word.
+pub(crate) type Desc = (u32, u32, u64);
+
+/// The words of a slot carrying `descs` (1..=[`PER_SLOT`] of them).
 #[inline]
-fn descriptor(buffer: u32, len: u32, user: u64) -> Words {
+fn descriptor_slot(descs: &[Desc]) -> Words {
+    debug_assert!((1..=PER_SLOT).contains(&descs.len()));
     let mut w = [0u64; BODY / 8];
-    w[0] = u64::from(buffer) | (u64::from(len) << 32);
-    w[1] = user;
+    w[0] = descs.len() as u64;
+    for (i, &(buffer, len, user)) in descs.iter().enumerate() {
+        w[1 + 2 * i] = u64::from(buffer) | (u64::from(len) << 32);
+        w[2 + 2 * i] = user;
+    }
     w
 }
 
-/// The fields of a descriptor's body (any bytes: validated by the caller).
+/// A slot's count word and its descriptors (any bytes: the caller checks
+/// the count and each descriptor).
 #[inline]
-fn parse_descriptor(b: &[u8; BODY]) -> (u32, u32, u64) {
-    let word = |r: std::ops::Range<usize>| {
+fn parse_descriptor_slot(b: &[u8; BODY]) -> (u64, [Desc; PER_SLOT]) {
+    let word = |i: usize| {
         let mut a = [0u8; 8];
-        a[..r.len()].copy_from_slice(&b[r]);
+        a.copy_from_slice(&b[8 * i..8 * i + 8]);
         u64::from_le_bytes(a)
     };
-    (word(0..4) as u32, word(4..8) as u32, word(8..16))
+    let desc = |i: usize| {
+        let w = word(1 + 2 * i);
+        (w as u32, (w >> 32) as u32, word(2 + 2 * i))
+    };
+    (word(0), [desc(0), desc(1), desc(2)])
 }
 
 impl super::Transport {

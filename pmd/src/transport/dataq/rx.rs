@@ -12,7 +12,7 @@ use super::super::error::{Result, TransportError};
 use super::super::geometry::{DataPart, Layout};
 use super::super::queue::{Consumer, free_entry};
 use super::link::{Link, Seen};
-use super::{DataQueueStats, parse_descriptor};
+use super::{DataQueueStats, Desc, PER_SLOT, parse_descriptor_slot};
 
 /// Most buffers lent back to the peer in one go.
 const LEND_BATCH: usize = 64;
@@ -35,6 +35,11 @@ pub struct RxQueue {
     pool: PoolRef,
     lent: Vec<bool>,
     lent_now: u32,
+    /// The descriptors of the slot last taken, `held[held_at..held_len]`
+    /// not yet delivered (a burst that ended inside a slot).
+    held: [Desc; PER_SLOT],
+    held_len: usize,
+    held_at: usize,
     stats: DataQueueStats,
 }
 
@@ -71,6 +76,9 @@ impl RxQueue {
             pool,
             lent: vec![false; n],
             lent_now: 0,
+            held: [(0, 0, 0); PER_SLOT],
+            held_len: 0,
+            held_at: 0,
             link,
             stats: DataQueueStats::default(),
         })
@@ -128,35 +136,40 @@ impl RxQueue {
         // References for the mbufs this burst may make, added in one go once
         // a descriptor is there (an empty poll adds none).
         let mut adding = None;
+        // At most one lap of slots per call, so a peer rewriting slots ahead
+        // of us cannot keep us here.
+        let mut slots = 0;
         while n < max {
-            let Some(body) = self.cons.peek_stable(&self.link.local) else {
-                break;
+            let desc = if self.held_at < self.held_len {
+                self.held_at += 1;
+                self.held[self.held_at - 1]
+            } else {
+                if slots == self.nb_desc {
+                    break;
+                }
+                let Some(body) = self.cons.peek_stable(&self.link.local) else {
+                    break;
+                };
+                self.cons.advance();
+                slots += 1;
+                let (count, descs) = parse_descriptor_slot(&body);
+                if !(1..=PER_SLOT as u64).contains(&count) {
+                    self.stats.bad_desc += 1;
+                    continue;
+                }
+                // The rest of the slot waits for this burst's next rounds,
+                // or the next burst.
+                self.held = descs;
+                self.held_len = count as usize;
+                self.held_at = 1;
+                descs[0]
             };
             let adding = adding.get_or_insert_with(|| {
                 Adding::reserve(&self.pool, max.min(self.lent_now as usize))
             });
-            self.cons.advance();
-            let (b, len, user) = parse_descriptor(&body);
-            if b >= self.nb_desc || !self.lent[b as usize] || len > self.buf_size {
-                self.stats.bad_desc += 1;
-                continue;
+            if self.deliver(desc, adding, out) {
+                n += 1;
             }
-            self.lent[b as usize] = false;
-            self.lent_now -= 1;
-            let h = self
-                .pool
-                .pool()
-                .handle(b)
-                .expect("b < nb_desc, the pool's size");
-            let origin = (self.link.peer, self.link.queue);
-            // SAFETY: buffer `b` was lent (taken from the pool as a raw
-            // handle when lent) and is now the peer's no longer: the mbuf
-            // becomes its only owner; `adding` is this pool's.
-            let m = unsafe { Mbuf::from_pool(&self.pool, adding, h, len, origin) };
-            push_in_place(out, m).set_user(user);
-            self.stats.rx += 1;
-            self.stats.rx_bytes += u64::from(len);
-            n += 1;
         }
         if self.cons.uncredited() >= u64::from(self.nb_desc / 4).max(1)
             && let Some(win) = self.link.win()
@@ -165,6 +178,33 @@ impl RxQueue {
             self.stats.device_errors += 1;
         }
         n
+    }
+
+    /// Checks descriptor `(b, len, user)` (a buffer we lent the peer, a
+    /// length that fits) and appends that buffer to `out` as an mbuf; a bad
+    /// one is counted and skipped. Returns whether an mbuf was appended.
+    #[inline(always)]
+    fn deliver(&mut self, (b, len, user): Desc, adding: &mut Adding, out: &mut Vec<Mbuf>) -> bool {
+        if b >= self.nb_desc || !self.lent[b as usize] || len > self.buf_size {
+            self.stats.bad_desc += 1;
+            return false;
+        }
+        self.lent[b as usize] = false;
+        self.lent_now -= 1;
+        let h = self
+            .pool
+            .pool()
+            .handle(b)
+            .expect("b < nb_desc, the pool's size");
+        let origin = (self.link.peer, self.link.queue);
+        // SAFETY: buffer `b` was lent (taken from the pool as a raw handle
+        // when lent) and is now the peer's no longer: the mbuf becomes its
+        // only owner; `adding` is this pool's.
+        let m = unsafe { Mbuf::from_pool(&self.pool, adding, h, len, origin) };
+        push_in_place(out, m).set_user(user);
+        self.stats.rx += 1;
+        self.stats.rx_bytes += u64::from(len);
+        true
     }
 
     /// Follows the connection; on a change, starts over. Returns whether it
@@ -189,6 +229,9 @@ impl RxQueue {
         let _ = self.pool.pool().put_bulk_checked(&lent);
         self.lent.fill(false);
         self.lent_now = 0;
+        // They named buffers of the old connection.
+        self.held_len = 0;
+        self.held_at = 0;
         self.cons = Consumer::new(self.cons.base(), self.nb_desc, epoch);
         self.fq_out_seq = 0;
         if epoch != 0 {

@@ -7,10 +7,12 @@ use crate::mbuf::Mbuf;
 use super::super::geometry::{DataPart, Layout};
 use super::super::queue::{Producer, parse_free_entry};
 use super::link::{Link, Seen};
-use super::{DataQueueStats, descriptor};
+use super::{DataQueueStats, Desc, PER_SLOT, descriptor_slot};
 
-/// Mbufs sent as one run: payloads first, then the descriptors last-first.
-const RUN: usize = 32;
+/// Mbufs sent as one run: payloads first, then the descriptor slots
+/// last-first. A multiple of [`PER_SLOT`], so that runs fill their slots
+/// and a burst takes no more slots than its mbufs need.
+const RUN: usize = 11 * PER_SLOT;
 
 /// The send half of a data queue (see [`DataQueue`](super::DataQueue)):
 /// `Send`, for one thread at a time.
@@ -38,6 +40,9 @@ pub struct TxQueue {
     /// (DPDK's `tx_free_thresh`; 0 or 1: freed as sent).
     tx_done: Vec<Mbuf>,
     tx_free_thresh: usize,
+    /// A run failed after some of its slots were written ahead: nothing
+    /// more is sent until the connection starts over.
+    broken: bool,
     stats: DataQueueStats,
 }
 
@@ -62,6 +67,7 @@ impl TxQueue {
             peer_have: vec![false; n],
             tx_done: Vec::new(),
             tx_free_thresh: 0,
+            broken: false,
             link,
             stats: DataQueueStats::default(),
         }
@@ -125,7 +131,7 @@ impl TxQueue {
     /// again or freed by the caller. An mbuf longer than the peer's buffers
     /// is dropped and counted as sent.
     pub fn tx_burst(&mut self, mbufs: &mut Vec<Mbuf>) -> usize {
-        if mbufs.is_empty() || !self.sync() {
+        if mbufs.is_empty() || !self.sync() || self.broken {
             return 0;
         }
         // Every burst, so that the buffers lent last (the ones the peer
@@ -140,7 +146,7 @@ impl TxQueue {
             self.stats.bad_credit += 1;
         }
         let slots = self.prod.free(&self.link.local).0 as usize;
-        let n = mbufs.len().min(slots).min(self.peer_free.len());
+        let n = mbufs.len().min(slots * PER_SLOT).min(self.peer_free.len());
         let mut sent = 0;
         while sent < n {
             let end = (sent + RUN).min(n);
@@ -164,22 +170,29 @@ impl TxQueue {
         sent
     }
 
-    /// Sends `run` (at most [`RUN`] mbufs, with a lent buffer and a free
-    /// slot each): copies every payload into its buffer, then writes the
-    /// descriptors last-first and produces them together, so that the
-    /// receiver, polling the run's first slot, finds the whole run written
-    /// instead of taking each line while the next is being written (as the
-    /// queue pair's send batches do). Returns how many mbufs of the front
-    /// of `run` were handled (sent, or dropped as oversize): fewer than all
-    /// on a device error, after which the window is going away.
+    /// Sends `run` (at most [`RUN`] mbufs, with a lent buffer each and a
+    /// free slot for every [`PER_SLOT`]): copies every payload into its
+    /// buffer, then writes the descriptor slots last-first and produces them
+    /// together, so that the receiver, polling the run's first slot, finds
+    /// the whole run written instead of taking each line while the next is
+    /// being written (as the queue pair's send batches do). Returns how many
+    /// mbufs of the front of `run` were handled (sent, or dropped as
+    /// oversize): fewer than all on a device error, after which the window
+    /// is going away.
     fn send_run(&mut self, run: &[Mbuf]) -> usize {
         let Some(win) = self.link.win() else {
             return 0;
         };
-        let mut descs = [(0u32, 0u32, 0u64); RUN];
+        let buf_size = self.buf_size as usize;
+        // The peer's buffers for this queue, checked once for the run.
+        let Ok(bufs) = win.span(self.bufs_out, self.nb_desc as usize * buf_size) else {
+            self.stats.device_errors += 1;
+            return 0;
+        };
+        let mut descs: [Desc; RUN] = [(0, 0, 0); RUN];
         let (mut k, mut handled, mut oversize, mut bytes) = (0, 0, 0, 0u64);
         for m in run {
-            if m.len() > self.buf_size as usize {
+            if m.len() > buf_size {
                 oversize += 1;
                 handled += 1;
                 continue;
@@ -187,10 +200,9 @@ impl TxQueue {
             let b = self.peer_free.pop().expect("a lent buffer per mbuf");
             self.peer_have[b as usize] = false;
             let (src, len) = m.data_ptr();
-            let off = self.bufs_out + b as usize * self.buf_size as usize;
             // SAFETY: `src` points at the mbuf's `len` data bytes, which the
             // mbuf owns and keeps mapped for this call.
-            if unsafe { win.write_from_ptr(off, src, len) }.is_err() {
+            if unsafe { bufs.write_from_ptr(b as usize * buf_size, src, len) }.is_err() {
                 give_back(&mut self.peer_free, &mut self.peer_have, b);
                 self.stats.device_errors += 1;
                 break;
@@ -200,26 +212,29 @@ impl TxQueue {
             handled += 1;
             bytes += len as u64;
         }
-        for j in (0..k).rev() {
-            let (b, len, user) = descs[j];
+        let slots = k.div_ceil(PER_SLOT);
+        for j in (0..slots).rev() {
+            let group = &descs[j * PER_SLOT..k.min((j + 1) * PER_SLOT)];
             if self
                 .prod
-                .write_ahead(win, j as u64, &descriptor(b, len, user))
+                .write_ahead(win, j as u64, &descriptor_slot(group))
                 .is_err()
             {
-                // Nothing of the run is produced: its buffers are still ours
-                // (slots written ahead carry tags the receiver reaches only
-                // after this run's first slot, which the next run rewrites;
-                // a device error ends the connection, and the next one
-                // starts over under a new epoch).
+                // Nothing of the run is produced: its buffers are still ours.
                 for &(b, _, _) in &descs[..k] {
                     give_back(&mut self.peer_free, &mut self.peer_have, b);
                 }
                 self.stats.device_errors += 1;
+                // Slots already written ahead carry valid tags past the
+                // first one: a shorter run later would leave them for the
+                // receiver to take. Send nothing more on this connection
+                // (a device error means it is going away); the next one
+                // starts over under a new epoch, which makes them stale.
+                self.broken = j + 1 < slots;
                 return 0;
             }
         }
-        self.prod.produce(k as u64);
+        self.prod.produce(slots as u64);
         self.stats.tx += k as u64;
         self.stats.tx_bytes += bytes;
         self.stats.tx_oversize += oversize;
@@ -249,6 +264,7 @@ impl TxQueue {
             self.prod.credit_offset(),
         );
         self.fq_in_seq = 0;
+        self.broken = false;
         if epoch != 0 {
             self.stats.resets += 1;
         }
