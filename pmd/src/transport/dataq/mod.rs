@@ -9,15 +9,20 @@
 //! for the other direction. Everything is a posted write into the
 //! receiver's window, as DPDK's raw/ntb ring layout (remote writes only).
 //!
-//! - **tx_burst**: for each mbuf, take a buffer the peer lent us (FreeQ),
-//!   copy the payload into it, write a descriptor slot {buffer, length, user
-//!   word} (tag by release store last); then free the local mbufs (at once,
-//!   or in batches of the tx free threshold, DPDK's `tx_free_thresh`).
-//! - **rx_burst**: take each descriptor whose tag is there, check it (a
-//!   buffer we lent, a length that fits), and hand out that very buffer as an
-//!   mbuf of the queue's receive pool — no copy. Dropping (or bulk-freeing)
-//!   the mbuf returns the buffer to the pool; the next bursts lend free
-//!   buffers back to the peer in batches.
+//! - **tx_burst**: take the buffers the peer lent us since the last burst
+//!   (FreeQ) onto a stack, so the ones lent last are used first and the
+//!   buffers in circulation stay few and warm; for each mbuf, copy the
+//!   payload into a buffer; then write the descriptors {buffer, length,
+//!   user word}, three to a slot (tag by release store last), slots
+//!   last-first so that the receiver polling the first finds the run
+//!   written; then free the local mbufs (at once, or in batches of the tx
+//!   free threshold, DPDK's `tx_free_thresh`).
+//! - **rx_burst**: take each slot whose tag is there, check its count and
+//!   each descriptor (a buffer we lent, a length that fits), and hand out
+//!   that very buffer as an mbuf of the queue's receive pool — no copy
+//!   (descriptors past `max` wait for the next burst). Dropping (or
+//!   bulk-freeing) the mbuf returns the buffer to the pool; the next bursts
+//!   lend free buffers back to the peer in batches.
 //!
 //! The receive pool is an `ntbdk-mempool` pool over the buffers in our
 //! window (`Pool::create_over`); its bookkeeping is private memory.
