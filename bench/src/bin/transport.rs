@@ -1461,6 +1461,9 @@ fn serve_polled(t: &mut Transport, qp: Qp, ours: RegionKey, stop: &AtomicBool) -
             last = v;
             view.read(0, &mut msg)?;
             t.post_write_direct(qp, &msg, back, None, 0)?;
+            // Its completion, at once (as `ib_write_lat` polls its CQ): a
+            // queue left to grow reallocates under the timed loop.
+            let _ = t.poll_completions(&mut comps);
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(256) {
@@ -1490,6 +1493,9 @@ fn ntb_polled_pingpong(side: &mut Side, n: u64, seq: &mut u8) -> Result<Duration
         }
         msg[MSG - 1] = *seq;
         side.t.post_write_direct(side.qp, &msg, to, None, 0)?;
+        // Its completion, at once (as `ib_write_lat` polls its CQ): a queue
+        // left to grow reallocates under the timed loop.
+        let _ = side.t.poll_completions(&mut side.comps);
         let (mut spins, mut t0) = (0u32, None::<Instant>);
         while view.load_u8(MSG as u64 - 1) != Some(*seq) {
             spins = spins.wrapping_add(1);
