@@ -390,6 +390,12 @@ impl Transport {
     /// Makes progress (handshakes, incoming messages, timeouts), then
     /// moves up to `out.len()` completions into `out`; returns how many.
     ///
+    /// Completions wait for this call in a queue without a bound: a loop
+    /// that posts signaled work (sends, one-sided writes) must poll as it
+    /// goes, as a verbs application polls its CQ, or the queue grows (and
+    /// reallocates on the hot path); sends can be made unsignaled instead
+    /// ([`Config::signal_sends`](super::Config::signal_sends)).
+    ///
     /// While completions are waiting it hands them out first and makes
     /// progress only every [`PROGRESS_AT_LEAST_EVERY`] calls: a caller that
     /// posts work completing at once (sends, one-sided writes) between
