@@ -7,13 +7,13 @@
 //!   where available): it fills mbufs and sends them with
 //!   [`DataQueue::tx_burst`](crate::transport::DataQueue::tx_burst);
 //! - the receive pools a data queue builds over its buffers in our inbound
-//!   window ([`Pool::create_over`]): `rx_burst` hands those buffers out in
+//!   window ([`Pool::create_over`](ntbdk_mempool::Pool::create_over)): `rx_burst` hands those buffers out in
 //!   place, with no copy, and freeing one lends it back to the peer that
 //!   sent into it.
 //!
 //! A received mbuf's bytes lie in memory the peer can write at any time, so
-//! nobody gets a slice over them: [`read`](Mbuf::read), [`copy_to`]
-//! (Mbuf::copy_to) and [`load_u8`](Mbuf::load_u8) copy or load through raw
+//! nobody gets a slice over them: [`read`](Mbuf::read), [`to_vec`](Mbuf::to_vec)
+//! and [`load_u8`](Mbuf::load_u8) copy or load through raw
 //! pointers (rust-vmm/vm-memory's rule). Mbufs of a private pool also give
 //! [`data_mut`](Mbuf::data_mut).
 //!

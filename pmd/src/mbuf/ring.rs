@@ -16,8 +16,8 @@ const CHUNK: usize = 64;
 /// are freed.
 ///
 /// A shared `MbufRing` is multi-producer and multi-consumer (any thread may
-/// enqueue or dequeue). For one producer and one consumer, [`spsc`]
-/// (MbufRing::spsc) gives the faster single-producer/single-consumer ring
+/// enqueue or dequeue). For one producer and one consumer,
+/// [`spsc`](MbufRing::spsc) gives the faster single-producer/single-consumer ring
 /// as two handles, one per side, that cannot be shared: a slot carries an
 /// mbuf's ownership, and two threads on a single-threaded side would
 /// duplicate or lose mbufs.

@@ -397,7 +397,7 @@ impl Transport {
     /// ([`Config::signal_sends`](super::Config::signal_sends)).
     ///
     /// While completions are waiting it hands them out first and makes
-    /// progress only every [`PROGRESS_AT_LEAST_EVERY`] calls: a caller that
+    /// progress only every `PROGRESS_AT_LEAST_EVERY` (16) calls: a caller that
     /// posts work completing at once (sends, one-sided writes) between
     /// polls always finds some waiting, and would otherwise never take
     /// credits, acknowledgements or its peers' messages.

@@ -26,7 +26,7 @@
 //! region area      page aligned, to the window's end: registered regions
 //! ```
 //!
-//! A slot is 64 bytes: a 56-byte body ([`wire`]) and a tag
+//! A slot is 64 bytes: a 56-byte body (`wire`) and a tag
 //! `(epoch << 32) | seq` written last with a release store. The consumer
 //! polls the slot it expects, copies the body out once, then decodes and
 //! validates the copy. Credits go back in batches (a quarter ring).
@@ -49,7 +49,7 @@
 //! Errors travel as `Ack`/`ReadSize` statuses (access, protocol, no room).
 //!
 //! # Peers are untrusted
-//! Every message is decoded and validated ([`wire::decode_validated`]:
+//! Every message is decoded and validated (`wire::decode_validated`:
 //! op code, reserved bytes, counts, routing to the right queue, lengths,
 //! SGL entries inside the peer's region area and inside the transfer), then
 //! checked against our state: op ids against our outstanding operations (in

@@ -47,8 +47,8 @@ impl Transport {
     /// Puts the bytes of `local` to every target at once: a request to send
     /// to each, each answers clear-to-send with storage it allocated, a
     /// check-in counter reaches zero, then one call copies to all (fan-out
-    /// by the initiator). Completes once with [`OpKind::MulticastPut`];
-    /// each target gets an [`OpKind::MulticastRecv`] completion with the
+    /// by the initiator). Completes once with [`OpKind::MulticastPut`](super::OpKind::MulticastPut);
+    /// each target gets an [`OpKind::MulticastRecv`](super::OpKind::MulticastRecv) completion with the
     /// region holding the data.
     pub fn post_multicast_put(&mut self, targets: &[Qp], local: &[Sge], cookie: u64) -> Result<()> {
         self.post_multicast_put_with(targets, local, MulticastMode::FanOut, cookie)

@@ -179,7 +179,7 @@ impl Transport {
     /// [`Config::signal_sends`](super::Config::signal_sends) off, nothing
     /// completes: the send is done when this returns): up to
     /// 48 bytes inline in one PostQ slot (one cache line), up to
-    /// [`wire::INLINE_LONG_MAX`] (216) bytes inline in up to four
+    /// `wire::INLINE_LONG_MAX` (216) bytes inline in up to four
     /// consecutive slots, else into an eager buffer the peer lent us plus a
     /// slot. Completes with
     /// [`OpKind::Send`] at once; fails with [`TransportError::Busy`] when

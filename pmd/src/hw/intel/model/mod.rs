@@ -1,7 +1,7 @@
 //! [`IntelNtbModel`]: a software model of an Intel NTB's register file with
 //! the hardware's side effects, so [`IntelNtb`] is proven on every test run
 //! without the hardware (the backend reaches BAR0 only through
-//! [`Mmio`](crate::hw::mmio::Mmio), and the model is another implementation
+//! [`Mmio`], and the model is another implementation
 //! of it).
 //!
 //! Two models over one [`ModelMemory`] are the two ends of a back-to-back

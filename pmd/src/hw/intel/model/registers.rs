@@ -1,6 +1,6 @@
 //! The register file of one modelled NTB, with the hardware's side effects
 //! (facts of `linux:drivers/ntb/hw/intel/ntb_hw_gen3.h`, `ntb_hw_gen4.h`,
-//! as listed in [`regs`](crate::hw::intel::regs)):
+//! as listed in [`regs`]):
 //!
 //! - doorbell status (0x40) is write-1-to-clear;
 //! - a write at `0x100 + 4n` sets bit n in the **other** side's status;
