@@ -463,7 +463,7 @@ pub fn inline_slots(len: usize) -> Option<usize> {
 /// first 48 payload bytes at 8..56) is followed by continuation slots of 56
 /// payload bytes each, unused bytes zero. The sender writes the
 /// continuation slots first and the head last
-/// ([`Producer::write_ahead`](super::queue::Producer::write_ahead)); the receiver takes
+/// (`Producer::write_ahead`); the receiver takes
 /// the run once every slot's own tag is there and validates it as a unit
 /// ([`decode_inline_head`], [`gather_inline`]).
 ///
