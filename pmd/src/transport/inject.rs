@@ -72,10 +72,11 @@ impl Injector {
         Ok(())
     }
 
-    /// Writes `body` as descriptor `seq` of data queue `queue` (the victim's
-    /// `rx_burst` takes it when `seq` is the next it expects): a descriptor
-    /// names a buffer (u32 at 0), a length (u32 at 4) and a user word (u64
-    /// at 8).
+    /// Writes `body` as descriptor slot `seq` of data queue `queue` (the
+    /// victim's `rx_burst` takes it when `seq` is the next it expects): a
+    /// count (u64 at 0, 1..=3), then per descriptor a buffer (u32 at
+    /// 8 + 16i), a length (u32 at 12 + 16i) and a user word (u64 at
+    /// 16 + 16i).
     pub fn push_descriptor(&mut self, queue: u16, seq: u64, body: &Body) -> Result<()> {
         let depth = u64::from(self.layout.geometry().data.nb_desc);
         let off =
