@@ -569,6 +569,22 @@ impl WindowSpan<'_> {
         self.win.note_data(offset, len);
         Ok(())
     }
+
+    /// [`PeerWindow::write_u64`] at `at` bytes into the span (8-byte
+    /// aligned), checked against the span's bounds only.
+    #[inline]
+    pub fn write_u64(&self, at: usize, v: u64) -> Result<()> {
+        check_aligned(at, 8, self.len)?;
+        let offset = self.offset + at;
+        check_aligned(offset, 8, self.win.len)?;
+        self.win.publish(offset, 8, |p| {
+            // SAFETY: `offset .. + 8` lies in the span, inside the window
+            // (checked by `span`), and is 8-byte aligned (checked above;
+            // the base is 8-byte aligned); AtomicU64 has u64's layout.
+            unsafe { AtomicU64::from_ptr(p.cast()) }.store(v, Ordering::Release)
+        });
+        Ok(())
+    }
 }
 
 /// Orders all earlier stores, non-temporal ones included, before later ones.

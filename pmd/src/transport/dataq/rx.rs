@@ -132,7 +132,7 @@ impl RxQueue {
             return 0;
         }
         self.lend();
-        let mut n = 0;
+        let (mut n, mut bytes) = (0, 0u64);
         // References for the mbufs this burst may make, added in one go once
         // a descriptor is there (an empty poll adds none).
         let mut adding = None;
@@ -167,10 +167,13 @@ impl RxQueue {
             let adding = adding.get_or_insert_with(|| {
                 Adding::reserve(&self.pool, max.min(self.lent_now as usize))
             });
-            if self.deliver(desc, adding, out) {
+            if let Some(len) = self.deliver(desc, adding, out) {
                 n += 1;
+                bytes += u64::from(len);
             }
         }
+        self.stats.rx += n as u64;
+        self.stats.rx_bytes += bytes;
         if self.cons.uncredited() >= u64::from(self.nb_desc / 4).max(1)
             && let Some(win) = self.link.win()
             && self.cons.credit(win, self.credit_out).is_err()
@@ -182,12 +185,18 @@ impl RxQueue {
 
     /// Checks descriptor `(b, len, user)` (a buffer we lent the peer, a
     /// length that fits) and appends that buffer to `out` as an mbuf; a bad
-    /// one is counted and skipped. Returns whether an mbuf was appended.
+    /// one is counted and skipped. Returns the length of the mbuf appended,
+    /// if one was (the caller counts them).
     #[inline(always)]
-    fn deliver(&mut self, (b, len, user): Desc, adding: &mut Adding, out: &mut Vec<Mbuf>) -> bool {
+    fn deliver(
+        &mut self,
+        (b, len, user): Desc,
+        adding: &mut Adding,
+        out: &mut Vec<Mbuf>,
+    ) -> Option<u32> {
         if b >= self.nb_desc || !self.lent[b as usize] || len > self.buf_size {
             self.stats.bad_desc += 1;
-            return false;
+            return None;
         }
         self.lent[b as usize] = false;
         self.lent_now -= 1;
@@ -202,9 +211,7 @@ impl RxQueue {
         // only owner; `adding` is this pool's.
         let m = unsafe { Mbuf::from_pool(&self.pool, adding, h, len, origin) };
         push_in_place(out, m).set_user(user);
-        self.stats.rx += 1;
-        self.stats.rx_bytes += u64::from(len);
-        true
+        Some(len)
     }
 
     /// Follows the connection; on a change, starts over. Returns whether it
@@ -250,6 +257,11 @@ impl RxQueue {
         if avail == 0 || (avail < LEND_BATCH.min(self.nb_desc as usize / 4) && self.lent_now > 0) {
             return;
         }
+        // The peer's FreeQ for this queue, checked once for the batch.
+        let Ok(fq) = win.span(self.fq_out, self.nb_desc as usize * 8) else {
+            self.stats.device_errors += 1;
+            return;
+        };
         let mut hs = [ObjIdx::default(); LEND_BATCH];
         let mut left = avail;
         let epoch = self.link.epoch();
@@ -261,9 +273,9 @@ impl RxQueue {
             }
             for h in &hs[..k] {
                 let b = h.index();
-                let at = self.fq_out + ((self.fq_out_seq & mask) as usize) * 8;
+                let at = ((self.fq_out_seq & mask) as usize) * 8;
                 let entry = free_entry(epoch, self.fq_out_seq, b);
-                if win.write_u64(at, entry).is_err() {
+                if fq.write_u64(at, entry).is_err() {
                     self.stats.device_errors += 1;
                     // Not lent after all.
                     let _ = self.pool.pool().put_checked(*h);

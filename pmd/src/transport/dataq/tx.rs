@@ -1,6 +1,8 @@
 //! The send half of a data queue: copies mbufs into the buffers the peer
 //! lent and announces each with a descriptor.
 
+use std::mem::MaybeUninit;
+
 use crate::hw::Port;
 use crate::mbuf::Mbuf;
 
@@ -189,7 +191,8 @@ impl TxQueue {
             self.stats.device_errors += 1;
             return 0;
         };
-        let mut descs: [Desc; RUN] = [(0, 0, 0); RUN];
+        // Filled up to `k` before any is read (no zeroing of the whole run).
+        let mut descs = [MaybeUninit::<Desc>::uninit(); RUN];
         let (mut k, mut handled, mut oversize, mut bytes) = (0, 0, 0, 0u64);
         for m in run {
             if m.len() > buf_size {
@@ -207,11 +210,14 @@ impl TxQueue {
                 self.stats.device_errors += 1;
                 break;
             }
-            descs[k] = (b, len as u32, m.user());
+            descs[k].write((b, len as u32, m.user()));
             k += 1;
             handled += 1;
             bytes += len as u64;
         }
+        // SAFETY: the first `k` were written above (`k <= RUN`);
+        // `MaybeUninit<Desc>` has `Desc`'s layout.
+        let descs: &[Desc] = unsafe { std::slice::from_raw_parts(descs.as_ptr().cast(), k) };
         let slots = k.div_ceil(PER_SLOT);
         for j in (0..slots).rev() {
             let group = &descs[j * PER_SLOT..k.min((j + 1) * PER_SLOT)];
@@ -221,7 +227,7 @@ impl TxQueue {
                 .is_err()
             {
                 // Nothing of the run is produced: its buffers are still ours.
-                for &(b, _, _) in &descs[..k] {
+                for &(b, _, _) in descs {
                     give_back(&mut self.peer_free, &mut self.peer_have, b);
                 }
                 self.stats.device_errors += 1;
