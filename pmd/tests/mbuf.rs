@@ -55,6 +55,29 @@ fn mbufs_return_on_drop_and_in_bulk() {
     assert_eq!(p.available(), 64);
 }
 
+/// A bulk free of mbufs from two pools, interleaved in runs longer and
+/// shorter than a chunk, returns each to its own pool once; what the
+/// vector holds after a partial send is kept, in order.
+#[test]
+fn bulk_frees_of_mixed_pools_return_each_mbuf_to_its_pool_once() {
+    let (a, b) = (pool("mbuf-mix-a", 256, 64), pool("mbuf-mix-b", 256, 64));
+    let mut v = Vec::new();
+    for (p, n) in [(&a, 3), (&b, 1), (&a, 70), (&b, 130), (&a, 1)] {
+        p.alloc_bulk(n, &mut v).unwrap();
+    }
+    for (i, m) in v.iter_mut().enumerate() {
+        m.set_user(i as u64);
+    }
+    assert_eq!((a.available(), b.available()), (256 - 74, 256 - 131));
+    let mut rest = v.split_off(150);
+    Mbuf::free_bulk(&mut v);
+    assert!(v.is_empty());
+    assert_eq!((a.available(), b.available()), (256 - 1, 256 - 131 + 77));
+    assert_eq!(rest.first().map(Mbuf::user), Some(150));
+    Mbuf::free_bulk(&mut rest);
+    assert_eq!((a.available(), b.available()), (256, 256));
+}
+
 #[test]
 fn a_ring_between_threads_hands_over_every_mbuf_once() {
     let p = pool("mbuf-ring", 256, 64);

@@ -323,29 +323,51 @@ impl Mbuf {
     /// removes them from `mbufs`.
     pub(crate) fn free_front(mbufs: &mut Vec<Mbuf>, n: usize) {
         const CHUNK: usize = 64;
+        let len = mbufs.len();
+        let n = n.min(len);
         let mut hs = [ObjIdx::default(); CHUNK];
-        // Not dropped one by one: their objects and pool references are
-        // returned below, a run of one pool at a time.
-        let mut drain = mbufs.drain(..n).map(std::mem::ManuallyDrop::new).peekable();
-        while let Some(first) = drain.next() {
+        // Read in place, not moved out one by one: their objects and pool
+        // references are returned below, a run of one pool at a time, and
+        // then the first `n` are removed without being dropped. Until then
+        // the vector claims none of its elements, so a panic in between
+        // leaks them rather than returning any twice.
+        // SAFETY: shrinking the length only forgets elements; they stay
+        // initialised in the buffer, read below and then overwritten or
+        // reclaimed.
+        unsafe { mbufs.set_len(0) };
+        let base = mbufs.as_mut_ptr();
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i < n <= len`: an initialised element, read by
+            // reference while nothing else touches the buffer.
+            let first = unsafe { &*base.add(i) };
             hs[0] = first.obj;
             let mut k = 1;
-            while k < CHUNK {
-                match drain.next_if(|m| m.pool == first.pool) {
-                    Some(m) => {
-                        hs[k] = m.obj;
-                        k += 1;
-                    }
-                    None => break,
+            while k < CHUNK && i + k < n {
+                // SAFETY: as for `first`, with `i + k < n`.
+                let m = unsafe { &*base.add(i + k) };
+                if m.pool != first.pool {
+                    break;
                 }
+                hs[k] = m.obj;
+                k += 1;
             }
-            // SAFETY: each handle was owned by exactly one mbuf, now gone
-            // (ManuallyDrop, never dropped): each object is returned once,
-            // and the `k` references those mbufs held are released once.
+            // SAFETY: each handle was owned by exactly one of these mbufs,
+            // which are never dropped (removed below): each object is
+            // returned once, and the `k` references they held are released
+            // once.
             unsafe {
                 first.pool.pool().put_bulk(&hs[..k]);
                 first.pool.release(k);
             }
+            i += k;
+        }
+        // SAFETY: the first `n` elements are given up (their contents were
+        // returned above); the `len - n` after them move to the front and
+        // are claimed again.
+        unsafe {
+            std::ptr::copy(base.add(n), base, len - n);
+            mbufs.set_len(len - n);
         }
     }
 
