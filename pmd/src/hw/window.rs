@@ -570,6 +570,28 @@ impl WindowSpan<'_> {
         Ok(())
     }
 
+    /// [`PeerWindow::write_words_then_u64`] at `at` bytes into the span
+    /// (8-byte aligned), checked against the span's bounds only: a queue
+    /// slot (its body, then the tag that publishes it) of a ring whose
+    /// whole area the span is.
+    #[inline]
+    pub fn write_words_then_u64(&self, at: usize, words: &[u64], last: u64) -> Result<()> {
+        let tail = words.len() * 8;
+        check_aligned(at, 8, self.len)?;
+        check(at, tail + 8, self.len)?;
+        let offset = self.offset + at;
+        check_aligned(offset, 8, self.win.len)?;
+        // SAFETY: `offset .. + tail + 8` lies in the span (checked above),
+        // inside the window (checked by `span`), and is 8-byte aligned.
+        unsafe { self.win.store_words(offset, words) };
+        self.win.publish(offset + tail, 8, |p| {
+            // SAFETY: `p` is the 8 bytes after the words, in bounds and
+            // 8-byte aligned as checked above; AtomicU64 has u64's layout.
+            unsafe { AtomicU64::from_ptr(p.cast()) }.store(last, Ordering::Release)
+        });
+        Ok(())
+    }
+
     /// [`PeerWindow::write_u64`] at `at` bytes into the span (8-byte
     /// aligned), checked against the span's bounds only.
     #[inline]

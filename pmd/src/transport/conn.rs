@@ -358,6 +358,24 @@ impl Conn {
             slots_total += inline.max(1);
         }
         let n = plan.len();
+        // The PostQ's area, checked once for the batch.
+        let ring = match self.prod[postq].span(&self.win) {
+            Ok(ring) => ring,
+            Err(e) if n > 0 => {
+                return SendBatch {
+                    posted: 0,
+                    stopped: Some(e.into()),
+                    broken: true,
+                };
+            }
+            Err(_) => {
+                return SendBatch {
+                    posted: 0,
+                    stopped,
+                    broken: false,
+                };
+            }
+        };
         let mut at = slots_total;
         for (wr, &p) in wrs[..n].iter().zip(plan.iter()).rev() {
             let d = wr.data;
@@ -377,7 +395,7 @@ impl Conn {
                         len: d.len() as u32,
                     })),
                 };
-                if let Err(e) = self.prod[postq].write_ahead(&self.win, at + j as u64, &words) {
+                if let Err(e) = self.prod[postq].write_ahead(&ring, at + j as u64, &words) {
                     // The device failed under us: nothing of the batch is
                     // produced and the connection is broken.
                     return SendBatch {

@@ -7,7 +7,7 @@
 //! index. The consumer writes its progress back into the producer's window
 //! (credits), in batches; the producer never reads the consumer's memory.
 
-use crate::hw::{LocalWindow, PeerWindow, Result as HwResult};
+use crate::hw::{LocalWindow, PeerWindow, Result as HwResult, WindowSpan};
 
 use super::wire::{BODY, Body, SLOT, TAG_OFFSET, Words, body_words};
 
@@ -143,11 +143,21 @@ impl Producer {
     /// consumer, polling that slot, finds the whole run already written
     /// instead of chasing the writer line by line. Each slot still carries
     /// its own tag and is checked. The caller checked [`room`](Self::room)
-    /// for the run, and then calls [`produce`](Self::produce).
+    /// for the run, writes through `ring`, this ring's [`span`](Self::span)
+    /// (the window's checks made once for the run), and then calls
+    /// [`produce`](Self::produce).
     #[inline]
-    pub fn write_ahead(&self, win: &PeerWindow, k: u64, body: &Words) -> HwResult<()> {
+    pub fn write_ahead(&self, ring: &WindowSpan<'_>, k: u64, body: &Words) -> HwResult<()> {
         debug_assert!(self.seq - self.credit + k < self.depth);
-        self.write_slot(win, self.seq + k, body)
+        let seq = self.seq + k;
+        ring.write_words_then_u64(slot_offset(0, self.depth, seq), body, tag(self.epoch, seq))
+    }
+
+    /// The ring's whole area in the peer's window, checked once (bounds,
+    /// tenure, grant) for a run of [`write_ahead`](Self::write_ahead).
+    #[inline]
+    pub fn span<'w>(&self, win: &'w PeerWindow) -> HwResult<WindowSpan<'w>> {
+        win.span(self.base, self.depth as usize * SLOT)
     }
 
     /// Counts the `k` slots written with [`write_ahead`](Self::write_ahead)
@@ -363,12 +373,13 @@ mod tests {
         let mut p = Producer::new(0, 8, 3, 4096);
         let c = Consumer::new(0, 8, 3);
         assert_eq!(p.room(&local, 3), (true, true));
-        p.write_ahead(&peer, 2, &body_words(&[3u8; BODY])).unwrap();
-        p.write_ahead(&peer, 1, &body_words(&[2u8; BODY])).unwrap();
+        let ring = p.span(&peer).unwrap();
+        p.write_ahead(&ring, 2, &body_words(&[3u8; BODY])).unwrap();
+        p.write_ahead(&ring, 1, &body_words(&[2u8; BODY])).unwrap();
         // The rest of the run is there, its first slot is not: no message.
         assert!(c.peek(&local).is_none());
         assert_eq!(c.peek_ahead(&local, 2).map(|b| b[0]), Some(3));
-        p.write_ahead(&peer, 0, &body_words(&[1u8; BODY])).unwrap();
+        p.write_ahead(&ring, 0, &body_words(&[1u8; BODY])).unwrap();
         p.produce(3);
         assert_eq!(p.produced(), 3);
         let got: Vec<u8> = (0..3)

@@ -186,8 +186,12 @@ impl TxQueue {
             return 0;
         };
         let buf_size = self.buf_size as usize;
-        // The peer's buffers for this queue, checked once for the run.
-        let Ok(bufs) = win.span(self.bufs_out, self.nb_desc as usize * buf_size) else {
+        // The peer's buffers for this queue and our descriptor ring there,
+        // each checked once for the run.
+        let (Ok(bufs), Ok(ring)) = (
+            win.span(self.bufs_out, self.nb_desc as usize * buf_size),
+            self.prod.span(win),
+        ) else {
             self.stats.device_errors += 1;
             return 0;
         };
@@ -223,7 +227,7 @@ impl TxQueue {
             let group = &descs[j * PER_SLOT..k.min((j + 1) * PER_SLOT)];
             if self
                 .prod
-                .write_ahead(win, j as u64, &descriptor_slot(group))
+                .write_ahead(&ring, j as u64, &descriptor_slot(group))
                 .is_err()
             {
                 // Nothing of the run is produced: its buffers are still ours.
