@@ -316,19 +316,9 @@ impl PeerWindow {
     /// store.
     #[inline]
     pub fn write_words_then_u64(&self, offset: usize, words: &[u64], last: u64) -> Result<()> {
-        let tail = words.len() * 8;
         check_aligned(offset, 8, self.len)?;
-        check(offset, tail + 8, self.len)?;
-        self.admitted(offset, tail + 8)?;
-        // SAFETY: `offset .. + tail + 8` is in bounds and 8-byte aligned
-        // (checked above; base is 8-byte aligned).
-        unsafe { self.store_words(offset, words) };
-        self.publish(offset + tail, 8, |p| {
-            // SAFETY: `p` is the 8 bytes after the words, checked in bounds
-            // and 8-byte aligned above; AtomicU64 has u64's layout.
-            unsafe { AtomicU64::from_ptr(p.cast()) }.store(last, Ordering::Release)
-        });
-        Ok(())
+        self.span(offset, words.len() * 8 + 8)?
+            .write_words_then_u64(0, words, last)
     }
 
     /// Stores `words` at `offset`, two words to a 16-byte store where the
