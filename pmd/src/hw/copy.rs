@@ -21,10 +21,10 @@ pub(crate) const INLINE_MAX: usize = 64;
 /// `src .. src + len` is valid for reads and `dst .. dst + len` for writes.
 #[inline(always)]
 pub(crate) unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: in every arm, each load reads inside `src .. src + len` and
-    // each store writes inside `dst .. dst + len` (the second of a pair
-    // starts at `len - W >= 0` and ends at `len`); unaligned accesses of
-    // plain-data arrays; all loads come before any store.
+    // In every arm each load reads inside `src .. src + len` and each store
+    // writes inside `dst .. dst + len` (a pair's second span ends at `len`).
+    // SAFETY: as just said, with unaligned accesses of plain-data arrays,
+    // all loads before any store; the spans are valid (the caller's promise).
     unsafe {
         match len {
             33..=INLINE_MAX => pair::<32>(src, dst, len),

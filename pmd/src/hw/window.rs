@@ -550,10 +550,10 @@ impl WindowSpan<'_> {
     pub unsafe fn write_from_ptr(&self, at: usize, src: *const u8, len: usize) -> Result<()> {
         check(at, len, self.len)?;
         let offset = self.offset + at;
-        // SAFETY: `at .. at + len` lies in the span (checked above), which
-        // lies in the window (checked by `span`); the mapping lives while the
-        // window borrowed here does; `src` is readable (the caller's
-        // contract); a move holds even for overlapping spans.
+        // `at .. at + len` lies in the span (checked above), which lies in
+        // the window (checked by `span`), mapped while it is borrowed here.
+        // SAFETY: as just said; `src` is readable (the caller's contract); a
+        // move holds even for overlapping spans.
         unsafe { move_bytes(src, self.win.base.add(offset), len) };
         self.win.mine.posted(len);
         self.win.note_data(offset, len);

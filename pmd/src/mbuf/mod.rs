@@ -352,10 +352,10 @@ impl Mbuf {
                 hs[k] = m.obj;
                 k += 1;
             }
-            // SAFETY: each handle was owned by exactly one of these mbufs,
-            // which are never dropped (removed below): each object is
-            // returned once, and the `k` references they held are released
-            // once.
+            // Each handle was owned by exactly one of these mbufs, never
+            // dropped (they are removed below without a drop).
+            // SAFETY: so each object is returned once, and the `k` references
+            // they held are released once.
             unsafe {
                 first.pool.pool().put_bulk(&hs[..k]);
                 first.pool.release(k);
