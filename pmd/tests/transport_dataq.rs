@@ -64,33 +64,37 @@ fn connect(ts: &mut [Transport]) {
     }
 }
 
-/// Two connected hosts on a fabric of their own (fields drop in order:
-/// transports, the fabric, then its directory).
+/// Two hosts on a fabric of their own (fields drop in order: transports,
+/// the fabric, then its directory).
 struct Hosts {
     ts: Vec<Transport>,
     _f: EmuFabric,
     _dir: TestDir,
 }
 
+/// Two hosts, not yet connected: take their queues, then
+/// `connect(&mut h.ts)`. Bind the queues after the hosts, so they drop
+/// first.
+fn hosts(tag: &str, g: Geometry) -> Hosts {
+    let dir = TestDir::new(tag);
+    let f = fabric(&dir, tag, &g);
+    let ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
+    Hosts {
+        ts,
+        _f: f,
+        _dir: dir,
+    }
+}
+
 /// Two connected hosts, with data queue 0 of host 0 towards host 1 (`tx`)
 /// and of host 1 towards host 0 (`rx`). Bind all three: the queues, bound
 /// after the hosts, drop before them.
 fn pair(tag: &str, g: Geometry) -> (Hosts, DataQueue, DataQueue) {
-    let dir = TestDir::new(tag);
-    let f = fabric(&dir, tag, &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let tx = ts[0].data_queue(1, 0).unwrap();
-    let rx = ts[1].data_queue(0, 0).unwrap();
-    connect(&mut ts);
-    (
-        Hosts {
-            ts,
-            _f: f,
-            _dir: dir,
-        },
-        tx,
-        rx,
-    )
+    let mut h = hosts(tag, g);
+    let tx = h.ts[0].data_queue(1, 0).unwrap();
+    let rx = h.ts[1].data_queue(0, 0).unwrap();
+    connect(&mut h.ts);
+    (h, tx, rx)
 }
 
 /// Payload of message `seq`: its length and bytes follow from `seq` alone.
@@ -342,20 +346,18 @@ fn exhaustion_is_back_pressure_and_dropped_mbufs_come_back() {
 
 #[test]
 fn buffers_lent_to_a_dead_peer_are_reclaimed() {
-    let dir = TestDir::new("dataq-death");
     let g = geometry(1, 32, 64);
-    let f = fabric(&dir, "dataq-death", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let mut rx = ts[1].data_queue(0, 0).unwrap();
-    connect(&mut ts);
+    let mut h = hosts("dataq-death", g);
+    let mut rx = h.ts[1].data_queue(0, 0).unwrap();
+    connect(&mut h.ts);
     rx.rx_burst(&mut Vec::new(), 0);
     assert_eq!(rx.rx_lent(), 32, "all buffers lent once connected");
     // The peer goes away (its goodbye tears the connection down).
-    let peer = ts.remove(0);
+    let peer = h.ts.remove(0);
     drop(peer);
     let end = Instant::now() + LONG;
-    while ts[0].is_connected(0) {
-        ts[0].progress();
+    while h.ts[0].is_connected(0) {
+        h.ts[0].progress();
         assert!(Instant::now() < end);
     }
     assert!(!rx.is_up());
@@ -370,13 +372,11 @@ fn buffers_lent_to_a_dead_peer_are_reclaimed() {
 
 #[test]
 fn several_queues_run_on_several_threads_at_once() {
-    let dir = TestDir::new("dataq-multi");
     let g = geometry(2, 64, 128);
-    let f = fabric(&dir, "dataq-multi", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let mut txs: Vec<DataQueue> = (0..2).map(|q| ts[0].data_queue(1, q).unwrap()).collect();
-    let mut rxs: Vec<DataQueue> = (0..2).map(|q| ts[1].data_queue(0, q).unwrap()).collect();
-    connect(&mut ts);
+    let mut h = hosts("dataq-multi", g);
+    let mut txs: Vec<DataQueue> = (0..2).map(|q| h.ts[0].data_queue(1, q).unwrap()).collect();
+    let mut rxs: Vec<DataQueue> = (0..2).map(|q| h.ts[1].data_queue(0, q).unwrap()).collect();
+    connect(&mut h.ts);
     let pools: Vec<MbufPool> = (0..2)
         .map(|q| pool(&format!("dataq-multi-{q}"), 128, 128))
         .collect();
@@ -390,7 +390,7 @@ fn several_queues_run_on_several_threads_at_once() {
         for q in rxs.iter_mut() {
             joins.push(s.spawn(move || receive_all(q, N, 128, 16)));
         }
-        s.spawn(|| control(&mut ts, &stop));
+        s.spawn(|| control(&mut h.ts, &stop));
         let _stop = StopOnDrop(&stop);
         for j in joins {
             j.join().unwrap();
@@ -641,19 +641,17 @@ fn sent_mbufs_are_freed_in_batches_of_the_tx_free_threshold() {
 #[test]
 fn split_halves_reflect_through_a_ring_on_four_threads() {
     use ntbdk_pmd::mbuf::MbufRing;
-    let dir = TestDir::new("dataq-split");
     let g = geometry(1, 64, 256);
-    let f = fabric(&dir, "dataq-split", &g);
-    let mut ts = vec![host(&f, &dir, 0, g), host(&f, &dir, 1, g)];
-    let (mut a_rx, mut a_tx) = ts[0].data_queue(1, 0).unwrap().split();
-    let (mut b_rx, mut b_tx) = ts[1].data_queue(0, 0).unwrap().split();
-    connect(&mut ts);
+    let mut h = hosts("dataq-split", g);
+    let (mut a_rx, mut a_tx) = h.ts[0].data_queue(1, 0).unwrap().split();
+    let (mut b_rx, mut b_tx) = h.ts[1].data_queue(0, 0).unwrap().split();
+    connect(&mut h.ts);
     let txp = pool("dataq-split-tx", 256, 256);
     let (mut ring_in, mut ring_out) = MbufRing::spsc(128).unwrap();
     const N: u64 = 30_000;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| control(&mut ts, &stop));
+        s.spawn(|| control(&mut h.ts, &stop));
         let _stop = StopOnDrop(&stop);
         let mut joins = Vec::new();
         // A sends N, in order.
