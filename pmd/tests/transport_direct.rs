@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, Geometry, OpKind, RegionKey, RemoteAddr, Status, Transport,
-    TransportError,
+    Access, Completion, Config, DirectWr, Geometry, OpKind, RegionKey, RemoteAddr, Status,
+    Transport, TransportError,
 };
 use transport_common::{Rng, TestDir};
 
@@ -150,6 +150,118 @@ fn direct_writes_land_every_byte_and_immediates_come_once_after_their_data() {
     assert_eq!(got, [9; 64]);
     drop(ts);
     EmuFabric::destroy_in(dir.path(), "direct").unwrap();
+}
+
+#[test]
+fn batches_complete_only_their_signaled_writes_and_stop_at_the_first_bad_one() {
+    let dir = TestDir::new("direct-batch");
+    let (_f, mut ts) = hosts(&dir, "direct-batch", 2);
+    let big = ts[1].register_region(64 * 1024, Access::ALL).unwrap();
+    let small = ts[1].register_region(4096, Access::ALL).unwrap();
+    learn(&mut ts, 0, 1, big);
+    learn(&mut ts, 0, 1, small);
+    let qp = ts[0].create_qp(1).unwrap();
+    let mut rng = Rng(11);
+    // 40 writes in runs that switch region (key changes mid-batch), every
+    // fifth signaled, the last with an immediate.
+    let datas: Vec<Vec<u8>> = (0..40)
+        .map(|_| {
+            let mut d = vec![0u8; 1 + rng.below(100) as usize];
+            rng.fill(&mut d);
+            d
+        })
+        .collect();
+    let at = |i: usize| {
+        let key = if (i / 3).is_multiple_of(2) { big } else { small };
+        RemoteAddr {
+            key,
+            offset: i as u64 * 100,
+        }
+    };
+    let wrs: Vec<DirectWr> = (0..40)
+        .map(|i| DirectWr {
+            data: &datas[i],
+            remote: at(i),
+            imm: (i == 39).then_some(77),
+            signaled: i % 5 == 4,
+            cookie: i as u64,
+        })
+        .collect();
+    assert_eq!(ts[0].post_writes_direct(qp, &wrs).unwrap(), 40);
+    let mut done = [Completion::default(); 64];
+    let n = ts[0].poll_completions(&mut done);
+    let cookies: Vec<u64> = done[..n].iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, (0..40).filter(|i| i % 5 == 4).collect::<Vec<_>>());
+    assert!(done[..n].iter().all(|c| c.op == OpKind::WriteDirect));
+    // The immediate comes once, and every write of the batch is in place
+    // when it does.
+    let end = Instant::now() + LONG;
+    let imm = loop {
+        ts[0].progress();
+        let n = ts[1].poll_completions(&mut done);
+        if n > 0 {
+            assert_eq!(n, 1);
+            break done[0];
+        }
+        assert!(Instant::now() < end, "no immediate");
+    };
+    assert_eq!(
+        (imm.op, imm.cookie, imm.region),
+        (OpKind::WriteImm, 77, Some(small))
+    );
+    for (i, d) in datas.iter().enumerate() {
+        let mut got = vec![0u8; d.len()];
+        ts[1]
+            .region_read(at(i).key, at(i).offset, &mut got)
+            .unwrap();
+        assert_eq!(&got, d, "write {i}");
+    }
+    // A batch stops at its first bad write: the ones before it land and
+    // count, nothing after it is written, its error is not returned.
+    let fresh = [0xA5u8; 16];
+    let mut bad: Vec<DirectWr> = (0..8)
+        .map(|i| DirectWr {
+            data: &fresh,
+            remote: RemoteAddr {
+                key: big,
+                offset: 8192 + i * 16,
+            },
+            imm: None,
+            signaled: true,
+            cookie: 100 + i,
+        })
+        .collect();
+    bad[5].remote = RemoteAddr {
+        key: small,
+        offset: 4090,
+    };
+    assert_eq!(ts[0].post_writes_direct(qp, &bad).unwrap(), 5);
+    let n = ts[0].poll_completions(&mut done);
+    let cookies: Vec<u64> = done[..n].iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, vec![100, 101, 102, 103, 104]);
+    let mut got = [0u8; 16 * 8];
+    ts[1].region_read(big, 8192, &mut got).unwrap();
+    assert!(got[..80].iter().all(|&b| b == 0xA5));
+    assert!(
+        got[80..].iter().all(|&b| b != 0xA5),
+        "written at or past the bad write"
+    );
+    // A first bad write is the batch's error, and nothing is written.
+    bad[0].remote.key = RegionKey(big.0 ^ 0x5555);
+    assert!(matches!(
+        ts[0].post_writes_direct(qp, &bad),
+        Err(TransportError::UnknownRemoteKey { peer: 1, .. })
+    ));
+    bad[0].remote.key = big;
+    bad[0].data = &[];
+    assert!(matches!(
+        ts[0].post_writes_direct(qp, &bad),
+        Err(TransportError::TransferSize { len: 0 })
+    ));
+    assert_eq!(ts[0].poll_completions(&mut done), 0);
+    assert_eq!(ts[0].post_writes_direct(qp, &[]).unwrap(), 0);
+    drop(ts);
+    EmuFabric::destroy_in(dir.path(), "direct-batch").unwrap();
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use ntbdk_pmd::transport::{
-    Completion, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge, TransportError, WriteWr,
+    Completion, DirectWr, OpKind, Qp, RegionKey, RemoteAddr, SendWr, Sge, TransportError, WriteWr,
 };
 
 use super::endpoint::{EAGER_SIZE, Endpoint};
@@ -94,8 +94,24 @@ pub fn pump(
         Vec::new()
     };
     let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
+    let mut direct_writes: Vec<Vec<DirectWr<'_>>> = Vec::new();
     let mut sends: Vec<SendWr<'_>> = Vec::new();
     match op {
+        Op::Write if direct => {
+            for s in targets {
+                let wr = DirectWr {
+                    data: &direct_src,
+                    remote: RemoteAddr {
+                        key: s.key,
+                        offset: 0,
+                    },
+                    imm: None,
+                    signaled: true,
+                    cookie: 0,
+                };
+                direct_writes.push(vec![wr; burst]);
+            }
+        }
         Op::Write => {
             for s in targets {
                 let wr = WriteWr {
@@ -149,9 +165,7 @@ pub fn pump(
                 offset: 0,
             };
             let r = match op {
-                Op::Write if direct => post_each(k, || {
-                    ep.t.post_write_direct(s.qp, &direct_src, remote, None, 0)
-                }),
+                Op::Write if direct => ep.t.post_writes_direct(s.qp, &direct_writes[i][..k]),
                 Op::Write => ep.t.post_writes(s.qp, &writes[i][..k]),
                 Op::Send => ep.t.post_sends(s.qp, &sends[..k]),
                 Op::Read => post_each(k, || ep.t.post_read(s.qp, &local, remote, 0)),

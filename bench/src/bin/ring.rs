@@ -357,10 +357,18 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(!cases.is_empty(), "no case matches --only {:?}", args.only);
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
     for rep in 0..args.reps {
+        // Each case's Mops/s, with (full/empty findings per 1000 items):
+        // which regime the pair settled in.
         eprint!("rep {}/{}:", rep + 1, args.reps);
         for (i, &case) in cases.iter().enumerate() {
             let row = run_case(case, &args, shared);
-            eprint!(" {:.0}", row.mops());
+            let (f, e) = *LAST_IDLE.lock().unwrap();
+            eprint!(
+                " {:.0}({}/{})",
+                row.mops(),
+                f * 1000 / row.ops,
+                e * 1000 / row.ops
+            );
             runs[i].push(row);
         }
         eprintln!(" Mops/s");

@@ -93,7 +93,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use ntbdk_bench::{
@@ -101,8 +101,8 @@ use ntbdk_bench::{
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DataQueues, Geometry, OpKind, Qp, RegionKey, RemoteAddr, SendWr,
-    Sge, Transport, TransportError, WriteWr, wire,
+    Access, Completion, Config, DataQueues, DirectWr, Geometry, OpKind, Qp, RegionKey, RemoteAddr,
+    SendWr, Sge, Transport, TransportError, WriteWr, wire,
 };
 
 /// Message sizes of the bandwidth rows.
@@ -1974,9 +1974,11 @@ fn print_sustained_row(s: &Sustained) {
 }
 
 /// `n` one-sided 64-byte writes in bursts of up to [`BURST`] into the
-/// serving thread's region; the last of each burst carries an immediate
-/// saying how many writes the burst held, so they are counted where they
-/// arrive (the notice comes after its burst's data).
+/// serving thread's region, each burst one `post_writes_direct`; the last
+/// write of each burst is the only signaled one (as `ib_write_bw` signals
+/// one write in `cq_mod`) and carries an immediate saying how many writes
+/// the burst held, so they are counted where they arrive (the notice comes
+/// after its burst's data).
 fn ntb_direct_burst(side: &mut Side, n: u64) -> Result<Duration> {
     let msg = [7u8; MSG];
     let slots = 1024u64;
@@ -1984,6 +1986,7 @@ fn ntb_direct_burst(side: &mut Side, n: u64) -> Result<Duration> {
     let start = Instant::now();
     let mut posted = 0u64;
     let mut spins = 0u32;
+    let mut wrs = Vec::with_capacity(BURST);
     loop {
         let got = side.received.load(Ordering::Relaxed) - base;
         if got >= n {
@@ -1991,14 +1994,25 @@ fn ntb_direct_burst(side: &mut Side, n: u64) -> Result<Duration> {
         }
         if posted < n {
             let k = (BURST as u64).min(n - posted);
-            for j in 0..k {
-                let to = RemoteAddr {
-                    key: side.remote,
-                    offset: ((posted + j) % slots) * MSG as u64,
-                };
-                let imm = (j + 1 == k).then_some(k);
-                side.t.post_write_direct(side.qp, &msg, to, imm, 0)?;
-            }
+            wrs.clear();
+            wrs.extend((0..k).map(|j| {
+                let last = j + 1 == k;
+                DirectWr {
+                    data: &msg,
+                    remote: RemoteAddr {
+                        key: side.remote,
+                        offset: ((posted + j) % slots) * MSG as u64,
+                    },
+                    imm: last.then_some(k),
+                    signaled: last,
+                    cookie: 0,
+                }
+            }));
+            let done = side.t.post_writes_direct(side.qp, &wrs)?;
+            ensure!(
+                done == wrs.len(),
+                "a burst of one-sided writes stopped at {done}"
+            );
             posted += k;
         }
         let m = side.t.poll_completions(&mut side.comps);

@@ -160,7 +160,9 @@ impl GrantTable {
             };
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == s {
-                if let Some(i) = found {
+                // Stored only when it changes: the line holding the hint
+                // stays clean in the writer's cache.
+                if let Some(i) = found.filter(|&i| i != h) {
                     hint.store(i, Ordering::Relaxed);
                 }
                 return found.is_some();

@@ -540,6 +540,20 @@ pub struct WindowSpan<'a> {
 }
 
 impl WindowSpan<'_> {
+    /// Where the span starts in its window.
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// [`PeerWindow::write`] at `at` bytes into the span, checked against
+    /// the span's bounds only.
+    #[inline]
+    pub fn write(&self, at: usize, src: &[u8]) -> Result<()> {
+        // SAFETY: `src` is ordinary memory of `src.len()` bytes, readable.
+        unsafe { self.write_from_ptr(at, src.as_ptr(), src.len()) }
+    }
+
     /// [`PeerWindow::write_from_ptr`] at `at` bytes into the span, checked
     /// against the span's bounds only (the window's checks were made for the
     /// whole span).

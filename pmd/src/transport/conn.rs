@@ -6,6 +6,7 @@
 //! The fields are private: the rest of the transport asks a connection to
 //! send, take, lend and serve, and never pokes its rings.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -102,6 +103,9 @@ pub(crate) struct Conn {
     /// The peer's regions advertised to us for one-sided writes: key →
     /// (window offset, length).
     remote: HashMap<u32, (u64, u32)>,
+    /// The last entry of `remote` looked up (a stream of writes names one
+    /// region): key, window offset, length.
+    remote_last: Cell<Option<(u32, u64, u32)>>,
     /// Since when the connection has looked wedged (see [`Conn::wedged`]).
     stalled_since: Option<Instant>,
     /// Our producers' credits at the last stall check.
@@ -145,6 +149,7 @@ impl Conn {
             hwm: [0; 2],
             credit_base: layout.part(me, Part::Credits),
             remote: HashMap::new(),
+            remote_last: Cell::new(None),
             stalled_since: None,
             credits_seen: [0; 4],
         }
@@ -497,11 +502,13 @@ impl Conn {
     /// The peer advertised region `rkey`: `len` bytes at `offset` of its
     /// window (validated inside its region area by the decoder).
     pub fn learn_region(&mut self, rkey: u32, offset: u64, len: u32) {
+        self.remote_last.set(None);
         self.remote.insert(rkey, (offset, len));
     }
 
     /// The peer revoked region `rkey`; whether we knew it.
     pub fn forget_region(&mut self, rkey: u32) -> bool {
+        self.remote_last.set(None);
         self.remote.remove(&rkey).is_some()
     }
 
@@ -509,7 +516,14 @@ impl Conn {
     /// length).
     #[inline]
     pub fn remote_region(&self, rkey: u32) -> Option<(u64, u32)> {
-        self.remote.get(&rkey).copied()
+        match self.remote_last.get() {
+            Some((k, offset, len)) if k == rkey => Some((offset, len)),
+            _ => {
+                let (offset, len) = self.remote.get(&rkey).copied()?;
+                self.remote_last.set(Some((rkey, offset, len)));
+                Some((offset, len))
+            }
+        }
     }
 
     // ---- liveness of the connection itself ----

@@ -18,14 +18,14 @@
 //! not that region contents are private. A `WriteImm` for a region not
 //! registered for that peer is dropped and counted.
 
-use crate::hw::Port;
+use crate::hw::{Port, WindowSpan};
 
 use super::counters::DropKind;
 use super::endpoint::Transport;
 use super::error::{Result, TransportError};
 use super::key::{Access, RegionKey};
 use super::sgl::RemoteAddr;
-use super::types::{Completion, OpKind, Qp, Status};
+use super::types::{Completion, DirectWr, OpKind, Qp, Status};
 use super::wire::{Msg, Ring};
 
 impl Transport {
@@ -47,74 +47,137 @@ impl Transport {
         imm: Option<u64>,
         cookie: u64,
     ) -> Result<()> {
+        let wr = DirectWr {
+            data,
+            remote,
+            imm,
+            signaled: true,
+            cookie,
+        };
+        self.post_writes_direct(qp, &[wr]).map(|_| ())
+    }
+
+    /// Posts a batch of one-sided writes (each as
+    /// [`post_write_direct`](Self::post_write_direct), signaled or not as
+    /// it says), ringing the doorbell (if configured) once. Returns how
+    /// many were posted: all, unless one fails its checks, which stops the
+    /// batch there (its error is returned when it was the first).
+    ///
+    /// The window is checked once per run of writes into one region, not
+    /// per write, and the immediates are written after all the batch's
+    /// data, so each still follows its own.
+    pub fn post_writes_direct(&mut self, qp: Qp, wrs: &[DirectWr<'_>]) -> Result<usize> {
         self.check_post(qp)?;
         let peer = qp.peer;
-        let len = data.len() as u64;
-        let c = self.peers[peer as usize]
-            .conn
-            .as_mut()
-            .ok_or(TransportError::NotConnected { peer })?;
-        // The key first: a caller may probe whether a region is known yet
-        // with an empty write.
-        let (base, region_len) =
-            c.remote_region(remote.key.0)
-                .ok_or(TransportError::UnknownRemoteKey {
-                    peer,
-                    key: remote.key,
-                })?;
-        if len == 0 || len > u64::from(u32::MAX) {
-            return Err(TransportError::TransferSize { len });
-        }
-        if remote
-            .offset
-            .checked_add(len)
-            .is_none_or(|end| end > u64::from(region_len))
-        {
-            return Err(TransportError::RemoteOutOfRange {
-                peer,
-                key: remote.key,
-                offset: remote.offset,
-                len,
-                region_len,
-            });
-        }
-        let at = (base + remote.offset) as usize;
-        let written = if data.len() >= self.cfg.nt_threshold {
-            c.win().write_nt(at, data)
-        } else {
-            c.win().write(at, data)
+        let nt_threshold = self.cfg.nt_threshold;
+        let Some(c) = self.peers[peer as usize].conn.as_mut() else {
+            return Err(TransportError::NotConnected { peer });
         };
-        if let Err(e) = written {
+        let win = c.win();
+        let mut n = 0;
+        let mut stopped = None;
+        let mut broken = false;
+        // The region of the previous write: its key, length, and its bytes
+        // in the window, checked once.
+        let mut last: Option<(u32, u32, WindowSpan<'_>)> = None;
+        for wr in wrs {
+            let key = wr.remote.key;
+            let (region_len, span) = match last {
+                Some((k, len, ref span)) if k == key.0 => (len, span),
+                _ => {
+                    // The key first: a caller may probe whether a region
+                    // is known yet with an empty write.
+                    let Some((base, len)) = c.remote_region(key.0) else {
+                        stopped = Some(TransportError::UnknownRemoteKey { peer, key });
+                        break;
+                    };
+                    match win.span(base as usize, len as usize) {
+                        Ok(span) => {
+                            let l = last.insert((key.0, len, span));
+                            (l.1, &l.2)
+                        }
+                        Err(e) => {
+                            broken = true;
+                            stopped = Some(e.into());
+                            break;
+                        }
+                    }
+                }
+            };
+            let len = wr.data.len() as u64;
+            if len == 0 || len > u64::from(u32::MAX) {
+                stopped = Some(TransportError::TransferSize { len });
+                break;
+            }
+            if wr
+                .remote
+                .offset
+                .checked_add(len)
+                .is_none_or(|end| end > u64::from(region_len))
+            {
+                stopped = Some(TransportError::RemoteOutOfRange {
+                    peer,
+                    key,
+                    offset: wr.remote.offset,
+                    len,
+                    region_len,
+                });
+                break;
+            }
+            let at = wr.remote.offset as usize;
+            let written = if wr.data.len() >= nt_threshold {
+                win.write_nt(span.offset() + at, wr.data)
+            } else {
+                span.write(at, wr.data)
+            };
+            if let Err(e) = written {
+                broken = true;
+                stopped = Some(e.into());
+                break;
+            }
+            n += 1;
+        }
+        if broken {
             self.doomed.push(peer);
-            return Err(e.into());
         }
-        if let Some(imm) = imm {
-            // The notice's slot is published by its tag, a release store
-            // made after the data's stores: the peer sees the data first.
-            self.emit(
-                peer,
-                Ring::Rx,
-                &Msg::WriteImm {
-                    rkey: remote.key.0,
-                    roff: remote.offset,
-                    len: len as u32,
-                    imm,
-                },
-            );
+        for wr in &wrs[..n] {
+            let len = wr.data.len() as u64;
+            if let Some(imm) = wr.imm {
+                // The notice's slot is published by its tag, a release
+                // store made after the data's stores: the peer sees the
+                // data first.
+                self.emit(
+                    peer,
+                    Ring::Rx,
+                    &Msg::WriteImm {
+                        rkey: wr.remote.key.0,
+                        roff: wr.remote.offset,
+                        len: len as u32,
+                        imm,
+                    },
+                );
+            }
+            let counters = &mut self.peers[peer as usize].counters;
+            counters.writes += 1;
+            counters.bytes_out += len;
+            if wr.signaled {
+                self.completions.push_back(Completion {
+                    peer,
+                    op: OpKind::WriteDirect,
+                    status: Status::Success,
+                    bytes: len,
+                    cookie: wr.cookie,
+                    region: None,
+                });
+            }
         }
-        let counters = &mut self.peers[peer as usize].counters;
-        counters.writes += 1;
-        counters.bytes_out += len;
-        self.completions.push_back(Completion {
-            peer,
-            op: OpKind::WriteDirect,
-            status: Status::Success,
-            bytes: len,
-            cookie,
-            region: None,
-        });
-        self.ring_doorbell(peer);
-        Ok(())
+        if n > 0 {
+            self.ring_doorbell(peer);
+        }
+        match stopped {
+            Some(e) if n == 0 => Err(e),
+            _ => Ok(n),
+        }
     }
 
     /// Advertises to `peer` the regions it may write one-sided that it was

@@ -162,5 +162,5 @@ pub use stats_page::{
     PUBLISH_INTERVAL, PublishedPeer, PublishedState, PublishedStats, read_stats, stats_path,
     stats_prefix,
 };
-pub use types::{Completion, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
+pub use types::{Completion, DirectWr, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
 pub use wire::Ring;

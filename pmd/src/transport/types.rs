@@ -161,6 +161,26 @@ pub struct WriteWr<'a> {
     pub cookie: u64,
 }
 
+/// One one-sided write of a batch
+/// ([`Transport::post_writes_direct`](super::Transport::post_writes_direct)).
+#[derive(Debug, Clone, Copy)]
+pub struct DirectWr<'a> {
+    /// The bytes to write, copied at post time.
+    pub data: &'a [u8],
+    /// Where in the peer's advertised region.
+    pub remote: RemoteAddr,
+    /// With `Some`, the peer's application is told, after the data, with a
+    /// [`OpKind::WriteImm`] completion carrying it (verbs' write with
+    /// immediate).
+    pub imm: Option<u64>,
+    /// Whether the write completes on our queue ([`OpKind::WriteDirect`]),
+    /// as verbs' `IBV_SEND_SIGNALED`; an unsignaled write is done when the
+    /// post returns.
+    pub signaled: bool,
+    /// The caller's cookie, returned in the completion.
+    pub cookie: u64,
+}
+
 /// The outcome of a completed operation, as [`Completion::status`]
 /// reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
