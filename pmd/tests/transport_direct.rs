@@ -172,7 +172,11 @@ fn batches_complete_only_their_signaled_writes_and_stop_at_the_first_bad_one() {
         })
         .collect();
     let at = |i: usize| {
-        let key = if (i / 3).is_multiple_of(2) { big } else { small };
+        let key = if (i / 3).is_multiple_of(2) {
+            big
+        } else {
+            small
+        };
         RemoteAddr {
             key,
             offset: i as u64 * 100,

@@ -85,6 +85,45 @@ fn sends_of_every_length_arrive_intact_and_in_order() {
     assert_eq!(b.counters(qb).dropped_total(), 0);
 }
 
+/// A receive buffer made of several extents: the payload, taken from its
+/// slots, is split across them (a slot's piece across an extent's end).
+#[test]
+fn sends_land_across_the_extents_of_a_scattered_receive() {
+    let (_dev, mut a, mut b) = pair();
+    let qa = a.create_qp(1).unwrap();
+    let qb = b.create_qp(0).unwrap();
+    let region = b
+        .register_region_scattered(4096, Access::LOCAL, 40)
+        .unwrap();
+    for len in 1..=INLINE_LONG_MAX {
+        // At offsets that put extent ends anywhere in the payload.
+        let offset = (len as u64 * 7) % 64;
+        let sge = Sge {
+            key: region,
+            offset,
+            len: INLINE_LONG_MAX as u64,
+        };
+        b.post_recv(qb, sge, len as u64).unwrap();
+        let msg: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+        let end = Instant::now() + Duration::from_secs(10);
+        while a.post_send(qa, &msg, 0).is_err() {
+            assert!(Instant::now() < end, "send of {len} bytes stayed busy");
+            a.progress();
+            b.progress();
+        }
+        let c = recvs(&mut b, 1)[0];
+        assert_eq!(
+            (c.status, c.bytes, c.cookie),
+            (Status::Success, len as u64, len as u64)
+        );
+        let mut got = vec![0u8; len];
+        b.region_read(region, offset, &mut got).unwrap();
+        assert_eq!(got, msg, "len {len} at {offset}");
+        a.progress();
+    }
+    assert_eq!(b.counters(qb).dropped_total(), 0);
+}
+
 #[test]
 fn a_burst_of_multi_slot_sends_wraps_the_ring() {
     let (_dev, mut a, mut b) = pair();

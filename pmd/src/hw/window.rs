@@ -744,6 +744,20 @@ impl LocalWindow {
         Ok(())
     }
 
+    /// Moves `len` bytes at `src` to `dst`, both offsets in this window (as
+    /// `memmove`: the two may overlap): a message taken from a ring slot
+    /// straight into a receive buffer.
+    #[inline]
+    pub fn copy_within(&self, src: usize, dst: usize, len: usize) -> Result<()> {
+        check(src, len, self.len)?;
+        check(dst, len, self.len)?;
+        // SAFETY: both spans are in bounds (checked above) of the mapping,
+        // valid while `_keep` lives; raw pointers only, no reference is made
+        // over memory a peer may write.
+        unsafe { move_bytes(self.base.add(src), self.base.add(dst), len) };
+        Ok(())
+    }
+
     /// Copies `src` to `offset` in our own window (the owner may write it, e.g.
     /// to initialise queues or to place data locally).
     #[inline]

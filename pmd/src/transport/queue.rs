@@ -219,15 +219,23 @@ impl Consumer {
     /// that span consecutive slots.
     #[inline]
     pub fn peek_ahead(&self, local: &LocalWindow, k: u64) -> Option<Body> {
-        let seq = self.seq + k;
-        let off = slot_offset(self.base, self.depth, seq);
-        let t = local.load_u64(off + TAG_OFFSET).ok()?;
-        if t != tag(self.epoch, seq) {
-            return None;
-        }
+        let off = self.arrived(local, k)?;
         let mut body = [0u8; BODY];
         local.read(off, &mut body).ok()?;
         Some(body)
+    }
+
+    /// Where in our window the body of the slot `k` places after the next
+    /// one is, if that slot has arrived (its own tag is there): for reading
+    /// a message in place, without consuming anything. Its bytes stay as
+    /// they are until we credit the slot back, unless the peer breaks the
+    /// protocol (then they are whatever it wrote: read each once).
+    #[inline]
+    pub fn arrived(&self, local: &LocalWindow, k: u64) -> Option<usize> {
+        let seq = self.seq + k;
+        let off = slot_offset(self.base, self.depth, seq);
+        let t = local.load_u64(off + TAG_OFFSET).ok()?;
+        (t == tag(self.epoch, seq)).then_some(off)
     }
 
     /// Like [`peek`](Self::peek), then loads the tag again after the copy

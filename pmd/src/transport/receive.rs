@@ -19,6 +19,74 @@ use super::poll::drop_kind;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{self, Limits, Msg, Ring};
 
+/// Where a send's payload is in our window.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    /// Inline, in place in its PostQ slots (their window offsets, the
+    /// first a lone slot or a run's head), `len` bytes.
+    Slots { at: &'a [usize], len: usize },
+    /// In eager buffer `buf` we lent, `len` bytes.
+    Buffer { buf: u32, len: u32 },
+}
+
+/// Copies an inline payload of `len` bytes from its slots at `at` (the
+/// first slot's body after its 8 header bytes, the others' whole bodies)
+/// over `extents`, whose total is at least `len`.
+#[inline]
+fn scatter(
+    local: &LocalWindow,
+    at: &[usize],
+    len: usize,
+    extents: &[(u64, u64)],
+) -> crate::hw::Result<()> {
+    // A receive buffer of one extent (the usual case): a copy per slot.
+    if let Some(&(o, l)) = extents.first()
+        && l as usize >= len
+    {
+        let mut dst = o as usize;
+        let mut left = len;
+        for (k, &slot) in at.iter().enumerate() {
+            let (src, n) = if k == 0 {
+                (slot + 8, left.min(wire::INLINE_MAX))
+            } else {
+                (slot, left.min(wire::BODY))
+            };
+            local.copy_within(src, dst, n)?;
+            dst += n;
+            left -= n;
+        }
+        return Ok(());
+    }
+    let mut ext = extents.iter();
+    let (mut dst, mut room) = (0usize, 0usize);
+    let mut left = len;
+    for (k, &slot) in at.iter().enumerate() {
+        let (mut src, mut n) = if k == 0 {
+            (slot + 8, left.min(wire::INLINE_MAX))
+        } else {
+            (slot, left.min(wire::BODY))
+        };
+        left -= n;
+        while n > 0 {
+            if room == 0 {
+                let Some(&(o, l)) = ext.next() else {
+                    return Err(crate::hw::HwError::OutOfBounds {
+                        offset: dst,
+                        len: n,
+                        window_len: local.len(),
+                    });
+                };
+                (dst, room) = (o as usize, l as usize);
+                continue;
+            }
+            let m = room.min(n);
+            local.copy_within(src, dst, m)?;
+            (src, dst, room, n) = (src + m, dst + m, room - m, n - m);
+        }
+    }
+    Ok(())
+}
+
 /// What delivering a send touches, borrowed apart from the peer so the
 /// PostQ loop can deliver while it holds the connection.
 struct Sink<'a> {
@@ -31,45 +99,52 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// Hands an eager message (inline bytes, or eager buffer `buf` of
-    /// `len` bytes) to the oldest posted receive, returns a lent buffer to
-    /// the peer, and completes the receive.
+    /// Hands an eager message to the oldest posted receive, returns a lent
+    /// buffer to the peer, and completes the receive.
     #[inline]
-    fn deliver(&mut self, peer: &mut Peer, buf: Option<(u32, u32)>, inline: &[u8]) {
+    fn deliver(&mut self, peer: &mut Peer, payload: Payload<'_>) {
         let p = self.p;
         let Some(wr) = peer.recvs.pop_front() else {
             return;
         };
-        let len = buf.map_or(inline.len() as u64, |b| u64::from(b.1));
+        let (buf, len) = match payload {
+            Payload::Slots { len, .. } => (None, len as u64),
+            Payload::Buffer { buf, len } => (Some(buf), u64::from(len)),
+        };
         let mut status = Status::Success;
         if len > wr.len {
             status = Status::LocalLength;
         } else {
-            let mut at = 0u64;
-            for &(o, l) in wr.extents.as_slice() {
-                if at >= len {
-                    break;
+            let copied = match payload {
+                Payload::Slots { at, len } => scatter(self.local, at, len, wr.extents.as_slice()),
+                Payload::Buffer { buf, .. } => {
+                    let from = self.layout.eager_buffer(p, buf);
+                    let mut at = 0u64;
+                    let mut r = Ok(());
+                    for &(o, l) in wr.extents.as_slice() {
+                        if at >= len {
+                            break;
+                        }
+                        let n = l.min(len - at);
+                        r = self.engine.copy_local(
+                            self.local,
+                            from + at as usize,
+                            o as usize,
+                            n as usize,
+                        );
+                        if r.is_err() {
+                            break;
+                        }
+                        at += n;
+                    }
+                    r
                 }
-                let n = l.min(len - at);
-                let r = match buf {
-                    None => self
-                        .local
-                        .write(o as usize, &inline[at as usize..(at + n) as usize]),
-                    Some((b, _)) => self.engine.copy_local(
-                        self.local,
-                        self.layout.eager_buffer(p, b) + at as usize,
-                        o as usize,
-                        n as usize,
-                    ),
-                };
-                if r.is_err() {
-                    status = Status::Protocol;
-                    break;
-                }
-                at += n;
+            };
+            if copied.is_err() {
+                status = Status::Protocol;
             }
         }
-        if let (Some((b, _)), Some(c)) = (buf, peer.conn.as_mut())
+        if let (Some(b), Some(c)) = (buf, peer.conn.as_mut())
             && c.give_back(b).is_err()
         {
             self.doomed.push(p);
@@ -120,26 +195,28 @@ impl Transport {
         while !peer.recvs.is_empty() {
             let Some(c) = peer.conn.as_mut() else { break };
             let postq = c.consumer(Ring::PostQ);
-            let Some(b) = postq.peek(local) else {
+            let Some(first) = postq.arrived(local, 0) else {
                 postq.prefetch_ahead(local, 1);
                 break;
             };
-            if wire::is_inline_head(&b) {
-                // A run of slots, published by its last tag: take it
-                // once every slot is there, validate it as a unit.
-                let slots = match wire::decode_inline_head(&b) {
-                    Ok((_, k)) => k,
+            // Inline sends (one slot, or a run published by its last tag)
+            // are read in place: taken once every slot is there, checked
+            // as a unit, and copied from the slots to the receive.
+            let w0 = local.load_u64(first).unwrap_or(0);
+            if let Some(head) = wire::inline_first_word(w0) {
+                let (len, slots) = match head {
+                    Ok(x) => x,
                     Err(e) => {
                         postq.advance();
                         peer.counters.drop_one(drop_kind(e));
                         continue;
                     }
                 };
-                let mut conts = [[0u8; wire::BODY]; wire::INLINE_SLOTS_MAX - 1];
+                let mut at = [first; wire::INLINE_SLOTS_MAX];
                 let mut complete = true;
-                for k in 1..slots {
-                    match postq.peek_ahead(local, k as u64) {
-                        Some(x) => conts[k - 1] = x,
+                for (k, slot) in at.iter_mut().enumerate().take(slots).skip(1) {
+                    match postq.arrived(local, k as u64) {
+                        Some(o) => *slot = o,
                         None => {
                             complete = false;
                             break;
@@ -150,32 +227,40 @@ impl Transport {
                     break;
                 }
                 postq.advance_by(slots as u64);
-                let mut payload = [0u8; wire::INLINE_LONG_MAX];
-                match wire::gather_inline(&b, &conts[..slots - 1], &mut payload) {
-                    Ok(len) => {
-                        sink.deliver(peer, None, &payload[..len]);
-                        delivered += 1;
-                    }
-                    Err(e) => peer.counters.drop_one(drop_kind(e)),
+                let last = at[slots - 1];
+                let padded = wire::zero_from(wire::inline_last_used(len, slots), |i| {
+                    local.load_u64(last + 8 * i).unwrap_or(u64::MAX)
+                });
+                if padded {
+                    sink.deliver(
+                        peer,
+                        Payload::Slots {
+                            at: &at[..slots],
+                            len,
+                        },
+                    );
+                    delivered += 1;
+                } else {
+                    peer.counters.drop_one(DropKind::Malformed);
                 }
                 continue;
             }
+            let Some(b) = postq.peek(local) else {
+                break;
+            };
             postq.advance();
             match wire::decode_validated(&b, Ring::PostQ, limits) {
-                Ok(Msg::SendInline { len, data }) => {
-                    sink.deliver(peer, None, &data[..(len as usize).min(data.len())]);
-                    delivered += 1;
-                }
                 Ok(Msg::SendBuf { buf, len }) => {
                     if c.is_lent(buf) {
-                        sink.deliver(peer, Some((buf, len)), &[]);
+                        sink.deliver(peer, Payload::Buffer { buf, len });
                         delivered += 1;
                     } else {
                         peer.counters.drop_one(DropKind::BadBuffer);
                     }
                 }
                 // Only sends are valid on the PostQ (checked by the
-                // decoder); anything else is counted, never acted on.
+                // decoder; inline ones were taken above); anything else is
+                // counted, never acted on.
                 Ok(_) => peer.counters.drop_one(DropKind::WrongQueue),
                 Err(e) => peer.counters.drop_one(drop_kind(e)),
             }

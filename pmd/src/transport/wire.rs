@@ -464,8 +464,9 @@ pub fn inline_slots(len: usize) -> Option<usize> {
 /// payload bytes each, unused bytes zero. The sender writes the
 /// continuation slots first and the head last
 /// (`Producer::write_ahead`); the receiver takes
-/// the run once every slot's own tag is there and validates it as a unit
-/// ([`decode_inline_head`], [`gather_inline`]).
+/// the run once every slot's own tag is there and validates it as a unit,
+/// in place in its ring ([`inline_first_word`], [`zero_from`]; on copied
+/// bodies, [`decode_inline_head`] and [`gather_inline`]).
 ///
 /// # Example
 /// ```
@@ -576,12 +577,64 @@ pub fn words_body(w: &Words) -> Body {
     b
 }
 
-/// Whether `b` is the head of a multi-slot inline send (a run the receiver
-/// takes as a unit once its last slot is there), rather than a message on
-/// its own.
+/// The first word of a slot that starts an inline send (op code, length,
+/// six reserved bytes), checked: `None` when the op code is not an inline
+/// send's; else the payload length and the number of slots (head
+/// included), or why the word is refused. One slot
+/// ([`code::SEND_INLINE`]) carries up to [`INLINE_MAX`] bytes; a run's head
+/// ([`code::SEND_INLINE_LONG`]) more, up to [`INLINE_LONG_MAX`]. The
+/// receiver reads this word in place in its ring, and the bytes after the
+/// payload with [`zero_from`].
 #[inline]
-pub fn is_inline_head(b: &Body) -> bool {
-    b[0] == code::SEND_INLINE_LONG
+pub fn inline_first_word(w0: u64) -> Option<Result<(usize, usize), WireError>> {
+    let len = (w0 >> 8) as u8 as usize;
+    let reserved_zero = w0 >> 16 == 0;
+    let slots = match w0 as u8 {
+        code::SEND_INLINE if len <= INLINE_MAX => Some(1),
+        code::SEND_INLINE_LONG if len > INLINE_MAX => inline_slots(len),
+        code::SEND_INLINE | code::SEND_INLINE_LONG => None,
+        _ => return None,
+    };
+    Some(match slots {
+        Some(k) if reserved_zero => Ok((len, k)),
+        _ => Err(WireError::Malformed),
+    })
+}
+
+/// Bytes of the last slot's body an inline send of `len` bytes in `slots`
+/// slots uses (a lone slot's 8 header bytes included): every byte after
+/// them is zero in a valid send.
+#[inline]
+pub fn inline_last_used(len: usize, slots: usize) -> usize {
+    if slots <= 1 {
+        8 + len
+    } else {
+        len - INLINE_MAX - (slots - 2) * BODY
+    }
+}
+
+/// Whether the body bytes from `from` to its end are all zero, the body
+/// given by its little-endian words (`word(i)`, `i < BODY / 8`): a body
+/// copied out, or one read in place.
+#[inline]
+pub fn zero_from(from: usize, word: impl Fn(usize) -> u64) -> bool {
+    let mut i = from / 8;
+    let mut acc = 0;
+    if !from.is_multiple_of(8) && i < BODY / 8 {
+        acc |= word(i) >> (8 * (from % 8));
+        i += 1;
+    }
+    while i < BODY / 8 {
+        acc |= word(i);
+        i += 1;
+    }
+    acc == 0
+}
+
+/// Word `i` of a body (little-endian), for [`zero_from`].
+#[inline]
+fn body_word(b: &Body, i: usize) -> u64 {
+    u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0xff; 8]))
 }
 
 /// Checks the head of a multi-slot inline send: op code, reserved bytes
@@ -589,17 +642,12 @@ pub fn is_inline_head(b: &Body) -> bool {
 /// Returns the payload length and the number of slots (head included).
 ///
 /// Never panics, whatever the bytes.
-#[inline]
+#[cfg(any(test, feature = "internals"))]
 pub fn decode_inline_head(b: &Body) -> Result<(usize, usize), WireError> {
     if b[0] != code::SEND_INLINE_LONG {
         return Err(WireError::UnknownCode(b[0]));
     }
-    let len = b[1] as usize;
-    if len <= INLINE_MAX || len > INLINE_LONG_MAX || !all_zero(&b[2..8]) {
-        return Err(WireError::Malformed);
-    }
-    let slots = inline_slots(len).ok_or(WireError::Malformed)?;
-    Ok((len, slots))
+    inline_first_word(body_word(b, 0)).unwrap_or(Err(WireError::Malformed))
 }
 
 /// Gathers the payload of a multi-slot inline send from its head and its
@@ -608,6 +656,7 @@ pub fn decode_inline_head(b: &Body) -> Result<(usize, usize), WireError> {
 /// every byte past the payload is zero. Returns the payload length.
 ///
 /// Never panics, whatever the bytes.
+#[cfg(any(test, feature = "internals"))]
 pub fn gather_inline(
     head: &Body,
     conts: &[Body],
@@ -621,7 +670,7 @@ pub fn gather_inline(
     let mut at = INLINE_MAX;
     for b in conts {
         let n = (len - at).min(BODY);
-        if !all_zero(&b[n..]) {
+        if !zero_from(n, |i| body_word(b, i)) {
             return Err(WireError::Malformed);
         }
         out[at..at + n].copy_from_slice(&b[..n]);
@@ -793,10 +842,9 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
             Msg::ChainDone { op, origin, len: c }
         }
         code::SEND_INLINE => {
-            if status as usize > INLINE_MAX
-                || !all_zero(&b[2..8])
-                || !all_zero(&b[8 + status as usize..])
-            {
+            let (len, _) =
+                inline_first_word(body_word(b, 0)).unwrap_or(Err(WireError::Malformed))?;
+            if !zero_from(inline_last_used(len, 1), |i| body_word(b, i)) {
                 return Err(WireError::Malformed);
             }
             let mut data = [0u8; INLINE_MAX];
