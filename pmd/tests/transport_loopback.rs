@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, RemoteAddr, SendWr,
-    Sge, Status, Transport, TransportError,
+    Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, RecvWr, RegionKey,
+    RemoteAddr, SendWr, Sge, Status, Transport, TransportError,
 };
 use transport_common::{Rng, collect, drain, loopback};
 
@@ -53,15 +53,31 @@ fn send_recv_inline_and_buffered_with_cookies() {
     let qa = ts[0].create_qp(1).unwrap();
     let qb = ts[1].create_qp(0).unwrap();
     let rbuf = ts[1].register_region(64 * 1024, Access::LOCAL).unwrap();
+    let other = ts[1].register_region(64 * 1024, Access::LOCAL).unwrap();
     let sizes = [1usize, 7, 47, 48, 49, 64, 500, 1024];
-    for (i, _) in sizes.iter().enumerate() {
-        let sge = Sge {
-            key: rbuf,
-            offset: i as u64 * 2048,
-            len: 1024,
-        };
-        ts[1].post_recv(qb, sge, 100 + i as u64).unwrap();
-    }
+    // Receives posted as one batch, in runs that switch region.
+    let region_of = |i: usize| if i % 3 == 2 { other } else { rbuf };
+    let recvs: Vec<RecvWr> = (0..sizes.len())
+        .map(|i| RecvWr {
+            sge: Sge {
+                key: region_of(i),
+                offset: i as u64 * 2048,
+                len: 1024,
+            },
+            cookie: 100 + i as u64,
+        })
+        .collect();
+    // A batch stops at its first bad buffer (the ones before it posted);
+    // a bad first buffer is the batch's error.
+    let mut bad = recvs.clone();
+    bad[0].sge.len = 64 * 1024 + 1;
+    assert!(matches!(
+        ts[1].post_recvs(qb, &bad),
+        Err(TransportError::OutOfRange { .. })
+    ));
+    assert_eq!(ts[1].resources(qb).recvs_posted, 0);
+    assert_eq!(ts[1].post_recvs(qb, &[]).unwrap(), 0);
+    assert_eq!(ts[1].post_recvs(qb, &recvs).unwrap(), sizes.len());
     let mut rng = Rng(7);
     let payloads: Vec<Vec<u8>> = sizes
         .iter()
@@ -100,7 +116,9 @@ fn send_recv_inline_and_buffered_with_cookies() {
             )
         );
         let mut back = vec![0u8; sizes[i]];
-        ts[1].region_read(rbuf, i as u64 * 2048, &mut back).unwrap();
+        ts[1]
+            .region_read(region_of(i), i as u64 * 2048, &mut back)
+            .unwrap();
         assert_eq!(back, payloads[i]);
     }
     // Too large for the posted buffer: LocalLength, and the buffer comes back.
@@ -130,6 +148,13 @@ fn send_recv_inline_and_buffered_with_cookies() {
         ts[1].progress();
         assert!(Instant::now() < end, "{:?}", ts[0].resources(qa));
     }
+    // A bad buffer later in a batch stops it there: the ones before it
+    // are posted, the error is not returned.
+    let mut third_bad = recvs.clone();
+    third_bad[2].sge.key = RegionKey(rbuf.0 ^ 0x5555);
+    let before = ts[1].resources(qb).recvs_posted;
+    assert_eq!(ts[1].post_recvs(qb, &third_bad).unwrap(), 2);
+    assert_eq!(ts[1].resources(qb).recvs_posted, before + 2);
 }
 
 #[test]

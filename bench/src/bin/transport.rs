@@ -101,8 +101,8 @@ use ntbdk_bench::{
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DataQueues, DirectWr, Geometry, OpKind, Qp, RegionKey, RemoteAddr,
-    SendWr, Sge, Transport, TransportError, WriteWr, wire,
+    Access, Completion, Config, DataQueues, DirectWr, Geometry, OpKind, Qp, RecvWr, RegionKey,
+    RemoteAddr, SendWr, Sge, Transport, TransportError, WriteWr, wire,
 };
 
 /// Message sizes of the bandwidth rows.
@@ -1093,6 +1093,7 @@ fn session_on<R>(
             let mut echo = vec![0u8; EAGER_SIZE as usize];
             let (mut polls, mut empty) = (0u64, 0u64);
             let mut got = 0u64;
+            let mut reposts = Vec::with_capacity(comps.len());
             if serve == Serve::EchoPolled {
                 return serve_polled(&mut t, qp, data, &stop);
             }
@@ -1129,9 +1130,16 @@ fn session_on<R>(
                                 t.progress();
                             }
                         }
-                        t.post_recv(qp, recv_sge(recv, c.cookie), c.cookie)?;
+                        reposts.push(RecvWr {
+                            sge: recv_sge(recv, c.cookie),
+                            cookie: c.cookie,
+                        });
                         got += 1;
                     }
+                }
+                if !reposts.is_empty() {
+                    t.post_recvs(qp, &reposts)?;
+                    reposts.clear();
                 }
                 if n > 0 {
                     // One store per poll, not one per message: the
@@ -1700,6 +1708,7 @@ fn ntb_send_rate_one_core(
             BURST
         ];
         let mut comps = vec![Completion::default(); 64];
+        let mut reposts = Vec::with_capacity(comps.len());
         ntb_sample(
             format!("ntbdk send {len} B, burst {BURST}, one core (software only), core {a}"),
             iters,
@@ -1728,13 +1737,18 @@ fn ntb_send_rate_one_core(
                         if m == 0 {
                             break;
                         }
+                        reposts.clear();
                         for c in &comps[..m] {
                             ok(c)?;
                             if c.op == OpKind::Recv {
-                                t1.post_recv(q1, recv_sge(recv1, c.cookie), c.cookie)?;
+                                reposts.push(RecvWr {
+                                    sge: recv_sge(recv1, c.cookie),
+                                    cookie: c.cookie,
+                                });
                                 got += 1;
                             }
                         }
+                        t1.post_recvs(q1, &reposts)?;
                     }
                     if got == before && posted == got {
                         bail!("{got} of {n} sends on one core were received");

@@ -162,5 +162,7 @@ pub use stats_page::{
     PUBLISH_INTERVAL, PublishedPeer, PublishedState, PublishedStats, read_stats, stats_path,
     stats_prefix,
 };
-pub use types::{Completion, DirectWr, OpKind, PeerState, Qp, Resources, SendWr, Status, WriteWr};
+pub use types::{
+    Completion, DirectWr, OpKind, PeerState, Qp, RecvWr, Resources, SendWr, Status, WriteWr,
+};
 pub use wire::Ring;

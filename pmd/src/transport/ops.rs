@@ -184,7 +184,7 @@ pub(crate) struct EarlySgl {
 
 /// A receive posted by the application.
 #[derive(Debug)]
-pub(crate) struct RecvWr {
+pub(crate) struct PostedRecv {
     /// Where the message goes (our window).
     pub extents: Extents,
     /// The buffer's length.

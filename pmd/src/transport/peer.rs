@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::conn::Conn;
 use super::counters::QpCounters;
-use super::ops::RecvWr;
+use super::ops::PostedRecv;
 use super::types::PeerState;
 use super::watch::ConnWatch;
 
@@ -35,7 +35,7 @@ pub(crate) struct Peer {
     /// The queue pair's counters (they survive reconnects).
     pub counters: QpCounters,
     /// Receives posted for its messages, oldest first.
-    pub recvs: VecDeque<RecvWr>,
+    pub recvs: VecDeque<PostedRecv>,
     /// Whether the application created the queue pair.
     pub qp: bool,
     /// The connection as the peer's data queues see it.

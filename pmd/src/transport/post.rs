@@ -8,11 +8,11 @@ use super::conn::EagerBuffers;
 use super::endpoint::Transport;
 use super::error::{Result, TransportError};
 use super::geometry::Part;
-use super::key::Access;
-use super::ops::{OutKind, RecvWr};
+use super::key::{Access, RegionKey};
+use super::ops::{OutKind, PostedRecv};
 use super::region::Extents;
 use super::sgl::{ExtentCursor, RemoteAddr, Sge};
-use super::types::{Completion, OpKind, Qp, SendWr, Status, WriteWr};
+use super::types::{Completion, OpKind, Qp, RecvWr, SendWr, Status, WriteWr};
 use super::wire::{self, Msg, Ring};
 
 impl Transport {
@@ -244,25 +244,58 @@ impl Transport {
     /// ([`Status::LocalLength`] when it does not fit), or
     /// [`Status::Flushed`] when the connection resets.
     pub fn post_recv(&mut self, qp: Qp, sge: Sge, cookie: u64) -> Result<()> {
+        self.post_recvs(qp, &[RecvWr { sge, cookie }]).map(|_| ())
+    }
+
+    /// Posts a batch of receive buffers, in order (as
+    /// [`post_recv`](Self::post_recv) each, with the region looked up once
+    /// per run of buffers in one region). Returns how many were posted:
+    /// all, unless one names a range it may not write, which stops the
+    /// batch there (its error is returned when it was the first).
+    pub fn post_recvs(&mut self, qp: Qp, wrs: &[RecvWr]) -> Result<usize> {
         if qp.peer as usize >= self.peers.len() || qp.peer == self.me {
             return Err(TransportError::NoSuchPeer { peer: qp.peer });
         }
-        let extents =
-            match self
-                .regions
-                .contiguous(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)
-            {
-                Some(o) => Extents::One([(o, sge.len)]),
-                None => {
-                    self.regions
-                        .resolve_one(sge.key, sge.offset, sge.len, Access::LOCAL_WRITE)?
+        let recvs = &mut self.peers[qp.peer as usize].recvs;
+        recvs.reserve(wrs.len());
+        // The region of the previous buffer: its key, and its first
+        // extent's window offset and length when it may be written.
+        let mut last: Option<(RegionKey, Option<(u64, u64)>)> = None;
+        for (n, wr) in wrs.iter().enumerate() {
+            let sge = wr.sge;
+            let first = match last {
+                Some((key, first)) if key == sge.key => first,
+                _ => {
+                    let first = self.regions.first_extent(sge.key, Access::LOCAL_WRITE);
+                    last = Some((sge.key, first));
+                    first
                 }
             };
-        self.peers[qp.peer as usize].recvs.push_back(RecvWr {
-            extents,
-            len: sge.len,
-            cookie,
-        });
-        Ok(())
+            // In the first extent (every region not built scattered): one
+            // extent, no allocation.
+            let one = first.and_then(|(eo, el)| {
+                let end = sge.offset.checked_add(sge.len)?;
+                (sge.len > 0 && end <= el).then_some(eo + sge.offset)
+            });
+            let extents = match one {
+                Some(o) => Extents::One([(o, sge.len)]),
+                None => match self.regions.resolve_one(
+                    sge.key,
+                    sge.offset,
+                    sge.len,
+                    Access::LOCAL_WRITE,
+                ) {
+                    Ok(e) => e,
+                    Err(e) if n == 0 => return Err(e),
+                    Err(_) => return Ok(n),
+                },
+            };
+            recvs.push_back(PostedRecv {
+                extents,
+                len: sge.len,
+                cookie: wr.cookie,
+            });
+        }
+        Ok(wrs.len())
     }
 }

@@ -214,14 +214,16 @@ impl Transport {
                 };
                 let mut at = [first; wire::INLINE_SLOTS_MAX];
                 let mut complete = true;
-                for (k, slot) in at.iter_mut().enumerate().take(slots).skip(1) {
+                let mut k = 1;
+                while k < slots {
                     match postq.arrived(local, k as u64) {
-                        Some(o) => *slot = o,
+                        Some(o) => at[k] = o,
                         None => {
                             complete = false;
                             break;
                         }
                     }
+                    k += 1;
                 }
                 if !complete {
                     break;

@@ -453,6 +453,17 @@ impl RegionTable {
         Ok(self.check(key, off, len, need)?.slice(off, len))
     }
 
+    /// The first extent (window offset, length) of region `key` when the
+    /// access is allowed (`None` otherwise, or when there is no such
+    /// region): for many ranges of one region checked against it, as
+    /// [`contiguous`](Self::contiguous) checks one.
+    #[inline]
+    pub(crate) fn first_extent(&self, key: RegionKey, need: Access) -> Option<(u64, u64)> {
+        let r = self.regions.get(&key.0)?;
+        let &first = r.extents.first()?;
+        r.access.contains(need).then_some(first)
+    }
+
     /// The window offset of `off..off+len` of region `key` when the access
     /// is allowed and the range lies in the region's first extent (every
     /// region not built scattered); `None` otherwise, and the caller takes

@@ -150,6 +150,16 @@ pub struct SendWr<'a> {
     pub cookie: u64,
 }
 
+/// One receive of a batch
+/// ([`Transport::post_recvs`](super::Transport::post_recvs)).
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr {
+    /// The buffer (local write) the message is copied into.
+    pub sge: Sge,
+    /// The caller's cookie, returned in the completion.
+    pub cookie: u64,
+}
+
 /// One write of a batch.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteWr<'a> {
