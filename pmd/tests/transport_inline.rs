@@ -8,7 +8,7 @@ use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::inject::Injector;
 use ntbdk_pmd::transport::wire::{self, BODY, INLINE_LONG_MAX, INLINE_MAX, INLINE_SLOTS_MAX};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DropKind, Geometry, OpKind, Ring, Sge, Status, Transport, epoch,
+    Access, Completion, Config, DropKind, Geometry, OpKind, Qp, Ring, Sge, Status, Transport, epoch,
 };
 
 fn pair() -> (Arc<LoopbackDevice>, Transport, Transport) {
@@ -43,6 +43,21 @@ fn recvs(t: &mut Transport, want: usize) -> Vec<Completion> {
     got
 }
 
+/// Sends `msg` from `a` on `qa`, progressing both sides while the peer's
+/// queue is busy.
+fn send(a: &mut Transport, b: &mut Transport, qa: Qp, msg: &[u8]) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while a.post_send(qa, msg, 0).is_err() {
+        assert!(
+            Instant::now() < end,
+            "send of {} bytes stayed busy",
+            msg.len()
+        );
+        a.progress();
+        b.progress();
+    }
+}
+
 #[test]
 fn sends_of_every_length_arrive_intact_and_in_order() {
     let (_dev, mut a, mut b) = pair();
@@ -68,12 +83,7 @@ fn sends_of_every_length_arrive_intact_and_in_order() {
                 seed as u8
             })
             .collect();
-        let end = Instant::now() + Duration::from_secs(10);
-        while a.post_send(qa, &msg, 0).is_err() {
-            assert!(Instant::now() < end, "send of {len} bytes stayed busy");
-            a.progress();
-            b.progress();
-        }
+        send(&mut a, &mut b, qa, &msg);
         let c = recvs(&mut b, 1)[0];
         assert_eq!(c.status, Status::Success, "len {len}");
         assert_eq!((c.bytes, c.cookie), (len as u64, cookie));
@@ -105,12 +115,7 @@ fn sends_land_across_the_extents_of_a_scattered_receive() {
         };
         b.post_recv(qb, sge, len as u64).unwrap();
         let msg: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
-        let end = Instant::now() + Duration::from_secs(10);
-        while a.post_send(qa, &msg, 0).is_err() {
-            assert!(Instant::now() < end, "send of {len} bytes stayed busy");
-            a.progress();
-            b.progress();
-        }
+        send(&mut a, &mut b, qa, &msg);
         let c = recvs(&mut b, 1)[0];
         assert_eq!(
             (c.status, c.bytes, c.cookie),

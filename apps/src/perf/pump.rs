@@ -93,6 +93,11 @@ pub fn pump(
     } else {
         Vec::new()
     };
+    // Every write goes to the start of its target's region.
+    let start_of = |s: &Target| RemoteAddr {
+        key: s.key,
+        offset: 0,
+    };
     let mut writes: Vec<Vec<WriteWr<'_>>> = Vec::new();
     let mut direct_writes: Vec<Vec<DirectWr<'_>>> = Vec::new();
     let mut sends: Vec<SendWr<'_>> = Vec::new();
@@ -101,10 +106,7 @@ pub fn pump(
             for s in targets {
                 let wr = DirectWr {
                     data: &direct_src,
-                    remote: RemoteAddr {
-                        key: s.key,
-                        offset: 0,
-                    },
+                    remote: start_of(s),
                     imm: None,
                     signaled: true,
                     cookie: 0,
@@ -116,10 +118,7 @@ pub fn pump(
             for s in targets {
                 let wr = WriteWr {
                     local: &local,
-                    remote: RemoteAddr {
-                        key: s.key,
-                        offset: 0,
-                    },
+                    remote: start_of(s),
                     cookie: 0,
                 };
                 writes.push(vec![wr; burst]);
@@ -160,10 +159,7 @@ pub fn pump(
             let i = turn % targets.len();
             turn += 1;
             let s = &targets[i];
-            let remote = RemoteAddr {
-                key: s.key,
-                offset: 0,
-            };
+            let remote = start_of(s);
             let r = match op {
                 Op::Write if direct => ep.t.post_writes_direct(s.qp, &direct_writes[i][..k]),
                 Op::Write => ep.t.post_writes(s.qp, &writes[i][..k]),
