@@ -65,8 +65,15 @@ impl HandleCounters {
     /// (plain moves, no barrier) never lose an update.
     #[inline]
     pub(crate) fn posted(&self, bytes: usize) {
+        self.posted_writes(1, bytes);
+    }
+
+    /// Counts `writes` posted writes carrying `bytes` bytes in all, as
+    /// [`posted`](Self::posted) does one.
+    #[inline]
+    pub(crate) fn posted_writes(&self, writes: u64, bytes: usize) {
         self.writes
-            .store(self.writes.load(Relaxed).wrapping_add(1), Relaxed);
+            .store(self.writes.load(Relaxed).wrapping_add(writes), Relaxed);
         self.bytes
             .store(self.bytes.load(Relaxed).wrapping_add(bytes as u64), Relaxed);
     }

@@ -321,14 +321,29 @@ impl PeerWindow {
             .write_words_then_u64(0, words, last)
     }
 
+    /// Stores `words` at `offset` ([`store_words_uncounted`]), and counts
+    /// them.
+    ///
+    /// [`store_words_uncounted`]: Self::store_words_uncounted
+    ///
+    /// # Safety
+    /// As [`store_words_uncounted`](Self::store_words_uncounted).
+    #[inline(always)]
+    unsafe fn store_words(&self, offset: usize, words: &[u64]) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.store_words_uncounted(offset, words) };
+        self.mine.posted(words.len() * 8);
+        self.note_data(offset, words.len() * 8);
+    }
+
     /// Stores `words` at `offset`, two words to a 16-byte store where the
-    /// CPU has them, and counts them.
+    /// CPU has them; the caller counts them.
     ///
     /// # Safety
     /// `offset .. offset + 8 * words.len()` is inside the window and
     /// `offset` is 8-byte aligned (the mapping lives while `_keep` does).
     #[inline(always)]
-    unsafe fn store_words(&self, offset: usize, words: &[u64]) {
+    unsafe fn store_words_uncounted(&self, offset: usize, words: &[u64]) {
         let dst = self.base.wrapping_add(offset);
         let mut pairs = words.chunks_exact(2);
         let mut i = 0;
@@ -356,8 +371,6 @@ impl PeerWindow {
             // base is 8-byte aligned).
             unsafe { dst.add(8 * i).cast::<u64>().write(*w) };
         }
-        self.mine.posted(words.len() * 8);
-        self.note_data(offset, words.len() * 8);
     }
 
     /// Like [`write`](Self::write), with non-temporal (cache-bypassing)
@@ -581,18 +594,30 @@ impl WindowSpan<'_> {
     #[inline]
     pub fn write_words_then_u64(&self, at: usize, words: &[u64], last: u64) -> Result<()> {
         let tail = words.len() * 8;
-        check_aligned(at, 8, self.len)?;
+        // One bounds check in the span (which lies in the window), one
+        // alignment check of where the slot lands in the window.
         check(at, tail + 8, self.len)?;
         let offset = self.offset + at;
-        check_aligned(offset, 8, self.win.len)?;
+        if !offset.is_multiple_of(8) {
+            return Err(HwError::Misaligned { offset, size: 8 });
+        }
         // SAFETY: `offset .. + tail + 8` lies in the span (checked above),
         // inside the window (checked by `span`), and is 8-byte aligned.
-        unsafe { self.win.store_words(offset, words) };
-        self.win.publish(offset + tail, 8, |p| {
-            // SAFETY: `p` is the 8 bytes after the words, in bounds and
-            // 8-byte aligned as checked above; AtomicU64 has u64's layout.
-            unsafe { AtomicU64::from_ptr(p.cast()) }.store(last, Ordering::Release)
-        });
+        unsafe { self.win.store_words_uncounted(offset, words) };
+        let wc = self.win.wc();
+        if let Some(wc) = wc {
+            wc.data(offset, tail);
+            wc.before_publish();
+        }
+        // SAFETY: the 8 bytes after the words, in bounds and 8-byte aligned
+        // as checked above; AtomicU64 has u64's layout.
+        let tag = unsafe { AtomicU64::from_ptr(self.win.base.add(offset + tail).cast()) };
+        tag.store(last, Ordering::Release);
+        // Two posted writes, as `store_words` and `publish` count them.
+        self.win.mine.posted_writes(2, tail + 8);
+        if let Some(wc) = wc {
+            wc.published(offset + tail, 8);
+        }
         Ok(())
     }
 
