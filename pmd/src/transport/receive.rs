@@ -194,6 +194,10 @@ impl Transport {
         let mut delivered = 0;
         while !peer.recvs.is_empty() {
             let Some(c) = peer.conn.as_mut() else { break };
+            if c.credit_when_due(Ring::PostQ).is_err() {
+                sink.doomed.push(p);
+                break;
+            }
             let postq = c.consumer(Ring::PostQ);
             let Some(first) = postq.arrived(local, 0) else {
                 postq.prefetch_ahead(local, 1);
