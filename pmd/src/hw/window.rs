@@ -815,6 +815,21 @@ impl LocalWindow {
         Ok(a.load(Ordering::Acquire))
     }
 
+    /// Relaxed loads of the `N` u64s at `offset` (8-byte aligned), checked
+    /// once: the words of a queue slot a peer wrote, read in place (each
+    /// word once; the peer may be writing them).
+    #[inline]
+    pub fn load_words<const N: usize>(&self, offset: usize) -> Result<[u64; N]> {
+        check_aligned(offset, 8, self.len)?;
+        check(offset, 8 * N, self.len)?;
+        // SAFETY: `offset .. + 8 * N` is in bounds and 8-byte aligned
+        // (checked above; base is 8-byte aligned); AtomicU64 has u64's
+        // layout; the mapping lives while `_keep` does.
+        Ok(core::array::from_fn(|i| unsafe {
+            AtomicU64::from_ptr(self.base.add(offset + 8 * i).cast()).load(Ordering::Relaxed)
+        }))
+    }
+
     /// Hints the CPU to fetch the cache line holding `offset` (no access is
     /// made, nothing faults; out-of-window offsets are ignored). For a poller
     /// that will read the next slot of a ring soon.

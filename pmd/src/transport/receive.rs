@@ -233,10 +233,10 @@ impl Transport {
                     break;
                 }
                 postq.advance_by(slots as u64);
-                let last = at[slots - 1];
-                let padded = wire::zero_from(wire::inline_last_used(len, slots), |i| {
-                    local.load_u64(last + 8 * i).unwrap_or(u64::MAX)
-                });
+                let last = local
+                    .load_words::<{ wire::BODY / 8 }>(at[slots - 1])
+                    .unwrap_or([u64::MAX; wire::BODY / 8]);
+                let padded = wire::zero_from(wire::inline_last_used(len, slots), |i| last[i]);
                 if padded {
                     sink.deliver(
                         peer,
