@@ -10,7 +10,7 @@ use super::error::{Result, TransportError};
 use super::geometry::Part;
 use super::key::{Access, RegionKey};
 use super::ops::{OutKind, PostedRecv};
-use super::region::Extents;
+use super::region::{Extents, in_extent};
 use super::sgl::{ExtentCursor, RemoteAddr, Sge};
 use super::types::{Completion, OpKind, Qp, RecvWr, SendWr, Status, WriteWr};
 use super::wire::{self, Msg, Ring};
@@ -273,10 +273,7 @@ impl Transport {
             };
             // In the first extent (every region not built scattered): one
             // extent, no allocation.
-            let one = first.and_then(|(eo, el)| {
-                let end = sge.offset.checked_add(sge.len)?;
-                (sge.len > 0 && end <= el).then_some(eo + sge.offset)
-            });
+            let one = first.and_then(|e| in_extent(e, sge.offset, sge.len));
             let extents = match one {
                 Some(o) => Extents::One([(o, sge.len)]),
                 None => match self.regions.resolve_one(

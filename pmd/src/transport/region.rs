@@ -140,6 +140,15 @@ pub struct RegionTable {
     granter: Option<Granter>,
 }
 
+/// The window offset of `off..off+len` of a region whose first extent is
+/// `(window offset, length)`, when the range is not empty and lies in that
+/// extent.
+#[inline]
+pub(crate) fn in_extent((eo, el): (u64, u64), off: u64, len: u64) -> Option<u64> {
+    let end = off.checked_add(len)?;
+    (len > 0 && end <= el).then_some(eo + off)
+}
+
 impl Drop for RegionTable {
     /// The transport is gone: nothing it registered stays granted.
     fn drop(&mut self) {
@@ -478,10 +487,7 @@ impl RegionTable {
         len: u64,
         need: Access,
     ) -> Option<u64> {
-        let r = self.regions.get(&key.0)?;
-        let &(eo, el) = r.extents.first()?;
-        let end = off.checked_add(len)?;
-        (r.access.contains(need) && len > 0 && end <= el).then_some(eo + off)
+        in_extent(self.first_extent(key, need)?, off, len)
     }
 
     /// Like [`resolve`](Self::resolve), without allocating when the range
