@@ -29,6 +29,18 @@ enum Payload<'a> {
     Buffer { buf: u32, len: u32 },
 }
 
+/// Where the payload bytes of slot `k` of an inline send (at window offset
+/// `slot`) start, and how many of the `left` still to copy it holds: a
+/// head's body after its 8 header bytes, a continuation's whole body.
+#[inline(always)]
+fn piece(k: usize, slot: usize, left: usize) -> (usize, usize) {
+    if k == 0 {
+        (slot + 8, left.min(wire::INLINE_MAX))
+    } else {
+        (slot, left.min(wire::BODY))
+    }
+}
+
 /// Copies an inline payload of `len` bytes from its slots at `at` (the
 /// first slot's body after its 8 header bytes, the others' whole bodies)
 /// over `extents`, whose total is at least `len`.
@@ -46,11 +58,7 @@ fn scatter(
         let mut dst = o as usize;
         let mut left = len;
         for (k, &slot) in at.iter().enumerate() {
-            let (src, n) = if k == 0 {
-                (slot + 8, left.min(wire::INLINE_MAX))
-            } else {
-                (slot, left.min(wire::BODY))
-            };
+            let (src, n) = piece(k, slot, left);
             local.copy_within(src, dst, n)?;
             dst += n;
             left -= n;
@@ -61,11 +69,7 @@ fn scatter(
     let (mut dst, mut room) = (0usize, 0usize);
     let mut left = len;
     for (k, &slot) in at.iter().enumerate() {
-        let (mut src, mut n) = if k == 0 {
-            (slot + 8, left.min(wire::INLINE_MAX))
-        } else {
-            (slot, left.min(wire::BODY))
-        };
+        let (mut src, mut n) = piece(k, slot, left);
         left -= n;
         while n > 0 {
             if room == 0 {
