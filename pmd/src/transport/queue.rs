@@ -202,13 +202,13 @@ impl Consumer {
         }
     }
 
-    /// Copies out the next message if it has arrived (without consuming it).
     /// Offset of the ring in our window.
     #[inline]
     pub fn base(&self) -> usize {
         self.base
     }
 
+    /// Copies out the next message if it has arrived (without consuming it).
     #[inline]
     pub fn peek(&self, local: &LocalWindow) -> Option<Body> {
         self.peek_ahead(local, 0)
