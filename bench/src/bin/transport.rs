@@ -1441,8 +1441,9 @@ const FILL: u8 = 0x5a;
 
 /// The serving side of [`Serve::EchoPolled`]: the first write with
 /// immediate names the initiator's region; then each new value of the last
-/// byte of the 64-byte message at the start of `ours` is echoed by a
-/// one-sided write of the same 64 bytes into the initiator's region.
+/// byte of the 64-byte message at the start of `ours` is answered, as
+/// `ib_write_lat`'s server does, by a one-sided write of our own 64-byte
+/// buffer carrying that value in its last byte into the initiator's region.
 fn serve_polled(t: &mut Transport, qp: Qp, ours: RegionKey, stop: &AtomicBool) -> Result<()> {
     let view = t.region_view(ours)?;
     let mut comps = vec![Completion::default(); 64];
@@ -1461,13 +1462,15 @@ fn serve_polled(t: &mut Transport, qp: Qp, ours: RegionKey, stop: &AtomicBool) -
     // Regions start filled with FILL ([`ntb_endpoint`]); sequence values
     // never take it, so the first message is seen as new whenever it came.
     let mut last = FILL;
-    let mut msg = [0u8; MSG];
+    let mut msg = [7u8; MSG];
     let mut polls = 0u32;
     loop {
         let v = view.load_u8(MSG as u64 - 1).unwrap_or(last);
         if v != last {
             last = v;
-            view.read(0, &mut msg)?;
+            // As `ib_write_lat`'s server: our own buffer, the sequence
+            // number we saw in its last byte (the message is not copied).
+            msg[MSG - 1] = v;
             t.post_write_direct(qp, &msg, back, None, 0)?;
             // Its completion, at once (as `ib_write_lat` polls its CQ): a
             // queue left to grow reallocates under the timed loop.
