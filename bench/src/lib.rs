@@ -159,3 +159,8 @@ pub fn thread_cpu() -> (Duration, u64) {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_nivcsw as u64)
 }
+
+/// `n` sends of the same `data` (cookie 0): a burst for `post_sends`.
+pub fn send_burst(data: &[u8], n: usize) -> Vec<ntbdk_pmd::transport::SendWr<'_>> {
+    vec![ntbdk_pmd::transport::SendWr { data, cookie: 0 }; n]
+}

@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use ntbdk_bench::{core_pair, describe_machine, pin};
+use ntbdk_bench::{core_pair, describe_machine, pin, send_burst};
 use ntbdk_mempool::ZoneOptions;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DataQueue, DataQueues, Geometry, OpKind, SendWr, Sge, Transport,
+    Access, Completion, Config, DataQueue, DataQueues, Geometry, OpKind, Sge, Transport,
     TransportError,
 };
 
@@ -234,13 +234,7 @@ fn copy_path(size: usize, nb_desc: u32, secs: f64) -> Result<Rate> {
             let tx = s.spawn(|| -> Result<()> {
                 pin(ca);
                 let msg = vec![7u8; size];
-                let wrs = vec![
-                    SendWr {
-                        data: &msg,
-                        cookie: 0
-                    };
-                    BURST
-                ];
+                let wrs = send_burst(&msg, BURST);
                 let mut comps = vec![Completion::default(); 64];
                 while !c.stop.load(Ordering::Relaxed) {
                     match a.post_sends(qa, &wrs) {

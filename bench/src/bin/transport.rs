@@ -97,12 +97,12 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use ntbdk_bench::{
-    Row, check_floor, core_pair, describe_machine, pin, print_floor_header, thread_cpu,
+    Row, check_floor, core_pair, describe_machine, pin, print_floor_header, send_burst, thread_cpu,
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, DataQueues, DirectWr, Geometry, OpKind, Qp, RecvWr, RegionKey,
-    RemoteAddr, SendWr, Sge, Transport, TransportError, WriteWr, wire,
+    RemoteAddr, Sge, Transport, TransportError, WriteWr, wire,
 };
 
 /// Message sizes of the bandwidth rows.
@@ -1703,13 +1703,7 @@ fn ntb_send_rate_one_core(
 ) -> Result<Samples> {
     one_core(a, |[(mut t0, q0, _), (mut t1, q1, recv1)]| {
         let msg = vec![7u8; len];
-        let wrs = vec![
-            SendWr {
-                data: &msg,
-                cookie: 0
-            };
-            BURST
-        ];
+        let wrs = send_burst(&msg, BURST);
         let mut comps = vec![Completion::default(); 64];
         let mut reposts = Vec::with_capacity(comps.len());
         ntb_sample(
@@ -1767,13 +1761,7 @@ fn ntb_send_rate_one_core(
 /// has received `n` more; returns how long that took.
 fn ntb_send_burst(side: &mut Side, n: u64) -> Result<Duration> {
     let msg = [7u8; MSG];
-    let wrs = vec![
-        SendWr {
-            data: &msg,
-            cookie: 0
-        };
-        BURST
-    ];
+    let wrs = send_burst(&msg, BURST);
     let base = side.received.load(Ordering::Relaxed);
     let start = Instant::now();
     let mut posted = 0u64;
@@ -1882,13 +1870,7 @@ fn ntb_send_sustained(
     run: Duration,
 ) -> Result<Sustained> {
     let msg = vec![7u8; len];
-    let wrs = vec![
-        SendWr {
-            data: &msg,
-            cookie: 0
-        };
-        BURST
-    ];
+    let wrs = send_burst(&msg, BURST);
     // Warm up (faults the window's pages in, settles the credits).
     ntb_send_burst(side, 1 << 16)?;
     let polls0 = side.served.polls.load(Ordering::Relaxed);
