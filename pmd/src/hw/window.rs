@@ -769,20 +769,6 @@ impl LocalWindow {
         Ok(())
     }
 
-    /// Moves `len` bytes at `src` to `dst`, both offsets in this window (as
-    /// `memmove`: the two may overlap): a message taken from a ring slot
-    /// straight into a receive buffer.
-    #[inline]
-    pub fn copy_within(&self, src: usize, dst: usize, len: usize) -> Result<()> {
-        check(src, len, self.len)?;
-        check(dst, len, self.len)?;
-        // SAFETY: both spans are in bounds (checked above) of the mapping,
-        // valid while `_keep` lives; raw pointers only, no reference is made
-        // over memory a peer may write.
-        unsafe { move_bytes(self.base.add(src), self.base.add(dst), len) };
-        Ok(())
-    }
-
     /// Copies `src` to `offset` in our own window (the owner may write it, e.g.
     /// to initialise queues or to place data locally).
     #[inline]
@@ -813,21 +799,6 @@ impl LocalWindow {
         // mapping lives while `_keep` does.
         let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
         Ok(a.load(Ordering::Acquire))
-    }
-
-    /// Relaxed loads of the `N` u64s at `offset` (8-byte aligned), checked
-    /// once: the words of a queue slot a peer wrote, read in place (each
-    /// word once; the peer may be writing them).
-    #[inline]
-    pub fn load_words<const N: usize>(&self, offset: usize) -> Result<[u64; N]> {
-        check_aligned(offset, 8, self.len)?;
-        check(offset, 8 * N, self.len)?;
-        // SAFETY: `offset .. + 8 * N` is in bounds and 8-byte aligned
-        // (checked above; base is 8-byte aligned); AtomicU64 has u64's
-        // layout; the mapping lives while `_keep` does.
-        Ok(core::array::from_fn(|i| unsafe {
-            AtomicU64::from_ptr(self.base.add(offset + 8 * i).cast()).load(Ordering::Relaxed)
-        }))
     }
 
     /// Hints the CPU to fetch the cache line holding `offset` (no access is
@@ -863,6 +834,91 @@ impl LocalWindow {
         // SAFETY: in bounds and aligned; AtomicU64 has u64's layout.
         let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
         a.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    /// The `len` bytes at `offset` (8-byte aligned; `len` a power of two,
+    /// at least 8), checked once, for many reads in place: a ring's slots,
+    /// polled and read by offsets the reader computes inside the span.
+    pub fn span(&self, offset: usize, len: usize) -> Result<LocalSpan<'_>> {
+        check_aligned(offset, 8, self.len)?;
+        check(offset, len, self.len)?;
+        if len < 8 || !len.is_power_of_two() {
+            return Err(HwError::Invalid(format!(
+                "a span of {len} bytes: its length must be a power of two, at least 8"
+            )));
+        }
+        Ok(LocalSpan {
+            win: self,
+            offset,
+            len,
+        })
+    }
+}
+
+/// A range of a [`LocalWindow`] checked once ([`LocalWindow::span`]): the
+/// slots of a ring a peer writes into our window, read in place.
+///
+/// Its word loads take no error path: an offset is taken modulo the span's
+/// length (a power of two, as a ring's is) and rounded down to a word, so a
+/// reader that computes a wrong offset reads a wrong word of the span,
+/// never memory outside it. Readers compute offsets inside it (a slot index
+/// masked by the ring's depth).
+#[derive(Debug, Clone, Copy)]
+pub struct LocalSpan<'a> {
+    win: &'a LocalWindow,
+    offset: usize,
+    /// A power of two, at least 8.
+    len: usize,
+}
+
+impl LocalSpan<'_> {
+    /// Where the span starts in its window.
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The word at `at` bytes into the span, taken modulo the span's length
+    /// and rounded down to a multiple of 8 (one mask: `len` is a power of
+    /// two, at least 8).
+    #[inline(always)]
+    fn word(&self, at: usize) -> &AtomicU64 {
+        let at = at & (self.len - 8);
+        // SAFETY: `at <= len - 8`, so `offset + at + 8 <= offset + len <=
+        // window len` (the span was checked against the window), and
+        // `offset + at` is 8-byte aligned (both are multiples of 8; the
+        // base is 8-byte aligned); AtomicU64 has u64's layout; the mapping
+        // lives while the window does, which outlives the span.
+        unsafe { AtomicU64::from_ptr(self.win.base.add(self.offset + at).cast()) }
+    }
+
+    /// Acquire load of the u64 at `at` (see the type's documentation for
+    /// offsets outside the span): a ring slot's tag.
+    #[inline]
+    pub fn load_u64(&self, at: usize) -> u64 {
+        self.word(at).load(Ordering::Acquire)
+    }
+
+    /// Relaxed load of the u64 at `at`: a slot word read after its tag.
+    #[inline]
+    pub fn load_u64_relaxed(&self, at: usize) -> u64 {
+        self.word(at).load(Ordering::Relaxed)
+    }
+
+    /// Moves the `len` bytes at `at` of the span to offset `dst` of the
+    /// window (as `memmove`): a message taken from its slots straight into
+    /// a receive buffer. Both ranges are checked (the source against the
+    /// span).
+    #[inline]
+    pub fn copy_to_window(&self, at: usize, dst: usize, len: usize) -> Result<()> {
+        check(at, len, self.len)?;
+        check(dst, len, self.win.len)?;
+        let src = self.offset + at;
+        // SAFETY: both ranges are in bounds of the mapping (checked above,
+        // the span inside the window), valid while the window lives; raw
+        // pointers only, no reference over memory a peer may write.
+        unsafe { move_bytes(self.win.base.add(src), self.win.base.add(dst), len) };
         Ok(())
     }
 }
@@ -934,5 +990,42 @@ mod tests {
         assert_eq!(mem[15], 99);
         assert!(mem[16..].iter().all(|&w| w == 0));
         assert_eq!(counters.snapshot().ungranted_writes, 1);
+    }
+
+    #[test]
+    fn a_local_span_is_checked_once_and_never_reads_outside_itself() {
+        use std::sync::atomic::AtomicU64;
+        let mem: Arc<Vec<AtomicU64>> = Arc::new((0..32).map(AtomicU64::new).collect());
+        let word = |i: usize| mem[i].load(Ordering::Relaxed);
+        // SAFETY: `mem` is 256 bytes, 8-aligned, interior-mutable, and kept
+        // alive by the handle.
+        let win = unsafe { LocalWindow::from_raw(mem.as_ptr() as *mut u8, 256, 0, mem.clone()) };
+        assert!(matches!(win.span(4, 64), Err(HwError::Misaligned { .. })));
+        for len in [96, 4] {
+            assert!(matches!(win.span(0, len), Err(HwError::Invalid(_))));
+        }
+        assert!(matches!(
+            win.span(192, 128),
+            Err(HwError::OutOfBounds { .. })
+        ));
+        let span = win.span(64, 64).unwrap();
+        assert_eq!(span.offset(), 64);
+        assert_eq!((span.load_u64(0), span.load_u64(56)), (8, 15));
+        // Offsets wrap around the span and round down to a word.
+        assert_eq!(span.load_u64(64), 8);
+        assert_eq!(span.load_u64_relaxed(61), 15);
+        assert_eq!(span.load_u64_relaxed(usize::MAX), 15);
+        // Copies out of the span check both ranges.
+        span.copy_to_window(8, 0, 16).unwrap();
+        assert_eq!((word(0), word(1), word(2)), (9, 10, 2));
+        assert!(matches!(
+            span.copy_to_window(56, 0, 16),
+            Err(HwError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            span.copy_to_window(0, 250, 8),
+            Err(HwError::OutOfBounds { .. })
+        ));
+        assert_eq!(word(31), 31);
     }
 }

@@ -7,7 +7,7 @@
 //! index. The consumer writes its progress back into the producer's window
 //! (credits), in batches; the producer never reads the consumer's memory.
 
-use crate::hw::{LocalWindow, PeerWindow, Result as HwResult, WindowSpan};
+use crate::hw::{LocalSpan, LocalWindow, PeerWindow, Result as HwResult, WindowSpan};
 
 use super::wire::{BODY, Body, SLOT, TAG_OFFSET, Words, body_words};
 
@@ -206,6 +206,24 @@ impl Consumer {
     #[inline]
     pub fn base(&self) -> usize {
         self.base
+    }
+
+    /// The ring's slots in our window, checked once, for a run of
+    /// [`arrived_in`](Self::arrived_in) and reads of the slots in place.
+    #[inline]
+    pub fn area<'w>(&self, local: &'w LocalWindow) -> HwResult<LocalSpan<'w>> {
+        local.span(self.base, self.depth as usize * SLOT)
+    }
+
+    /// Where in `ring` (this ring's [`area`](Self::area)) the slot `k`
+    /// places after the next one is, if that slot has arrived (its own tag
+    /// is there): a message read in place, as [`arrived`](Self::arrived)
+    /// reads it, with the bounds checked once for the ring.
+    #[inline]
+    pub fn arrived_in(&self, ring: &LocalSpan<'_>, k: u64) -> Option<usize> {
+        let seq = self.seq + k;
+        let at = slot_offset(0, self.depth, seq);
+        (ring.load_u64(at + TAG_OFFSET) == tag(self.epoch, seq)).then_some(at)
     }
 
     /// Copies out the next message if it has arrived (without consuming it).

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use crate::hw::{LocalWindow, Port};
+use crate::hw::{LocalSpan, LocalWindow, Port};
 
 use super::counters::DropKind;
 use super::dma::DmaEngine;
@@ -18,16 +18,6 @@ use super::peer::Peer;
 use super::poll::drop_kind;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{self, Limits, Msg, Ring};
-
-/// Where a send's payload is in our window.
-#[derive(Clone, Copy)]
-enum Payload<'a> {
-    /// Inline, in place in its PostQ slots (their window offsets, the
-    /// first a lone slot or a run's head), `len` bytes.
-    Slots { at: &'a [usize], len: usize },
-    /// In eager buffer `buf` we lent, `len` bytes.
-    Buffer { buf: u32, len: u32 },
-}
 
 /// Where the payload bytes of slot `k` of an inline send (at window offset
 /// `slot`) start, and how many of the `left` still to copy it holds: a
@@ -41,30 +31,35 @@ fn piece(k: usize, slot: usize, left: usize) -> (usize, usize) {
     }
 }
 
-/// Copies an inline payload of `len` bytes from its slots at `at` (the
-/// first slot's body after its 8 header bytes, the others' whole bodies)
-/// over `extents`, whose total is at least `len`.
-#[inline]
-fn scatter(
-    local: &LocalWindow,
-    at: &[usize],
-    len: usize,
-    extents: &[(u64, u64)],
-) -> crate::hw::Result<()> {
-    // A receive buffer of one extent (the usual case): a copy per slot.
-    if let Some(&(o, l)) = extents.first()
-        && l as usize >= len
-    {
-        let mut dst = o as usize;
-        let mut left = len;
-        for (k, &slot) in at.iter().enumerate() {
-            let (src, n) = piece(k, slot, left);
-            local.copy_within(src, dst, n)?;
-            dst += n;
-            left -= n;
+/// Copies an inline payload of `len` bytes from its slots at `at` of
+/// `ring` (the first slot's body after its 8 header bytes, the others'
+/// whole bodies) over `extents` of our window, whose total is at least
+/// `len`. Returns whether every byte was copied.
+#[inline(always)]
+fn scatter(ring: &LocalSpan<'_>, at: &[usize], len: usize, extents: &[(u64, u64)]) -> bool {
+    match extents {
+        // A receive buffer of one extent (the usual case): a copy per slot.
+        [(o, _)] => {
+            let mut dst = *o as usize;
+            let mut left = len;
+            for (k, &slot) in at.iter().enumerate() {
+                let (src, n) = piece(k, slot, left);
+                if ring.copy_to_window(src, dst, n).is_err() {
+                    return false;
+                }
+                dst += n;
+                left -= n;
+            }
+            true
         }
-        return Ok(());
+        _ => scatter_extents(ring, at, len, extents),
     }
+}
+
+/// [`scatter`] over several extents: each slot's piece split where an
+/// extent ends.
+#[inline(never)]
+fn scatter_extents(ring: &LocalSpan<'_>, at: &[usize], len: usize, extents: &[(u64, u64)]) -> bool {
     let mut ext = extents.iter();
     let (mut dst, mut room) = (0usize, 0usize);
     let mut left = len;
@@ -74,21 +69,19 @@ fn scatter(
         while n > 0 {
             if room == 0 {
                 let Some(&(o, l)) = ext.next() else {
-                    return Err(crate::hw::HwError::OutOfBounds {
-                        offset: dst,
-                        len: n,
-                        window_len: local.len(),
-                    });
+                    return false;
                 };
                 (dst, room) = (o as usize, l as usize);
                 continue;
             }
             let m = room.min(n);
-            local.copy_within(src, dst, m)?;
+            if ring.copy_to_window(src, dst, m).is_err() {
+                return false;
+            }
             (src, dst, room, n) = (src + m, dst + m, room - m, n - m);
         }
     }
-    Ok(())
+    true
 }
 
 /// What delivering a send touches, borrowed apart from the peer so the
@@ -103,68 +96,84 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// Hands an eager message to the oldest posted receive, returns a lent
-    /// buffer to the peer, and completes the receive.
-    #[inline]
-    fn deliver(&mut self, peer: &mut Peer, payload: Payload<'_>) {
+    /// Hands an inline send (`len` bytes in its slots at `at` of `ring`)
+    /// to the oldest posted receive and completes it: the small-message
+    /// path, kept small enough to inline into the PostQ loop.
+    #[inline(always)]
+    fn deliver_inline(&mut self, peer: &mut Peer, ring: &LocalSpan<'_>, at: &[usize], len: usize) {
+        let Some(wr) = peer.recvs.pop_front() else {
+            return;
+        };
+        let status = if len as u64 > wr.len {
+            Status::LocalLength
+        } else if scatter(ring, at, len, wr.extents.as_slice()) {
+            Status::Success
+        } else {
+            Status::Protocol
+        };
+        self.complete(peer, wr.cookie, status, len as u64);
+    }
+
+    /// Hands an eager message (`len` bytes in buffer `buf` we lent) to the
+    /// oldest posted receive, returns the buffer to the peer, and completes
+    /// the receive.
+    #[inline(never)]
+    fn deliver_buffer(&mut self, peer: &mut Peer, buf: u32, len: u32) {
         let p = self.p;
         let Some(wr) = peer.recvs.pop_front() else {
             return;
         };
-        let (buf, len) = match payload {
-            Payload::Slots { len, .. } => (None, len as u64),
-            Payload::Buffer { buf, len } => (Some(buf), u64::from(len)),
-        };
-        let mut status = Status::Success;
-        if len > wr.len {
-            status = Status::LocalLength;
+        let len = u64::from(len);
+        let status = if len > wr.len {
+            Status::LocalLength
         } else {
-            let copied = match payload {
-                Payload::Slots { at, len } => scatter(self.local, at, len, wr.extents.as_slice()),
-                Payload::Buffer { buf, .. } => {
-                    let from = self.layout.eager_buffer(p, buf);
-                    let mut at = 0u64;
-                    let mut r = Ok(());
-                    for &(o, l) in wr.extents.as_slice() {
-                        if at >= len {
-                            break;
-                        }
-                        let n = l.min(len - at);
-                        r = self.engine.copy_local(
-                            self.local,
-                            from + at as usize,
-                            o as usize,
-                            n as usize,
-                        );
-                        if r.is_err() {
-                            break;
-                        }
-                        at += n;
-                    }
-                    r
+            let from = self.layout.eager_buffer(p, buf);
+            let mut at = 0u64;
+            let mut r = Ok(());
+            for &(o, l) in wr.extents.as_slice() {
+                if at >= len {
+                    break;
                 }
-            };
-            if copied.is_err() {
-                status = Status::Protocol;
+                let n = l.min(len - at);
+                r = self
+                    .engine
+                    .copy_local(self.local, from + at as usize, o as usize, n as usize);
+                if r.is_err() {
+                    break;
+                }
+                at += n;
             }
-        }
-        if let (Some(b), Some(c)) = (buf, peer.conn.as_mut())
-            && c.give_back(b).is_err()
+            if r.is_ok() {
+                Status::Success
+            } else {
+                Status::Protocol
+            }
+        };
+        if let Some(c) = peer.conn.as_mut()
+            && c.give_back(buf).is_err()
         {
             self.doomed.push(p);
         }
-        if status.is_ok() {
+        self.complete(peer, wr.cookie, status, len);
+    }
+
+    /// Counts a delivered receive and queues its completion.
+    #[inline(always)]
+    fn complete(&mut self, peer: &mut Peer, cookie: u64, status: Status, len: u64) {
+        let bytes = if status.is_ok() {
             peer.counters.recvs += 1;
             peer.counters.bytes_in += len;
+            len
         } else {
             peer.counters.failed_ops += 1;
-        }
+            0
+        };
         self.completions.push_back(Completion {
-            peer: p,
+            peer: self.p,
             op: OpKind::Recv,
             status,
-            bytes: if status.is_ok() { len } else { 0 },
-            cookie: wr.cookie,
+            bytes,
+            cookie,
             region: None,
         });
     }
@@ -196,6 +205,19 @@ impl Transport {
             doomed,
         };
         let mut delivered = 0;
+        // The PostQ's slots, checked once for the whole drain.
+        let ring = match peer
+            .conn
+            .as_mut()
+            .map(|c| c.consumer(Ring::PostQ).area(local))
+        {
+            Some(Ok(ring)) => ring,
+            Some(Err(_)) => {
+                sink.doomed.push(p);
+                return 0;
+            }
+            None => return 0,
+        };
         while !peer.recvs.is_empty() {
             let Some(c) = peer.conn.as_mut() else { break };
             if c.credit_when_due(Ring::PostQ).is_err() {
@@ -203,14 +225,14 @@ impl Transport {
                 break;
             }
             let postq = c.consumer(Ring::PostQ);
-            let Some(first) = postq.arrived(local, 0) else {
+            let Some(first) = postq.arrived_in(&ring, 0) else {
                 postq.prefetch_ahead(local, 1);
                 break;
             };
             // Inline sends (one slot, or a run published by its last tag)
             // are read in place: taken once every slot is there, checked
             // as a unit, and copied from the slots to the receive.
-            let w0 = local.load_u64(first).unwrap_or(0);
+            let w0 = ring.load_u64_relaxed(first);
             if let Some(head) = wire::inline_first_word(w0) {
                 let (len, slots) = match head {
                     Ok(x) => x,
@@ -224,7 +246,7 @@ impl Transport {
                 let mut complete = true;
                 let mut k = 1;
                 while k < slots {
-                    match postq.arrived(local, k as u64) {
+                    match postq.arrived_in(&ring, k as u64) {
                         Some(o) => at[k] = o,
                         None => {
                             complete = false;
@@ -237,18 +259,14 @@ impl Transport {
                     break;
                 }
                 postq.advance_by(slots as u64);
-                let last = local
-                    .load_words::<{ wire::BODY / 8 }>(at[slots - 1])
-                    .unwrap_or([u64::MAX; wire::BODY / 8]);
-                let padded = wire::zero_from(wire::inline_last_used(len, slots), |i| last[i]);
+                // The last slot's unused bytes are zero in a valid send
+                // (each word loaded once: the peer may be writing them).
+                let last = at[slots - 1];
+                let padded = wire::zero_from(wire::inline_last_used(len, slots), |i| {
+                    ring.load_u64_relaxed(last + 8 * i)
+                });
                 if padded {
-                    sink.deliver(
-                        peer,
-                        Payload::Slots {
-                            at: &at[..slots],
-                            len,
-                        },
-                    );
+                    sink.deliver_inline(peer, &ring, &at[..slots], len);
                     delivered += 1;
                 } else {
                     peer.counters.drop_one(DropKind::Malformed);
@@ -262,7 +280,7 @@ impl Transport {
             match wire::decode_validated(&b, Ring::PostQ, limits) {
                 Ok(Msg::SendBuf { buf, len }) => {
                     if c.is_lent(buf) {
-                        sink.deliver(peer, Payload::Buffer { buf, len });
+                        sink.deliver_buffer(peer, buf, len);
                         delivered += 1;
                     } else {
                         peer.counters.drop_one(DropKind::BadBuffer);
