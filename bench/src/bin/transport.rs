@@ -772,6 +772,8 @@ fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
         pin(a);
         let cpu0 = thread_cpu();
         let (mut seq, mut seen, mut posts, mut busy) = (0u64, 0u64, 0u64, 0u64);
+        // Timed as ntbdk's sender is (around each burst written).
+        let (mut writing, mut written) = (Duration::ZERO, 0u64);
         let mut clock = Windows::start(0);
         let (received, elapsed) = loop {
             posts += 1;
@@ -781,9 +783,12 @@ fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
             if seq + burst - seen > depth {
                 busy += 1;
             } else {
+                let t = Instant::now();
                 for m in (0..BURST as u64).rev() {
                     ring.write(seq + m * k, k, seq + m);
                 }
+                writing += t.elapsed();
+                written += BURST as u64;
                 seq += burst;
             }
             if posts.is_multiple_of(64) && clock.due(Instant::now()) {
@@ -812,6 +817,8 @@ fn slot_ring_stream(a: usize, b: usize, k: usize, run: Duration) -> Sustained {
             server_empty: empty,
             sender_cpu: (cpu.0 - cpu0.0, cpu.1 - cpu0.1),
             server_cpu: reader_cpu,
+            writing,
+            written,
         }
     })
 }
@@ -1852,11 +1859,21 @@ struct Sustained {
     /// serving thread during the run.
     sender_cpu: (Duration, u64),
     server_cpu: (Duration, u64),
+    /// Time the sender spent in the calls that wrote messages (timed
+    /// around each call), and how many messages they wrote: the writer's
+    /// own cost per message, apart from its waits for credit.
+    writing: Duration,
+    written: u64,
 }
 
 impl Sustained {
     fn rate(&self) -> f64 {
         self.received as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+
+    /// The sender's time per message in the calls that wrote messages.
+    fn writing_ns(&self) -> f64 {
+        self.writing.as_nanos() as f64 / self.written.max(1) as f64
     }
 }
 
@@ -1880,9 +1897,14 @@ fn ntb_send_sustained(
     let base = side.received.load(Ordering::Relaxed);
     let mut clock = Windows::start(base);
     let (mut posts, mut busy, mut spins) = (0u64, 0u64, 0u32);
+    let (mut writing, mut written) = (Duration::ZERO, 0u64);
     loop {
+        let t = Instant::now();
         match side.t.post_sends(side.qp, &wrs) {
-            Ok(_) => {}
+            Ok(n) => {
+                writing += t.elapsed();
+                written += n as u64;
+            }
             Err(TransportError::Busy { .. }) => busy += 1,
             Err(e) => return Err(e.into()),
         }
@@ -1908,6 +1930,8 @@ fn ntb_send_sustained(
                     server_empty: side.served.empty.load(Ordering::Relaxed) - empty0,
                     sender_cpu: (sender.0 - sender_cpu0.0, sender.1 - sender_cpu0.1),
                     server_cpu: (server.0 - server_cpu0.0, server.1 - server_cpu0.1),
+                    writing,
+                    written,
                 });
             }
         }
@@ -1936,15 +1960,19 @@ fn ntb_send_rate_sustained(a: usize, b: usize, len: usize, run: Duration) -> Res
 }
 
 /// The continuous-run rows: the rate over the whole run, the spread of its
-/// 100 ms windows, how often each side found nothing to do, and how much
-/// CPU each thread got (a thread that shares its core with another job
-/// spins while the other side is off its core, and the rate collapses).
+/// 100 ms windows, how often each side found nothing to do (by count of
+/// calls: a Busy post or an empty poll is short), the sender's time per
+/// message in the calls that wrote (which side limits: a sender that
+/// writes for nearly the whole run at `1 / rate` per message is the
+/// limit), and how much CPU each thread got (a thread that shares its core
+/// with another job spins while the other side is off its core, and the
+/// rate collapses).
 fn print_sustained(rows: &[Sustained]) {
     println!("\n### Send rate, one continuous run each\n");
     println!(
-        "| case | M messages/s | seconds | messages | 100 ms windows: min / median / max M/s | posts Busy | receiver polls empty | CPU % sender / receiver | preempted sender / receiver |"
+        "| case | M messages/s | seconds | messages | 100 ms windows: min / median / max M/s | posts Busy | receiver polls empty | sender ns/message writing | CPU % sender / receiver | preempted sender / receiver |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |");
+    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | --- |");
     for s in rows {
         print_sustained_row(s);
     }
@@ -1955,7 +1983,7 @@ fn print_sustained_row(s: &Sustained) {
     w.sort_by(f64::total_cmp);
     let cpu = |c: Duration| 100.0 * c.as_secs_f64() / s.elapsed.as_secs_f64();
     println!(
-        "| {} | {:.2} | {:.2} | {} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.1}% | {:.0} / {:.0} | {} / {} |",
+        "| {} | {:.2} | {:.2} | {} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.1}% | {:.1} | {:.0} / {:.0} | {} / {} |",
         s.name,
         s.rate(),
         s.elapsed.as_secs_f64(),
@@ -1965,6 +1993,7 @@ fn print_sustained_row(s: &Sustained) {
         w.last().copied().unwrap_or(0.0),
         100.0 * s.busy as f64 / s.posts.max(1) as f64,
         100.0 * s.server_empty as f64 / s.server_polls.max(1) as f64,
+        s.writing_ns(),
         cpu(s.sender_cpu.0),
         cpu(s.server_cpu.0),
         s.sender_cpu.1,
