@@ -591,7 +591,7 @@ impl WindowSpan<'_> {
     /// (8-byte aligned), checked against the span's bounds only: a queue
     /// slot (its body, then the tag that publishes it) of a ring whose
     /// whole area the span is.
-    #[inline]
+    #[inline(always)]
     pub fn write_words_then_u64(&self, at: usize, words: &[u64], last: u64) -> Result<()> {
         let tail = words.len() * 8;
         // One bounds check in the span (which lies in the window), one

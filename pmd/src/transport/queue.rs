@@ -146,7 +146,7 @@ impl Producer {
     /// for the run, writes through `ring`, this ring's [`span`](Self::span)
     /// (the window's checks made once for the run), and then calls
     /// [`produce`](Self::produce).
-    #[inline]
+    #[inline(always)]
     pub fn write_ahead(&self, ring: &WindowSpan<'_>, k: u64, body: &Words) -> HwResult<()> {
         debug_assert!(self.seq - self.credit + k < self.depth);
         let seq = self.seq + k;

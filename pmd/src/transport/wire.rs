@@ -510,12 +510,19 @@ pub type Words = [u64; BODY / 8];
 ///     assert_eq!(wire::words_body(&wire::inline_slot_words(&payload, k)), slots[k]);
 /// }
 /// ```
-// Not inlined: inlined into the batch loop of `Conn::write_sends` its
-// partial-word folds got their bounds hoisted and spilled (measured: about
-// 300 more instructions per send); called, it stays small and its words
-// are read back as whole words (no store-forwarding stall).
 #[inline(never)]
 pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
+    build_inline_slot_words(payload, k)
+}
+
+/// [`inline_slot_words`], inlined into its caller: for one that stores the
+/// words straight into a slot, so they stay in registers. (Returned through
+/// memory, as a call returns them, they are stored as single words and read
+/// back two at a time for the slot's 16-byte stores: the read cannot take
+/// them from the store buffer and waits until they reach the cache, behind
+/// the previous slot's stores, whose lines the receiver holds.)
+#[inline(always)]
+pub(crate) fn build_inline_slot_words(payload: &[u8], k: usize) -> Words {
     let mut w = [0u64; BODY / 8];
     let len = payload.len();
     if len > INLINE_LONG_MAX {
