@@ -215,20 +215,19 @@ impl Transport {
             self.doomed.push(qp.peer);
         }
         let n = batch.posted;
-        for wr in &wrs[..n] {
-            let len = wr.data.len() as u64;
-            peer.counters.sends += 1;
-            peer.counters.bytes_out += len;
-            if self.cfg.signal_sends {
-                self.completions.push_back(Completion {
-                    peer: qp.peer,
-                    op: OpKind::Send,
-                    status: Status::Success,
-                    bytes: len,
-                    cookie: wr.cookie,
-                    region: None,
-                });
-            }
+        let posted = &wrs[..n];
+        peer.counters.sends += n as u64;
+        peer.counters.bytes_out += posted.iter().map(|wr| wr.data.len() as u64).sum::<u64>();
+        if self.cfg.signal_sends {
+            // One reservation for the batch's completions.
+            self.completions.extend(posted.iter().map(|wr| Completion {
+                peer: qp.peer,
+                op: OpKind::Send,
+                status: Status::Success,
+                bytes: wr.data.len() as u64,
+                cookie: wr.cookie,
+                region: None,
+            }));
         }
         if n > 0 {
             self.ring_doorbell(qp.peer);
