@@ -593,6 +593,19 @@ impl WindowSpan<'_> {
     /// whole area the span is.
     #[inline(always)]
     pub fn write_words_then_u64(&self, at: usize, words: &[u64], last: u64) -> Result<()> {
+        self.store_words_then_u64(at, words, last)?;
+        // Two posted writes, as `store_words` and `publish` count them.
+        self.count_posted_writes(2, words.len() * 8 + 8);
+        Ok(())
+    }
+
+    /// [`write_words_then_u64`](Self::write_words_then_u64) without
+    /// counting the two posted writes: for a run of slots counted once, with
+    /// [`count_posted_writes`](Self::count_posted_writes) (a counter update
+    /// per slot is two more stores queued behind the slot's, which wait for
+    /// lines the receiver holds).
+    #[inline(always)]
+    pub fn store_words_then_u64(&self, at: usize, words: &[u64], last: u64) -> Result<()> {
         let tail = words.len() * 8;
         // One bounds check in the span (which lies in the window), one
         // alignment check of where the slot lands in the window.
@@ -613,12 +626,17 @@ impl WindowSpan<'_> {
         // as checked above; AtomicU64 has u64's layout.
         let tag = unsafe { AtomicU64::from_ptr(self.win.base.add(offset + tail).cast()) };
         tag.store(last, Ordering::Release);
-        // Two posted writes, as `store_words` and `publish` count them.
-        self.win.mine.posted_writes(2, tail + 8);
         if let Some(wc) = wc {
             wc.published(offset + tail, 8);
         }
         Ok(())
+    }
+
+    /// Counts `writes` posted writes of `bytes` bytes in all made through
+    /// the span with [`store_words_then_u64`](Self::store_words_then_u64).
+    #[inline]
+    pub fn count_posted_writes(&self, writes: u64, bytes: usize) {
+        self.win.mine.posted_writes(writes, bytes);
     }
 
     /// [`PeerWindow::write_u64`] at `at` bytes into the span (8-byte

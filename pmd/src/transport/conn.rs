@@ -422,7 +422,7 @@ impl Conn {
                 };
             }
         }
-        self.prod[postq].produce(slots_total);
+        self.prod[postq].produce(&ring, slots_total);
         SendBatch {
             posted: n,
             stopped,

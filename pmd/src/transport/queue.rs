@@ -145,12 +145,12 @@ impl Producer {
     /// its own tag and is checked. The caller checked [`room`](Self::room)
     /// for the run, writes through `ring`, this ring's [`span`](Self::span)
     /// (the window's checks made once for the run), and then calls
-    /// [`produce`](Self::produce).
+    /// [`produce`](Self::produce), which counts the run's posted writes.
     #[inline(always)]
     pub fn write_ahead(&self, ring: &WindowSpan<'_>, k: u64, body: &Words) -> HwResult<()> {
         debug_assert!(self.seq - self.credit + k < self.depth);
         let seq = self.seq + k;
-        ring.write_words_then_u64(slot_offset(0, self.depth, seq), body, tag(self.epoch, seq))
+        ring.store_words_then_u64(slot_offset(0, self.depth, seq), body, tag(self.epoch, seq))
     }
 
     /// The ring's whole area in the peer's window, checked once (bounds,
@@ -161,11 +161,14 @@ impl Producer {
     }
 
     /// Counts the `k` slots written with [`write_ahead`](Self::write_ahead)
-    /// as produced.
+    /// through `ring` as produced, and their posted writes (a body and a tag
+    /// each) on the window's counters. A run that failed part way is not
+    /// produced, and the slots it wrote are not counted.
     #[inline]
-    pub fn produce(&mut self, k: u64) {
+    pub fn produce(&mut self, ring: &WindowSpan<'_>, k: u64) {
         debug_assert!(self.seq - self.credit + k <= self.depth);
         self.seq += k;
+        ring.count_posted_writes(2 * k, k as usize * SLOT);
     }
 
     /// Writes message `seq`'s body, then its tag (release), as one checked
@@ -406,7 +409,7 @@ mod tests {
         assert!(c.peek(&local).is_none());
         assert_eq!(c.peek_ahead(&local, 2).map(|b| b[0]), Some(3));
         p.write_ahead(&ring, 0, &body_words(&[1u8; BODY])).unwrap();
-        p.produce(3);
+        p.produce(&ring, 3);
         assert_eq!(p.produced(), 3);
         let got: Vec<u8> = (0..3)
             .map(|k| c.peek_ahead(&local, k).map_or(0, |b| b[0]))

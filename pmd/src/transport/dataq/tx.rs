@@ -244,7 +244,7 @@ impl TxQueue {
                 return 0;
             }
         }
-        self.prod.produce(slots as u64);
+        self.prod.produce(&ring, slots as u64);
         self.stats.tx += k as u64;
         self.stats.tx_bytes += bytes;
         self.stats.tx_oversize += oversize;
