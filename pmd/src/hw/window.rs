@@ -902,12 +902,13 @@ impl LocalSpan<'_> {
     /// two, at least 8).
     #[inline(always)]
     fn word(&self, at: usize) -> &AtomicU64 {
+        // `at <= len - 8`, so `offset + at + 8 <= offset + len <= window
+        // len` (the span was checked against the window), and `offset + at`
+        // is 8-byte aligned (both multiples of 8, the base 8-byte aligned).
         let at = at & (self.len - 8);
-        // SAFETY: `at <= len - 8`, so `offset + at + 8 <= offset + len <=
-        // window len` (the span was checked against the window), and
-        // `offset + at` is 8-byte aligned (both are multiples of 8; the
-        // base is 8-byte aligned); AtomicU64 has u64's layout; the mapping
-        // lives while the window does, which outlives the span.
+        // SAFETY: in bounds and aligned, as just said; AtomicU64 has u64's
+        // layout; the mapping lives while the window (which outlives the
+        // span) does.
         unsafe { AtomicU64::from_ptr(self.win.base.add(self.offset + at).cast()) }
     }
 
