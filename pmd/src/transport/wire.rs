@@ -510,7 +510,7 @@ pub type Words = [u64; BODY / 8];
 ///     assert_eq!(wire::words_body(&wire::inline_slot_words(&payload, k)), slots[k]);
 /// }
 /// ```
-#[inline(never)]
+#[cfg(any(test, feature = "internals"))]
 pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
     build_inline_slot_words(payload, k)
 }
