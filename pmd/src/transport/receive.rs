@@ -19,8 +19,8 @@ use super::poll::drop_kind;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{self, Limits, Msg, Ring};
 
-/// Where the payload bytes of slot `k` of an inline send (at window offset
-/// `slot`) start, and how many of the `left` still to copy it holds: a
+/// Where the payload bytes of slot `k` of an inline send (at offset `slot`
+/// of the PostQ's area) start, and how many of the `left` still to copy it holds: a
 /// head's body after its 8 header bytes, a continuation's whole body.
 #[inline(always)]
 fn piece(k: usize, slot: usize, left: usize) -> (usize, usize) {
@@ -205,6 +205,9 @@ impl Transport {
             doomed,
         };
         let mut delivered = 0;
+        if peer.recvs.is_empty() {
+            return 0;
+        }
         // The PostQ's slots, checked once for the whole drain.
         let ring = match peer
             .conn
