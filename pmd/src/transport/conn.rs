@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::hw::{LocalWindow, PeerWindow, Port, Result as HwResult, WindowSpan};
+use crate::hw::{LocalWindow, PeerWindow, Port, Result as HwResult};
 
 use super::counters::{DropKind, QpCounters};
 use super::error::TransportError;
@@ -308,10 +308,19 @@ impl Conn {
     ///
     /// First pass: how many fit, in how many slots each; eager payloads are
     /// written into the peer's buffers now (before any slot names them).
-    /// Second pass: the slots, encoded straight from the caller's bytes and
-    /// written last-first, the batch's first slot last — the peer, polling
-    /// that slot, finds the whole batch at once and streams through it
-    /// instead of chasing the writer line by line — then published at once.
+    /// Second pass: the slots, encoded straight from the caller's bytes into
+    /// `stage` (our own memory). Last, one run of stores copies them into
+    /// the peer's ring, last-first, the batch's first slot last — the peer,
+    /// polling that slot, finds the whole batch at once and streams through
+    /// it instead of chasing the writer line by line — and publishes them.
+    ///
+    /// Why a stage: each store to a slot line waits for the line to come
+    /// back from the receiver, and stores leave the core in order, so what
+    /// sits in the store queue between slot stores (the encoding's spills
+    /// and register saves) limits how many lines are fetched at once. Built
+    /// first and copied in one tight run, the slot stores fill the queue
+    /// alone: 64 B sends sustained 8.4 -> 15.2 M/s with the cores on
+    /// different physical cores, 27 -> 31 M/s on one (bench/RESULTS.md).
     #[inline]
     pub fn write_sends(
         &mut self,
@@ -319,6 +328,7 @@ impl Conn {
         eager: EagerBuffers,
         wrs: &[SendWr<'_>],
         plan: &mut Vec<SendPlan>,
+        stage: &mut Vec<wire::Words>,
         counters: &mut QpCounters,
     ) -> SendBatch {
         let peer = self.win.peer();
@@ -395,34 +405,37 @@ impl Conn {
                 };
             }
         };
-        let mut at = slots_total;
-        for (wr, &p) in wrs[..n].iter().zip(plan.iter()).rev() {
+        // The batch's slots, built in our own memory (grown to the largest
+        // batch seen, never shrunk), then written out in one run.
+        let need = slots_total as usize;
+        if stage.len() < need {
+            stage.resize(need, [0; wire::BODY / 8]);
+        }
+        let mut at = 0;
+        for (wr, &p) in wrs[..n].iter().zip(plan.iter()) {
             let d = wr.data;
-            let written = match p {
+            match p {
                 SendPlan::Inline => {
-                    at -= wire::inline_slots(d.len()).unwrap_or(1) as u64;
-                    write_inline_send(&self.prod[postq], &ring, at, d)
+                    let k = wire::inline_slots(d.len()).unwrap_or(1);
+                    stage_inline_send(&mut stage[at..at + k], d);
+                    at += k;
                 }
                 SendPlan::Buffer(buf) => {
-                    at -= 1;
-                    let body = wire::encode(&Msg::SendBuf {
-                        buf,
-                        len: d.len() as u32,
-                    });
-                    self.prod[postq].write_ahead(&ring, at, &wire::body_words(&body))
+                    let len = d.len() as u32;
+                    stage[at] = wire::body_words(&wire::encode(&Msg::SendBuf { buf, len }));
+                    at += 1;
                 }
-            };
-            if let Err(e) = written {
-                // The device failed under us: nothing of the batch is
-                // produced and the connection is broken.
-                return SendBatch {
-                    posted: 0,
-                    stopped: Some(e.into()),
-                    broken: true,
-                };
             }
         }
-        self.prod[postq].produce(&ring, slots_total);
+        if let Err(e) = self.prod[postq].write_run(&ring, &stage[..need]) {
+            // The device failed under us: nothing of the batch is
+            // produced and the connection is broken.
+            return SendBatch {
+                posted: 0,
+                stopped: Some(e.into()),
+                broken: true,
+            };
+        }
         SendBatch {
             posted: n,
             stopped,
@@ -579,55 +592,31 @@ impl Conn {
     }
 }
 
-/// Writes the inline send of `payload` into its slots, the first `k` places
-/// after `prod`'s next one, through `ring` (its span), last slot first:
-/// each slot's words built in registers and stored straight into the slot
-/// (see [`wire::build_inline_slot_words`]; measured: the sender's time per
-/// 64 B message 62-75 ns -> 46-59 ns, alternated). One straight-line path
-/// per slot count (a loop over the slots spills the words). Not inlined
-/// into the batch loop, where the word folds spill (about 300 more
+/// Encodes the inline send of `payload` into `out`, one entry per slot
+/// (`out.len()` is [`wire::inline_slots`] of its length). One straight-line
+/// path per slot count (a loop over the slots spills the words). Not
+/// inlined into the batch loop, where the word folds spill (about 300 more
 /// instructions per send).
 #[inline(never)]
-fn write_inline_send(
-    prod: &Producer,
-    ring: &WindowSpan<'_>,
-    k: u64,
-    payload: &[u8],
-) -> HwResult<()> {
-    let (p, r, d) = (prod, ring, payload);
-    // A match, not a chain of `if`s: each arm one straight-line path
-    // (measured: the `if` chain merges them, 41 more instructions a send).
-    match wire::inline_slots(payload.len()).unwrap_or(1) {
-        1 => write_inline_slot::<0>(p, r, k, d),
-        2 => {
-            write_inline_slot::<1>(p, r, k, d)?;
-            write_inline_slot::<0>(p, r, k, d)
+fn stage_inline_send(out: &mut [wire::Words], payload: &[u8]) {
+    let d = payload;
+    match out {
+        [a] => *a = wire::build_inline_slot_words(d, 0),
+        [a, b] => {
+            *a = wire::build_inline_slot_words(d, 0);
+            *b = wire::build_inline_slot_words(d, 1);
         }
-        3 => {
-            write_inline_slot::<2>(p, r, k, d)?;
-            write_inline_slot::<1>(p, r, k, d)?;
-            write_inline_slot::<0>(p, r, k, d)
+        [a, b, c] => {
+            *a = wire::build_inline_slot_words(d, 0);
+            *b = wire::build_inline_slot_words(d, 1);
+            *c = wire::build_inline_slot_words(d, 2);
         }
-        _ => {
-            write_inline_slot::<3>(p, r, k, d)?;
-            write_inline_slot::<2>(p, r, k, d)?;
-            write_inline_slot::<1>(p, r, k, d)?;
-            write_inline_slot::<0>(p, r, k, d)
+        [a, b, c, e] => {
+            *a = wire::build_inline_slot_words(d, 0);
+            *b = wire::build_inline_slot_words(d, 1);
+            *c = wire::build_inline_slot_words(d, 2);
+            *e = wire::build_inline_slot_words(d, 3);
         }
+        _ => debug_assert!(false, "an inline send takes 1 to 4 slots"),
     }
-}
-
-/// Slot `J` of [`write_inline_send`].
-#[inline(always)]
-fn write_inline_slot<const J: usize>(
-    prod: &Producer,
-    ring: &WindowSpan<'_>,
-    k: u64,
-    payload: &[u8],
-) -> HwResult<()> {
-    prod.write_ahead(
-        ring,
-        k + J as u64,
-        &wire::build_inline_slot_words(payload, J),
-    )
 }

@@ -118,6 +118,7 @@ pub struct Transport {
     pub(crate) scratch: Vec<Msg>,
     /// How each send of the batch being posted goes (kept for reuse).
     pub(crate) send_plan: Vec<SendPlan>,
+    pub(crate) send_stage: Vec<super::wire::Words>,
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
@@ -230,6 +231,7 @@ impl Transport {
             doomed: Vec::new(),
             scratch: Vec::new(),
             send_plan: Vec::new(),
+            send_stage: Vec::new(),
             chain_early: Vec::new(),
             storage_quota,
             isolated: false,

@@ -153,6 +153,23 @@ impl Producer {
         ring.store_words_then_u64(slot_offset(0, self.depth, seq), body, tag(self.epoch, seq))
     }
 
+    /// Writes `bodies` into the next `bodies.len()` slots through `ring`
+    /// (this ring's [`span`](Self::span)), last-first as
+    /// [`write_ahead`](Self::write_ahead) does, in one run of stores, and
+    /// produces them. The caller checked [`room`](Self::room) for them. On a
+    /// device error nothing is produced, but the slots after the failed one
+    /// were written with valid tags: the caller stops sending on this
+    /// connection (a new epoch makes them stale).
+    #[inline]
+    pub fn write_run(&mut self, ring: &WindowSpan<'_>, bodies: &[Words]) -> HwResult<()> {
+        for (k, body) in bodies.iter().enumerate().rev() {
+            let seq = self.seq + k as u64;
+            ring.store_words_then_u64(slot_offset(0, self.depth, seq), body, tag(self.epoch, seq))?;
+        }
+        self.produce(ring, bodies.len() as u64);
+        Ok(())
+    }
+
     /// The ring's whole area in the peer's window, checked once (bounds,
     /// tenure, grant) for a run of [`write_ahead`](Self::write_ahead).
     #[inline]

@@ -515,12 +515,9 @@ pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
     build_inline_slot_words(payload, k)
 }
 
-/// [`inline_slot_words`], inlined into its caller: for one that stores the
-/// words straight into a slot, so they stay in registers. (Returned through
-/// memory, as a call returns them, they are stored as single words and read
-/// back two at a time for the slot's 16-byte stores: the read cannot take
-/// them from the store buffer and waits until they reach the cache, behind
-/// the previous slot's stores, whose lines the receiver holds.)
+/// [`inline_slot_words`], inlined into its caller (the send batch's
+/// encoder), so the words are built in registers and stored once, where
+/// the caller wants them.
 #[inline(always)]
 pub(crate) fn build_inline_slot_words(payload: &[u8], k: usize) -> Words {
     let mut w = [0u64; BODY / 8];
