@@ -162,5 +162,10 @@ pub fn thread_cpu() -> (Duration, u64) {
 
 /// `n` sends of the same `data` (cookie 0): a burst for `post_sends`.
 pub fn send_burst(data: &[u8], n: usize) -> Vec<ntbdk_pmd::transport::SendWr<'_>> {
-    vec![ntbdk_pmd::transport::SendWr { data, cookie: 0 }; n]
+    let wr = ntbdk_pmd::transport::SendWr {
+        data,
+        cookie: 0,
+        signaled: true,
+    };
+    vec![wr; n]
 }

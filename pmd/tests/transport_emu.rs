@@ -333,7 +333,11 @@ fn workload_between_processes_every_byte_verified() {
         let qp = h.qp(p);
         let wrs: Vec<_> = msgs
             .iter()
-            .map(|m| ntbdk_pmd::transport::SendWr { data: m, cookie: 0 })
+            .map(|m| ntbdk_pmd::transport::SendWr {
+                data: m,
+                cookie: 0,
+                signaled: true,
+            })
             .collect();
         let mut sent = 0;
         let end = Instant::now() + LONG;

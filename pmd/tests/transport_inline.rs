@@ -152,7 +152,11 @@ fn a_burst_of_multi_slot_sends_wraps_the_ring() {
         if sent < msgs.len() {
             let wrs: Vec<_> = msgs[sent..]
                 .iter()
-                .map(|m| ntbdk_pmd::transport::SendWr { data: m, cookie: 0 })
+                .map(|m| ntbdk_pmd::transport::SendWr {
+                    data: m,
+                    cookie: 0,
+                    signaled: true,
+                })
                 .collect();
             sent += a.post_sends(qa, &wrs).unwrap_or(0);
         }
@@ -262,7 +266,11 @@ fn mixed_bursts_publish_whole_and_complete_exactly_what_was_posted() {
         if sent < total {
             let wrs: Vec<_> = msgs[sent..total.min(sent + 9)]
                 .iter()
-                .map(|m| ntbdk_pmd::transport::SendWr { data: m, cookie: 0 })
+                .map(|m| ntbdk_pmd::transport::SendWr {
+                    data: m,
+                    cookie: 0,
+                    signaled: true,
+                })
                 .collect();
             sent += a.post_sends(qa, &wrs).unwrap_or(0);
         }

@@ -128,7 +128,8 @@ pub fn pump(
             sends = vec![
                 SendWr {
                     data: &payload,
-                    cookie: 0
+                    cookie: 0,
+                    signaled: true,
                 };
                 burst
             ]

@@ -25,10 +25,11 @@ pub struct Config {
     /// room". `None`: the area divided evenly among the other ports.
     pub peer_storage_quota: Option<u64>,
     /// Whether each send completes with an [`OpKind::Send`](super::OpKind)
-    /// completion (default). Off, sends are unsignaled, as verbs' sends
-    /// without `IBV_SEND_SIGNALED`: a send is complete when `post_send`
-    /// returns (its bytes are copied), and the completion queue carries only
-    /// what the application waits for.
+    /// completion (default, as a verbs queue pair with `sq_sig_all`). Off,
+    /// sends are unsignaled, as verbs' sends without `IBV_SEND_SIGNALED`,
+    /// unless their [`SendWr::signaled`](super::SendWr::signaled) asks: a
+    /// send is complete when `post_send` returns (its bytes are copied), and
+    /// the completion queue carries only what the application waits for.
     pub signal_sends: bool,
     /// Copies of at least this many bytes use non-temporal stores
     /// (default: [`default_nt_threshold`](super::default_nt_threshold), the

@@ -177,7 +177,8 @@ impl Transport {
 
     /// Sends a small message (at most `eager_size` bytes), copied now (with
     /// [`Config::signal_sends`](super::Config::signal_sends) off, nothing
-    /// completes: the send is done when this returns): up to
+    /// completes: the send is done when this returns; a batch's
+    /// [`SendWr::signaled`] asks for a completion per send): up to
     /// 48 bytes inline in one PostQ slot (one cache line), up to
     /// `wire::INLINE_LONG_MAX` (216) bytes inline in up to four
     /// consecutive slots, else into an eager buffer the peer lent us plus a
@@ -185,7 +186,12 @@ impl Transport {
     /// [`OpKind::Send`] at once; fails with [`TransportError::Busy`] when
     /// the peer's PostQ or our eager buffers are exhausted.
     pub fn post_send(&mut self, qp: Qp, data: &[u8], cookie: u64) -> Result<()> {
-        self.post_sends(qp, &[SendWr { data, cookie }]).map(|_| ())
+        let wr = SendWr {
+            data,
+            cookie,
+            signaled: false,
+        };
+        self.post_sends(qp, &[wr]).map(|_| ())
     }
 
     /// Posts a batch of sends back to back, ringing the doorbell (if
@@ -228,17 +234,22 @@ impl Transport {
         let posted = &wrs[..n];
         peer.counters.sends += n as u64;
         peer.counters.bytes_out += posted.iter().map(|wr| wr.data.len() as u64).sum::<u64>();
-        if self.cfg.signal_sends {
-            // One reservation for the batch's completions.
-            self.completions.extend(posted.iter().map(|wr| Completion {
-                peer: qp.peer,
-                op: OpKind::Send,
-                status: Status::Success,
-                bytes: wr.data.len() as u64,
-                cookie: wr.cookie,
-                region: None,
-            }));
-        }
+        let all = self.cfg.signal_sends;
+        // One reservation for the batch's completions.
+        self.completions
+            .extend(
+                posted
+                    .iter()
+                    .filter(|wr| all || wr.signaled)
+                    .map(|wr| Completion {
+                        peer: qp.peer,
+                        op: OpKind::Send,
+                        status: Status::Success,
+                        bytes: wr.data.len() as u64,
+                        cookie: wr.cookie,
+                        region: None,
+                    }),
+            );
         if n > 0 {
             self.ring_doorbell(qp.peer);
         }

@@ -141,13 +141,21 @@ pub struct Resources {
     pub recvs_posted: usize,
 }
 
-/// One send of a batch: the payload (copied at post time) and a cookie.
+/// One send of a batch: the payload (copied at post time), a cookie, and
+/// whether it completes.
 #[derive(Debug, Clone, Copy)]
 pub struct SendWr<'a> {
     /// The payload, at most the geometry's `eager_size` bytes.
     pub data: &'a [u8],
     /// The caller's cookie, returned in the completion.
     pub cookie: u64,
+    /// Whether the send completes on our queue ([`OpKind::Send`]), as
+    /// verbs' `IBV_SEND_SIGNALED`. With
+    /// [`Config::signal_sends`](super::Config::signal_sends) on (the
+    /// default, as a queue pair created with `sq_sig_all`) every send does,
+    /// whatever this says; off, only the sends that ask. An unsignaled send
+    /// is done when the post returns (its bytes are copied).
+    pub signaled: bool,
 }
 
 /// One receive of a batch
