@@ -62,7 +62,9 @@
 //!   1 s each, counted where the messages arrive, for 64 B (2 slots) and
 //!   48 B (1 slot), beside a **zero-software ring stream** of the same
 //!   slots (bursts of 32 written last-first, credits every quarter ring,
-//!   as ntbdk). Each row also gives its 100 ms windows, how often the
+//!   as ntbdk), and 64 B once more with one send per burst signaled (as
+//!   perftest's `ib_send_bw` signals one in `--cq-mod`; the other rows
+//!   signal every send). Each row also gives its 100 ms windows, how often the
 //!   sender found no credit and the receiver nothing to take, and the CPU
 //!   time and involuntary context switches of both threads: a rate that
 //!   collapses while a thread got half its core was preempted, not slow.
@@ -1071,7 +1073,18 @@ fn ntb_session<R>(
     if let Some(nt) = nt_threshold {
         cfg.nt_threshold = nt;
     }
-    with_fabric(|fabric, dir| session_on(fabric, dir, &cfg, a, b, serve, f))
+    ntb_session_with(a, b, serve, &cfg, f)
+}
+
+/// [`ntb_session`] with both endpoints configured by `cfg`.
+fn ntb_session_with<R>(
+    a: usize,
+    b: usize,
+    serve: Serve,
+    cfg: &Config,
+    f: impl FnOnce(&mut Side) -> Result<R>,
+) -> Result<R> {
+    with_fabric(|fabric, dir| session_on(fabric, dir, cfg, a, b, serve, f))
 }
 
 /// The body of [`ntb_session`] on a fabric [`with_fabric`] made.
@@ -1888,9 +1901,15 @@ fn ntb_send_sustained(
     name: String,
     len: usize,
     run: Duration,
+    signaled: Signaled,
 ) -> Result<Sustained> {
     let msg = vec![7u8; len];
-    let wrs = send_burst(&msg, BURST);
+    let mut wrs = send_burst(&msg, BURST);
+    if signaled == Signaled::LastOfBurst {
+        for wr in &mut wrs[..BURST - 1] {
+            wr.signaled = false;
+        }
+    }
     // Warm up (faults the window's pages in, settles the credits).
     ntb_send_burst(side, 1 << 16)?;
     let polls0 = side.served.polls.load(Ordering::Relaxed);
@@ -1953,15 +1972,43 @@ fn server_cpu(s: &ServerPolls) -> (Duration, u64) {
     )
 }
 
+/// Which sends of a continuous run ask for a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signaled {
+    /// Every send (`Config::signal_sends`, the default).
+    All,
+    /// The last of each burst only (`signal_sends` off, `SendWr::signaled`
+    /// on one in [`BURST`]), as perftest's `ib_send_bw` signals one send in
+    /// `--cq-mod`.
+    LastOfBurst,
+}
+
 /// The send rate of `len`-byte messages as one continuous run of `run`,
 /// counted where the messages arrive.
-fn ntb_send_rate_sustained(a: usize, b: usize, len: usize, run: Duration) -> Result<Sustained> {
-    ntb_session(a, b, Serve::Passive, None, |side| {
+fn ntb_send_rate_sustained(
+    a: usize,
+    b: usize,
+    len: usize,
+    run: Duration,
+    signaled: Signaled,
+) -> Result<Sustained> {
+    let (_, mut cfg) = ntb_config();
+    let how = match signaled {
+        Signaled::All => String::new(),
+        Signaled::LastOfBurst => {
+            cfg.signal_sends = false;
+            format!(", one signaled per burst (as perftest's --cq-mod {BURST})")
+        }
+    };
+    ntb_session_with(a, b, Serve::Passive, &cfg, |side| {
         ntb_send_sustained(
             side,
-            format!("ntbdk send {len} B, burst {BURST}, continuous, cores {a} -> {b} (received)"),
+            format!(
+                "ntbdk send {len} B, burst {BURST}{how}, continuous, cores {a} -> {b} (received)"
+            ),
             len,
             run,
+            signaled,
         )
     })
 }
@@ -2194,8 +2241,12 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
             sustained.push(slot_ring_stream(a, b, slots, run));
         }
         if wanted(SUSTAINED_SEND) {
-            sustained.push(ntb_send_rate_sustained(a, b, len, run)?);
+            sustained.push(ntb_send_rate_sustained(a, b, len, run, Signaled::All)?);
         }
+    }
+    if wanted(SUSTAINED_SEND) {
+        let last = Signaled::LastOfBurst;
+        sustained.push(ntb_send_rate_sustained(a, b, MSG, run, last)?);
     }
     if !sustained.is_empty() {
         print_sustained(&sustained);
