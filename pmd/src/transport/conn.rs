@@ -23,16 +23,6 @@ use super::wire::{self, Body, Msg, Ring};
 /// Most messages waiting for credits towards one ring of a peer.
 pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;
 
-/// How one send of a batch goes: inline in its slots, or in an eager
-/// buffer the peer lent us (and one slot naming it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SendPlan {
-    /// Inline in consecutive PostQ slots (as many as its length needs).
-    Inline,
-    /// In eager buffer `index` of the peer's window, plus one slot.
-    Buffer(u32),
-}
-
 /// Where our eager buffers lie in the peer's window (the peer's copy of
 /// our section).
 #[derive(Debug, Clone, Copy)]
@@ -306,11 +296,11 @@ impl Conn {
     /// Writes a batch of sends (`data` of each) onto the peer's PostQ: as
     /// many as fit, stopping at the first that finds no room.
     ///
-    /// First pass: how many fit, in how many slots each; eager payloads are
-    /// written into the peer's buffers now (before any slot names them).
-    /// Second pass: the slots, encoded straight from the caller's bytes into
-    /// `stage` (our own memory). Last, one run of stores copies them into
-    /// the peer's ring, last-first, the batch's first slot last — the peer,
+    /// One pass over the batch: how many fit, each send's slots encoded
+    /// straight from the caller's bytes into `stage` (our own memory), an
+    /// eager payload written into the peer's buffer at once (before any
+    /// slot names it). Then one run of stores copies the slots into the
+    /// peer's ring, last-first, the batch's first slot last — the peer,
     /// polling that slot, finds the whole batch at once and streams through
     /// it instead of chasing the writer line by line — and publishes them.
     ///
@@ -327,15 +317,16 @@ impl Conn {
         local: &LocalWindow,
         eager: EagerBuffers,
         wrs: &[SendWr<'_>],
-        plan: &mut Vec<SendPlan>,
         stage: &mut Vec<wire::Words>,
         counters: &mut QpCounters,
     ) -> SendBatch {
         let peer = self.win.peer();
         let eager_size = eager.size;
-        plan.clear();
         let postq = Ring::PostQ.index();
-        let mut slots_total = 0u64;
+        // Slots of the batch so far, each encoded in `stage` (our own
+        // memory, grown to the largest batch seen, never shrunk).
+        let mut need = 0usize;
+        let mut n = 0;
         let mut stopped = None;
         for wr in wrs {
             let (d, len) = (wr.data, wr.data.len());
@@ -351,18 +342,22 @@ impl Conn {
             // as long as the run is at most half the ring (so the
             // consumer's quarter-ring credits always make room for it).
             let inline = match wire::inline_slots(len) {
-                Some(k) if k == 1 || 2 * k as u64 <= self.prod[postq].depth() => k as u64,
+                Some(k) if k == 1 || 2 * k as u64 <= self.prod[postq].depth() => k,
                 _ => 0,
             };
-            if !self.prod[postq].room(local, slots_total + inline.max(1)).0 {
+            let k = inline.max(1);
+            if !self.prod[postq].room(local, (need + k) as u64).0 {
                 stopped = Some(TransportError::Busy {
                     peer,
                     what: "the peer's PostQ is full",
                 });
                 break;
             }
-            let p = if inline > 0 {
-                SendPlan::Inline
+            if stage.len() < need + k {
+                stage.resize(need + k, [0; wire::BODY / 8]);
+            }
+            if inline > 0 {
+                stage_inline_send(&mut stage[need..need + k], d);
             } else {
                 if self.eager_free.is_empty() {
                     self.poll_freeq(local, counters);
@@ -374,6 +369,7 @@ impl Conn {
                     });
                     break;
                 };
+                // The payload now, before any slot names its buffer.
                 if let Err(e) = self.win.write(eager.offset(buf), d) {
                     return SendBatch {
                         posted: 0,
@@ -381,12 +377,12 @@ impl Conn {
                         broken: true,
                     };
                 }
-                SendPlan::Buffer(buf)
-            };
-            plan.push(p);
-            slots_total += inline.max(1);
+                let len = len as u32;
+                stage[need] = wire::body_words(&wire::encode(&Msg::SendBuf { buf, len }));
+            }
+            need += k;
+            n += 1;
         }
-        let n = plan.len();
         // The PostQ's area, checked once for the batch.
         let ring = match self.prod[postq].span(&self.win) {
             Ok(ring) => ring,
@@ -405,28 +401,6 @@ impl Conn {
                 };
             }
         };
-        // The batch's slots, built in our own memory (grown to the largest
-        // batch seen, never shrunk), then written out in one run.
-        let need = slots_total as usize;
-        if stage.len() < need {
-            stage.resize(need, [0; wire::BODY / 8]);
-        }
-        let mut at = 0;
-        for (wr, &p) in wrs[..n].iter().zip(plan.iter()) {
-            let d = wr.data;
-            match p {
-                SendPlan::Inline => {
-                    let k = wire::inline_slots(d.len()).unwrap_or(1);
-                    stage_inline_send(&mut stage[at..at + k], d);
-                    at += k;
-                }
-                SendPlan::Buffer(buf) => {
-                    let len = d.len() as u32;
-                    stage[at] = wire::body_words(&wire::encode(&Msg::SendBuf { buf, len }));
-                    at += 1;
-                }
-            }
-        }
         if let Err(e) = self.prod[postq].write_run(&ring, &stage[..need]) {
             // The device failed under us: nothing of the batch is
             // produced and the connection is broken.

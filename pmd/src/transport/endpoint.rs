@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
 
 use super::config::{Config, saturating_after};
-use super::conn::SendPlan;
 use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
 use super::error::{Result, TransportError};
@@ -116,8 +115,8 @@ pub struct Transport {
     pub(crate) doomed: Vec<Port>,
     /// Control-ring messages taken by a poll, handled after it (kept for reuse).
     pub(crate) scratch: Vec<Msg>,
-    /// How each send of the batch being posted goes (kept for reuse).
-    pub(crate) send_plan: Vec<SendPlan>,
+    /// The slots of the send batch being posted, encoded here before one
+    /// run of stores copies them into the peer's PostQ (kept for reuse).
     pub(crate) send_stage: Vec<super::wire::Words>,
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
@@ -230,7 +229,6 @@ impl Transport {
             events: Vec::new(),
             doomed: Vec::new(),
             scratch: Vec::new(),
-            send_plan: Vec::new(),
             send_stage: Vec::new(),
             chain_early: Vec::new(),
             storage_quota,

@@ -209,24 +209,12 @@ impl Transport {
             base: self.layout.part(self.me, Part::Eager),
             size: self.cfg.geometry.eager_size as usize,
         };
-        let mut plan = std::mem::take(&mut self.send_plan);
-        let mut stage = std::mem::take(&mut self.send_stage);
         let peer = &mut self.peers[qp.peer as usize];
         let Some(c) = peer.conn.as_mut() else {
-            self.send_plan = plan;
-            self.send_stage = stage;
             return Err(TransportError::NotConnected { peer: qp.peer });
         };
-        let batch = c.write_sends(
-            &self.local,
-            eager,
-            wrs,
-            &mut plan,
-            &mut stage,
-            &mut peer.counters,
-        );
-        self.send_plan = plan;
-        self.send_stage = stage;
+        let stage = &mut self.send_stage;
+        let batch = c.write_sends(&self.local, eager, wrs, stage, &mut peer.counters);
         if batch.broken {
             self.doomed.push(qp.peer);
         }
