@@ -73,10 +73,14 @@
 //! ring baselines, then ntbdk's) and the rate row, for profiling; with
 //! `--only <SUBSTRING>` it runs only the cases whose label contains the
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
-//! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`, `one core 64 B`,
-//! `one core 48 B`, `rate`, `one-sided rate`, `one core rate`,
-//! `continuous ring`, `continuous send`; e.g. `--only "one core"` or
-//! `--only continuous`). `one core rate` is the send rate's software
+//! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`,
+//! `one-sided 64 B`, `one-sided polled 64 B`, `one core 64 B`,
+//! `one core 48 B`, `one core one-sided polled 64 B`, `rate`,
+//! `one-sided rate`, `one core rate`, `continuous ring`, `continuous send`;
+//! e.g. `--only "one core"` or `--only continuous`). `one core one-sided
+//! polled 64 B` is the polled one-sided ping-pong's software alone (both
+//! ends on one core, each write found by the other end's first load).
+//! `one core rate` is the send rate's software
 //! alone: bursts of 32 sends from one transport to another on one core,
 //! the receiver polling after each burst (steady under callgrind).
 //!
@@ -140,8 +144,10 @@ struct Args {
     small_only: bool,
     /// With --small-only: run only the cases whose label contains SUBSTRING
     /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
-    /// "ring 1 slot", "send 64 B", "send 48 B", "one core 64 B",
-    /// "one core 48 B", "rate", "one-sided rate", "one core rate",
+    /// "ring 1 slot", "send 64 B", "send 48 B", "one-sided 64 B",
+    /// "one-sided polled 64 B", "one core 64 B", "one core 48 B",
+    /// "one core one-sided polled 64 B", "rate", "one-sided rate",
+    /// "one core rate",
     /// "continuous ring", "continuous send", and "iceoryx2" when built
     /// with that feature (e.g.
     /// --only "one core", --only continuous).
@@ -1635,7 +1641,7 @@ fn ntb_send_one_core(
     iters: Option<u64>,
     target: Duration,
 ) -> Result<Samples> {
-    one_core(a, |[(mut t0, q0, recv0), (mut t1, q1, recv1)]| {
+    one_core(a, |[(mut t0, q0, recv0, _), (mut t1, q1, recv1, _)]| {
         let msg = vec![7u8; len];
         let mut echo = vec![0u8; len];
         let mut comps = vec![Completion::default(); 64];
@@ -1681,9 +1687,9 @@ fn ntb_send_one_core(
     })
 }
 
-/// One connected end of a one-core pair: its transport, queue pair and
-/// receive region.
-type End = (Transport, Qp, RegionKey);
+/// One connected end of a one-core pair: its transport, queue pair,
+/// receive region and data region (advertised to the other end).
+type End = (Transport, Qp, RegionKey, RegionKey);
 
 /// Runs `f` on core `a` with two transports connected to each other on a
 /// private emulated fabric, each with [`RECVS`] receives posted: both ends
@@ -1693,8 +1699,8 @@ fn one_core<R>(a: usize, f: impl FnOnce([End; 2]) -> Result<R>) -> Result<R> {
     let (_, cfg) = ntb_config();
     with_fabric(|fabric, dir| {
         pin(a);
-        let (mut t0, _, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
-        let (mut t1, _, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
+        let (mut t0, data0, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
+        let (mut t1, data1, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
         let (q0, q1) = (t0.create_qp(1)?, t1.create_qp(0)?);
         let end = Instant::now() + Duration::from_secs(10);
         while !(t0.is_connected(1) && t1.is_connected(0)) {
@@ -1708,7 +1714,59 @@ fn one_core<R>(a: usize, f: impl FnOnce([End; 2]) -> Result<R>) -> Result<R> {
             t0.post_recv(q0, recv_sge(recv0, i), i)?;
             t1.post_recv(q1, recv_sge(recv1, i), i)?;
         }
-        f([(t0, q0, recv0), (t1, q1, recv1)])
+        f([(t0, q0, recv0, data0), (t1, q1, recv1, data1)])
+    })
+}
+
+/// Software cost of a polled one-sided write round trip with no cross-core
+/// transfer: both transports on core `a`, one thread; each hop a 64-byte
+/// one-sided write into the other end's data region, its completion
+/// polled at once, and the other end's load of the last byte that finds
+/// it (as [`ntb_polled_pingpong`], with nothing to wait for).
+fn ntb_polled_one_core(a: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    one_core(a, |[(mut t0, q0, _, data0), (mut t1, q1, _, data1)]| {
+        let end = Instant::now() + Duration::from_secs(10);
+        for (t, q, key) in [(&mut t0, q0, data1), (&mut t1, q1, data0)] {
+            let to = RemoteAddr { key, offset: 0 };
+            while let Err(TransportError::UnknownRemoteKey { .. }) =
+                t.post_write_direct(q, &[], to, None, 0)
+            {
+                t.progress();
+                if Instant::now() > end {
+                    bail!("a data region was never advertised");
+                }
+            }
+        }
+        let (view0, view1) = (t0.region_view(data0)?, t1.region_view(data1)?);
+        let mut comps = vec![Completion::default(); 64];
+        let mut msg = [7u8; MSG];
+        let mut seq = 0u8;
+        ntb_sample(
+            format!(
+                "ntbdk one-sided write ping-pong {MSG} B (polled last byte), one core (software only), core {a}"
+            ),
+            iters,
+            target,
+            1,
+            BATCH_TIME,
+            |n| {
+                let start = Instant::now();
+                for _ in 0..n {
+                    for (t, q, key, view) in
+                        [(&mut t0, q0, data1, &view1), (&mut t1, q1, data0, &view0)]
+                    {
+                        seq = seq.wrapping_add(1);
+                        msg[MSG - 1] = seq;
+                        t.post_write_direct(q, &msg, RemoteAddr { key, offset: 0 }, None, 0)?;
+                        let _ = t.poll_completions(&mut comps);
+                        if view.load_u8(MSG as u64 - 1) != Some(seq) {
+                            bail!("a one-sided write on one core did not land");
+                        }
+                    }
+                }
+                Ok(start.elapsed())
+            },
+        )
     })
 }
 
@@ -1723,7 +1781,7 @@ fn ntb_send_rate_one_core(
     iters: Option<u64>,
     target: Duration,
 ) -> Result<Samples> {
-    one_core(a, |[(mut t0, q0, _), (mut t1, q1, recv1)]| {
+    one_core(a, |[(mut t0, q0, _, _), (mut t1, q1, recv1, _)]| {
         let msg = vec![7u8; len];
         let wrs = send_burst(&msg, BURST);
         let mut comps = vec![Completion::default(); 64];
@@ -2181,6 +2239,10 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         (
             "one core 48 B",
             Box::new(move || ntb_send_one_core(a, 48, iters, target)),
+        ),
+        (
+            "one core one-sided polled 64 B",
+            Box::new(move || ntb_polled_one_core(a, iters, target)),
         ),
     ]);
     const RATE: &str = "rate";
