@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, RecvWr, RegionKey,
+    Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, Qp, RecvWr, RegionKey,
     RemoteAddr, SendWr, Sge, Status, Transport, TransportError,
 };
 use transport_common::{Rng, collect, drain, loopback};
@@ -977,8 +977,9 @@ fn a_write_moves_each_payload_byte_once_with_posted_writes_only() {
     assert_eq!(a1.non_posted_reads + b1.non_posted_reads, 0);
 }
 
-#[test]
-fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
+/// Two connected transports with `Config::signal_sends` off, a queue
+/// pair between them, and a 16 KiB receive region at the second.
+fn unsignaled_pair() -> (Arc<LoopbackFabric>, Vec<Transport>, Qp, Qp, RegionKey) {
     let fabric = LoopbackFabric::new(2, 4 << 20);
     let mut cfg = Config::new(Geometry::small(2));
     cfg.signal_sends = false;
@@ -988,6 +989,12 @@ fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
     transport_common::connect_all(&mut ts);
     let (qa, qb) = (ts[0].create_qp(1).unwrap(), ts[1].create_qp(0).unwrap());
     let buf = ts[1].register_region(64 * 256, Access::LOCAL).unwrap();
+    (fabric, ts, qa, qb, buf)
+}
+
+#[test]
+fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
+    let (_fabric, mut ts, qa, qb, buf) = unsignaled_pair();
     let mut got = Vec::new();
     let mut done = [Completion::default(); 32];
     let mut sent = 0u32;
@@ -1034,15 +1041,7 @@ fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
 
 #[test]
 fn with_signal_sends_off_only_the_sends_that_ask_complete_in_order() {
-    let fabric = LoopbackFabric::new(2, 4 << 20);
-    let mut cfg = Config::new(Geometry::small(2));
-    cfg.signal_sends = false;
-    let mut ts: Vec<Transport> = (0..2)
-        .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
-        .collect();
-    transport_common::connect_all(&mut ts);
-    let (qa, qb) = (ts[0].create_qp(1).unwrap(), ts[1].create_qp(0).unwrap());
-    let buf = ts[1].register_region(64 * 256, Access::LOCAL).unwrap();
+    let (_fabric, mut ts, qa, qb, buf) = unsignaled_pair();
     // 300 sends of 1 to 200 bytes (one to four slots), in batches of up to
     // 16; every third asks for a completion (as perftest signals one send
     // in `--cq-mod`).
