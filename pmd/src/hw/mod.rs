@@ -11,7 +11,7 @@
 //! separately named, takes an R-LUT entry for its duration and is counted, so
 //! [`NtbDevice::counters`] proves what the transport does not do.
 
-mod copy;
+pub(crate) mod copy;
 mod counters;
 pub mod emu;
 mod error;

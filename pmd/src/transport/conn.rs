@@ -357,7 +357,7 @@ impl Conn {
                 stage.resize(need + k, [0; wire::BODY / 8]);
             }
             if inline > 0 {
-                stage_inline_send(&mut stage[need..need + k], d);
+                wire::encode_inline_words(d, &mut stage[need..need + k]);
             } else {
                 if self.eager_free.is_empty() {
                     self.poll_freeq(local, counters);
@@ -563,34 +563,5 @@ impl Conn {
     /// Control messages waiting for credits.
     pub fn backlog(&self) -> usize {
         self.backlog.iter().map(VecDeque::len).sum()
-    }
-}
-
-/// Encodes the inline send of `payload` into `out`, one entry per slot
-/// (`out.len()` is [`wire::inline_slots`] of its length). One straight-line
-/// path per slot count (a loop over the slots spills the words). Not
-/// inlined into the batch loop, where the word folds spill (about 300 more
-/// instructions per send).
-#[inline(never)]
-fn stage_inline_send(out: &mut [wire::Words], payload: &[u8]) {
-    let d = payload;
-    match out {
-        [a] => *a = wire::build_inline_slot_words(d, 0),
-        [a, b] => {
-            *a = wire::build_inline_slot_words(d, 0);
-            *b = wire::build_inline_slot_words(d, 1);
-        }
-        [a, b, c] => {
-            *a = wire::build_inline_slot_words(d, 0);
-            *b = wire::build_inline_slot_words(d, 1);
-            *c = wire::build_inline_slot_words(d, 2);
-        }
-        [a, b, c, e] => {
-            *a = wire::build_inline_slot_words(d, 0);
-            *b = wire::build_inline_slot_words(d, 1);
-            *c = wire::build_inline_slot_words(d, 2);
-            *e = wire::build_inline_slot_words(d, 3);
-        }
-        _ => debug_assert!(false, "an inline send takes 1 to 4 slots"),
     }
 }

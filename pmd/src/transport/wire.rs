@@ -515,9 +515,10 @@ pub fn inline_slot_words(payload: &[u8], k: usize) -> Words {
     build_inline_slot_words(payload, k)
 }
 
-/// [`inline_slot_words`], inlined into its caller (the send batch's
-/// encoder), so the words are built in registers and stored once, where
-/// the caller wants them.
+/// [`inline_slot_words`]: slot `k`'s words built one at a time from the
+/// payload. The reference [`encode_inline_words`] is tested against, and
+/// its encoder on a big-endian host.
+#[cfg(any(test, feature = "internals", not(target_endian = "little")))]
 #[inline(always)]
 pub(crate) fn build_inline_slot_words(payload: &[u8], k: usize) -> Words {
     let mut w = [0u64; BODY / 8];
@@ -540,10 +541,51 @@ pub(crate) fn build_inline_slot_words(payload: &[u8], k: usize) -> Words {
     w
 }
 
+/// The inline encoding of `payload` (see [`encode_inline_slots`]) written
+/// into `out`, one entry per slot, `out.len()` being
+/// [`inline_slots`]`(payload.len())`: for each `k`, the words of
+/// [`build_inline_slot_words`]`(payload, k)`. On a little-endian host those
+/// words are, as bytes, the header word and then the payload contiguous
+/// across the entries (a head's 48 bytes after its header, whole 56-byte
+/// continuation bodies), zero after: one copy of the payload into our own
+/// memory instead of a word at a time. A payload longer than the entries
+/// hold is cut (the caller sizes `out` from its length).
+#[inline(always)]
+pub(crate) fn encode_inline_words(payload: &[u8], out: &mut [Words]) {
+    #[cfg(target_endian = "little")]
+    {
+        let len = payload.len();
+        let Some(last) = out.last_mut() else {
+            return;
+        };
+        *last = [0; BODY / 8];
+        let n = len.min(out.len() * BODY - 8);
+        // SAFETY: `out` is `out.len() * BODY` bytes of our own memory
+        // (words viewed as bytes: any bytes make valid words); bytes
+        // `8 .. 8 + n` lie inside it (`n <= out.len() * BODY - 8`); the
+        // payload is `len >= n` readable bytes of the caller's memory,
+        // apart from `out`.
+        unsafe {
+            crate::hw::copy::move_bytes(payload.as_ptr(), out.as_mut_ptr().cast::<u8>().add(8), n);
+        }
+        let code = if len <= INLINE_MAX {
+            code::SEND_INLINE
+        } else {
+            code::SEND_INLINE_LONG
+        };
+        out[0][0] = u64::from(code) | (len as u64) << 8;
+    }
+    #[cfg(not(target_endian = "little"))]
+    for (k, w) in out.iter_mut().enumerate() {
+        *w = build_inline_slot_words(payload, k);
+    }
+}
+
 /// Fills `w` with `bytes` as little-endian words, zero-padded. Each word is
 /// built in a register (whole 8-byte loads, a partial one by shifts) and
 /// stored at a fixed index, so the words can stay in registers until they
 /// are written out: no byte stores to forward from.
+#[cfg(any(test, feature = "internals", not(target_endian = "little")))]
 #[inline(always)]
 fn fill_words(w: &mut [u64], bytes: &[u8]) {
     let len = bytes.len();
@@ -1171,6 +1213,24 @@ mod tests {
 
     /// The words a sender stores are the bytes the receiver decodes, for
     /// every inline length, and slots past the run are zero.
+    #[test]
+    fn encode_inline_words_gives_each_slots_words() {
+        for len in 1..=INLINE_LONG_MAX {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+            let n = inline_slots(len).unwrap();
+            // Entries start dirty: every word must be written.
+            let mut out = vec![[u64::MAX; BODY / 8]; n];
+            encode_inline_words(&payload, &mut out);
+            for (k, w) in out.iter().enumerate() {
+                assert_eq!(
+                    *w,
+                    build_inline_slot_words(&payload, k),
+                    "len {len} slot {k}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn inline_slot_words_are_the_inline_encoding() {
         for len in 1..=INLINE_LONG_MAX {
