@@ -84,6 +84,11 @@
 //! alone: bursts of 32 sends from one transport to another on one core,
 //! the receiver polling after each burst (steady under callgrind).
 //!
+//! Every run ends with the cores' coupling (a short cache-line ping-pong)
+//! as it was at its start and is at its end, and a warning when it changed:
+//! on a shared VM the two vCPUs move between sharing a physical core and
+//! not, and rows measured on either side of such a move are not comparable.
+//!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
 //! and ≤ 0.1× the Unix socket; 64 B send rate (burst 32) ≥ 10 M messages/s.
@@ -236,8 +241,11 @@ fn main() -> Result<()> {
     if !pin(a) {
         eprintln!("warning: could not pin to core {a}");
     }
+    let coupling = coupling_ns(a, b);
     if args.small_only {
-        return small_only(a, b, &args, target);
+        let run = small_only(a, b, &args, target);
+        report_coupling(coupling, coupling_ns(a, b));
+        return run;
     }
     let mut bw = Vec::new();
     for &size in &BW_SIZES {
@@ -377,7 +385,34 @@ fn main() -> Result<()> {
             "at least one floor MISSED (see bench/RESULTS.md for why)"
         }
     );
+    report_coupling(coupling, coupling_ns(a, b));
     Ok(())
+}
+
+/// How tightly cores `a` and `b` are coupled right now: the cache-line
+/// ping-pong's one-way time over about 50 ms. A shared VM's two vCPUs can
+/// move between one physical core (tens of ns here) and two (over a
+/// hundred) within minutes, and every cross-core row moves with them.
+fn coupling_ns(a: usize, b: usize) -> f64 {
+    let p = |plan| cacheline_pingpong(a, b, plan);
+    calibrated(p, None, Duration::from_millis(50)).typical_ns() / 2.0
+}
+
+/// Prints the coupling measured at the start and the end of the run, with
+/// a warning when it changed: rows measured before and after the change
+/// are not comparable (a change and back between the two is not seen).
+fn report_coupling(start: f64, end: f64) {
+    println!(
+        "\n- cores' coupling (cache-line ping-pong one-way): {start:.1} ns at the start, \
+         {end:.1} ns at the end"
+    );
+    if start.max(end) > 1.5 * start.min(end) {
+        println!(
+            "- WARNING: the coupling changed during the run (the vCPUs moved between sharing \
+             a physical core and not): rows measured before and after the change are not \
+             comparable; run again"
+        );
+    }
 }
 
 /// Runs `op(i)` for `i` in `0..n`; returns how long that took.
