@@ -438,6 +438,29 @@ mod tests {
     }
 
     #[test]
+    fn a_run_wraps_the_ring_and_is_produced_in_order() {
+        let (local, peer) = windows(8192);
+        let mut p = Producer::new(0, 8, 3, 4096);
+        let mut c = Consumer::new(0, 8, 3);
+        // Move both ends to slot 6, so the run of five wraps to slot 0.
+        for i in 0..6u8 {
+            p.push(&peer, &[i; BODY]).unwrap();
+            assert_eq!(c.peek(&local).map(|b| b[0]), Some(i));
+            c.advance();
+        }
+        c.credit(&peer, 4096).unwrap();
+        assert_eq!(p.room(&local, 5), (true, true));
+        let ring = p.span(&peer).unwrap();
+        let bodies: Vec<Words> = (10..15u8).map(|i| body_words(&[i; BODY])).collect();
+        p.write_run(&ring, &bodies).unwrap();
+        assert_eq!(p.produced(), 11);
+        let got: Vec<u8> = (0..6)
+            .map(|k| c.peek_ahead(&local, k).map_or(0, |b| b[0]))
+            .collect();
+        assert_eq!(got, [10, 11, 12, 13, 14, 0], "five in order, nothing after");
+    }
+
+    #[test]
     fn stale_epoch_is_not_a_message() {
         let (local, peer) = windows(4096);
         let mut p = Producer::new(0, 4, 3, 1024);
