@@ -1529,7 +1529,10 @@ fn serve_polled(t: &mut Transport, qp: Qp, ours: RegionKey, stop: &AtomicBool) -
     let mut polls = 0u32;
     loop {
         let v = view.load_u8(MSG as u64 - 1).unwrap_or(last);
-        if v != last {
+        // Polled as the baselines poll (`spin_until`), with a pause.
+        if v == last {
+            std::hint::spin_loop();
+        } else {
             last = v;
             // As `ib_write_lat`'s server: our own buffer, the sequence
             // number we saw in its last byte (the message is not copied).
@@ -1572,6 +1575,8 @@ fn ntb_polled_pingpong(side: &mut Side, n: u64, seq: &mut u8) -> Result<Duration
         let _ = side.t.poll_completions(&mut side.comps);
         let (mut spins, mut t0) = (0u32, None::<Instant>);
         while view.load_u8(MSG as u64 - 1) != Some(*seq) {
+            // As the baselines poll (`spin_until`), with a pause.
+            std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(256) {
                 // Our writes' completions, credits, liveness.
