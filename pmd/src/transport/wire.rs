@@ -560,11 +560,11 @@ pub(crate) fn encode_inline_words(payload: &[u8], out: &mut [Words]) {
         };
         *last = [0; BODY / 8];
         let n = len.min(out.len() * BODY - 8);
-        // SAFETY: `out` is `out.len() * BODY` bytes of our own memory
-        // (words viewed as bytes: any bytes make valid words); bytes
-        // `8 .. 8 + n` lie inside it (`n <= out.len() * BODY - 8`); the
-        // payload is `len >= n` readable bytes of the caller's memory,
-        // apart from `out`.
+        // `out` is `out.len() * BODY` bytes of our own memory (words viewed
+        // as bytes: any bytes make valid words); bytes `8 .. 8 + n` lie
+        // inside it (`n <= out.len() * BODY - 8`); the payload is
+        // `len >= n` readable bytes of the caller's memory, apart from `out`.
+        // SAFETY: as just said.
         unsafe {
             crate::hw::copy::move_bytes(payload.as_ptr(), out.as_mut_ptr().cast::<u8>().add(8), n);
         }
