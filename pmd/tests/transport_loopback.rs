@@ -992,6 +992,23 @@ fn unsignaled_pair() -> (Arc<LoopbackFabric>, Vec<Transport>, Qp, Qp, RegionKey)
     (fabric, ts, qa, qb, buf)
 }
 
+/// Posts receives of `size` bytes each on `qp` until `*posted` reaches
+/// `upto`, cycling through `buf` (16 KiB): receive `i` at slot `i` modulo
+/// the slots `buf` holds, its cookie the slot.
+fn keep_posted(t: &mut Transport, qp: Qp, buf: RegionKey, posted: &mut u64, upto: u64, size: u64) {
+    let slots = 64 * 256 / size;
+    while *posted < upto {
+        let slot = *posted % slots;
+        let sge = Sge {
+            key: buf,
+            offset: slot * size,
+            len: size,
+        };
+        t.post_recv(qp, sge, slot).unwrap();
+        *posted += 1;
+    }
+}
+
 #[test]
 fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
     let (_fabric, mut ts, qa, qb, buf) = unsignaled_pair();
@@ -1002,15 +1019,7 @@ fn unsignaled_sends_complete_nothing_and_arrive_every_byte() {
     let mut posted = 0u64;
     while got.len() < 200 {
         // Keep receives posted, one 64-byte slot each.
-        while posted < got.len() as u64 + 8 {
-            let sge = Sge {
-                key: buf,
-                offset: (posted % 256) * 64,
-                len: 64,
-            };
-            ts[1].post_recv(qb, sge, posted % 256).unwrap();
-            posted += 1;
-        }
+        keep_posted(&mut ts[1], qb, buf, &mut posted, got.len() as u64 + 8, 64);
         if sent < 200 {
             let m = [sent as u8; 40];
             match ts[0].post_send(qa, &m, u64::from(sent)) {
@@ -1053,15 +1062,7 @@ fn with_signal_sends_off_only_the_sends_that_ask_complete_in_order() {
     let mut done = [Completion::default(); 32];
     let end = Instant::now() + Duration::from_secs(20);
     while got.len() < msgs.len() {
-        while posted < got.len() as u64 + 16 {
-            let sge = Sge {
-                key: buf,
-                offset: (posted % 64) * 256,
-                len: 256,
-            };
-            ts[1].post_recv(qb, sge, posted % 64).unwrap();
-            posted += 1;
-        }
+        keep_posted(&mut ts[1], qb, buf, &mut posted, got.len() as u64 + 16, 256);
         if sent < msgs.len() {
             let wrs: Vec<SendWr> = (sent..msgs.len().min(sent + 16))
                 .map(|i| SendWr {
