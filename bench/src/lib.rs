@@ -169,3 +169,84 @@ pub fn send_burst(data: &[u8], n: usize) -> Vec<ntbdk_pmd::transport::SendWr<'_>
     };
     vec![wr; n]
 }
+
+/// A cache line of its own, for the coupling probe.
+#[repr(align(128))]
+struct Line(std::sync::atomic::AtomicU64);
+
+/// Spins until `line` holds `want`, yielding now and then (so that two
+/// threads on one core still take turns).
+fn wait_for(line: &Line, want: u64) {
+    let mut spins = 0u32;
+    while line.0.load(std::sync::atomic::Ordering::Acquire) != want {
+        std::hint::spin_loop();
+        spins += 1;
+        if spins == 1 << 16 {
+            spins = 0;
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// How tightly cores `a` and `b` are coupled: the one-way time in ns of a
+/// cache line bounced between a thread on each (the median of 64 batches
+/// of 256 round trips, halved; about 10 to 50 ms).
+///
+/// On a shared VM the two vCPUs can move between one physical core (tens of
+/// ns here) and two (over a hundred) within minutes, and every cross-core
+/// figure moves with them: harnesses measure this beside their rows and
+/// say when it changed.
+pub fn coupling_ns(a: usize, b: usize) -> f64 {
+    use std::sync::atomic::Ordering;
+    const BATCHES: usize = 64;
+    const BATCH: u64 = 256;
+    let line = Line(std::sync::atomic::AtomicU64::new(0));
+    let mut times = std::thread::scope(|s| {
+        s.spawn(|| {
+            pin(b);
+            for i in 0..BATCHES as u64 * BATCH {
+                wait_for(&line, 2 * i + 1);
+                line.0.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        let timed = s.spawn(|| {
+            pin(a);
+            let mut times = Vec::with_capacity(BATCHES);
+            for k in 0..BATCHES as u64 {
+                let t = Instant::now();
+                for i in k * BATCH..(k + 1) * BATCH {
+                    line.0.store(2 * i + 1, Ordering::Release);
+                    wait_for(&line, 2 * i + 2);
+                }
+                times.push(t.elapsed());
+            }
+            times
+        });
+        timed.join().expect("coupling probe panicked")
+    });
+    times.sort_unstable();
+    times[BATCHES / 2].as_nanos() as f64 / BATCH as f64 / 2.0
+}
+
+/// Whether two coupling figures differ by more than half: the vCPUs moved
+/// between sharing a physical core and not, and figures measured on either
+/// side are not comparable.
+pub fn coupling_changed(a: f64, b: f64) -> bool {
+    a.max(b) > 1.5 * a.min(b)
+}
+
+/// Prints the coupling measured at the start and the end of a run, with a
+/// warning when it changed (a change and back between the two is not seen).
+pub fn report_coupling(start: f64, end: f64) {
+    println!(
+        "\n- cores' coupling (cache-line ping-pong one-way): {start:.1} ns at the start, \
+         {end:.1} ns at the end"
+    );
+    if coupling_changed(start, end) {
+        println!(
+            "- WARNING: the coupling changed during the run (the vCPUs moved between sharing \
+             a physical core and not): rows measured before and after the change are not \
+             comparable; run again"
+        );
+    }
+}

@@ -14,6 +14,12 @@
 //! handles, then a sustained figure: the split handles
 //! and rtrb, single and chunk 32, each moving enough items for a continuous
 //! run of at least `--sustain-secs`, interleaved.
+//!
+//! The cores' coupling (a cache-line ping-pong) is measured before the
+//! first repetition and after each. When it changed during the run (a
+//! shared VM's vCPUs moved between one physical core and two), each floor's
+//! ratio is also given per coupling: the median, over the repetitions run
+//! on either side of the change, of the ratio within each repetition.
 
 use std::hint::spin_loop;
 use std::sync::Barrier;
@@ -23,7 +29,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use crossbeam_queue::ArrayQueue;
 use ntbdk_bench::{
-    Row, check_floor, core_pair, describe_machine, median, pin, print_floor_header, print_table,
+    Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine, median, pin,
+    print_floor_header, print_table, report_coupling,
 };
 use ntbdk_ring::{Ring, RingMode};
 
@@ -101,6 +108,120 @@ impl Case {
             Case::ArrayQueue => "crossbeam ArrayQueue push/pop".into(),
             Case::RtrbSingle => "rtrb push/pop".into(),
             Case::RtrbChunk(n) => format!("rtrb chunk {n}"),
+        }
+    }
+}
+
+/// The floors: (label, our row, the peer's row, the least ratio ours / peer).
+const FLOORS: [(&str, &str, &str, f64); 5] = [
+    (
+        "SPSC burst 32 vs ArrayQueue",
+        "ntbdk SPSC burst 32",
+        "crossbeam ArrayQueue push/pop",
+        4.0,
+    ),
+    (
+        "SPSC single vs rtrb push/pop",
+        "ntbdk SPSC single",
+        "rtrb push/pop",
+        1.0,
+    ),
+    (
+        "SPSC handles single vs rtrb push/pop",
+        "ntbdk SPSC handles single",
+        "rtrb push/pop",
+        1.0,
+    ),
+    (
+        "SPSC handles burst 32 vs rtrb chunk 32",
+        "ntbdk SPSC handles burst 32",
+        "rtrb chunk 32",
+        1.0,
+    ),
+    (
+        "MPMC burst 32 vs ArrayQueue",
+        "ntbdk MPMC burst 32",
+        "crossbeam ArrayQueue push/pop",
+        2.0,
+    ),
+];
+
+/// Each floor's ratio within each repetition (ours and the peer ran one
+/// after the other), with the cores' coupling around that repetition: the
+/// figures behind the "by coupling" table.
+struct PairedRatios {
+    /// Per floor: its label, and per repetition its ratio ours / peer.
+    floors: Vec<(&'static str, f64, Vec<f64>)>,
+    /// The coupling before and after each repetition, in ns.
+    around: Vec<(f64, f64)>,
+}
+
+impl PairedRatios {
+    /// From every case's repetitions (`runs`, in case order) and the
+    /// coupling measured before the first repetition and after each.
+    fn new(runs: &[Vec<Row>], coupling: &[f64]) -> PairedRatios {
+        let find = |name: &str| runs.iter().find(|r| r[0].name == name);
+        let floors = FLOORS
+            .iter()
+            .filter_map(|&(label, ours, peer, min)| {
+                let (o, p) = (find(ours)?, find(peer)?);
+                let ratios = o.iter().zip(p).map(|(o, p)| o.mops() / p.mops()).collect();
+                Some((label, min, ratios))
+            })
+            .collect();
+        let around = coupling.windows(2).map(|w| (w[0], w[1])).collect();
+        PairedRatios { floors, around }
+    }
+
+    /// When the coupling changed during the run: each floor's median
+    /// ratio over the repetitions run tightly coupled (both probes below
+    /// the midpoint between the lowest and highest coupling seen) and over
+    /// those run loosely coupled (both above); a repetition across a
+    /// change counts in neither.
+    fn print(&self) {
+        let (lo, hi) = self
+            .around
+            .iter()
+            .flat_map(|&(a, b)| [a, b])
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+                (lo.min(c), hi.max(c))
+            });
+        if self.floors.is_empty() || !coupling_changed(lo, hi) {
+            return;
+        }
+        let mid = (lo * hi).sqrt();
+        let median_of = |ratios: &[f64], keep: &dyn Fn(f64, f64) -> bool| {
+            let mut v: Vec<f64> = ratios
+                .iter()
+                .zip(&self.around)
+                .filter(|(_, (a, b))| keep(*a, *b))
+                .map(|(r, _)| *r)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (v.len(), v.get(v.len() / 2).copied())
+        };
+        let show = |(n, m): (usize, Option<f64>)| match m {
+            Some(m) => format!("{m:.2}x ({n})"),
+            None => "- (0)".to_string(),
+        };
+        println!(
+            "\n### By coupling (the cores' coupling went from {lo:.0} to {hi:.0} ns during the run)\n"
+        );
+        println!(
+            "Ratios ours / peer within each repetition, median over the repetitions run \
+             below {mid:.0} ns (tight: the vCPUs likely share a physical core) and above \
+             (loose); (n) repetitions each.\n"
+        );
+        println!("| floor | tight | loose | floor |");
+        println!("| --- | ---: | ---: | ---: |");
+        for (label, min, ratios) in &self.floors {
+            let tight = median_of(ratios, &|a, b| a < mid && b < mid);
+            let loose = median_of(ratios, &|a, b| a >= mid && b >= mid);
+            println!(
+                "| {label} | {} | {} | >= {min}x |",
+                show(tight),
+                show(loose)
+            );
         }
     }
 }
@@ -356,6 +477,8 @@ fn main() -> anyhow::Result<()> {
         .collect();
     anyhow::ensure!(!cases.is_empty(), "no case matches --only {:?}", args.only);
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
+    // The cores' coupling before the first repetition and after each.
+    let mut coupling = vec![coupling_ns(pc, cc)];
     for rep in 0..args.reps {
         // Each case's Mops/s, with (full/empty findings per 1000 items):
         // which regime the pair settled in.
@@ -371,8 +494,14 @@ fn main() -> anyhow::Result<()> {
             );
             runs[i].push(row);
         }
-        eprintln!(" Mops/s");
+        coupling.push(coupling_ns(pc, cc));
+        eprintln!(
+            " Mops/s, coupling {:.0} -> {:.0} ns",
+            coupling[rep],
+            coupling[rep + 1]
+        );
     }
+    let paired = PairedRatios::new(&runs, &coupling);
     // Range (slowest .. fastest repetition) of each case, for the record.
     let ranges: Vec<(String, f64, f64)> = runs
         .iter()
@@ -398,42 +527,13 @@ fn main() -> anyhow::Result<()> {
     let aq = "crossbeam ArrayQueue push/pop";
     print_floor_header();
     let mut ok = true;
-    for (label, ours, peer, min) in [
-        (
-            "SPSC burst 32 vs ArrayQueue",
-            "ntbdk SPSC burst 32",
-            aq,
-            4.0,
-        ),
-        (
-            "SPSC single vs rtrb push/pop",
-            "ntbdk SPSC single",
-            "rtrb push/pop",
-            1.0,
-        ),
-        (
-            "SPSC handles single vs rtrb push/pop",
-            "ntbdk SPSC handles single",
-            "rtrb push/pop",
-            1.0,
-        ),
-        (
-            "SPSC handles burst 32 vs rtrb chunk 32",
-            "ntbdk SPSC handles burst 32",
-            "rtrb chunk 32",
-            1.0,
-        ),
-        (
-            "MPMC burst 32 vs ArrayQueue",
-            "ntbdk MPMC burst 32",
-            aq,
-            2.0,
-        ),
-    ] {
+    for (label, ours, peer, min) in FLOORS {
         if let (Some(o), Some(p)) = (by(ours), by(peer)) {
             ok &= check_floor(label, o, p, min);
         }
     }
+    paired.print();
+    report_coupling(coupling[0], coupling[args.reps]);
 
     println!("\n### Other ratios (same run, no floor)\n");
     println!("| ours / peer | ratio |");

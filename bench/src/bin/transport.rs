@@ -108,7 +108,8 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use ntbdk_bench::{
-    Row, check_floor, core_pair, describe_machine, pin, print_floor_header, send_burst, thread_cpu,
+    Row, check_floor, core_pair, coupling_ns, describe_machine, pin, print_floor_header,
+    report_coupling, send_burst, thread_cpu,
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
@@ -387,32 +388,6 @@ fn main() -> Result<()> {
     );
     report_coupling(coupling, coupling_ns(a, b));
     Ok(())
-}
-
-/// How tightly cores `a` and `b` are coupled right now: the cache-line
-/// ping-pong's one-way time over about 50 ms. A shared VM's two vCPUs can
-/// move between one physical core (tens of ns here) and two (over a
-/// hundred) within minutes, and every cross-core row moves with them.
-fn coupling_ns(a: usize, b: usize) -> f64 {
-    let p = |plan| cacheline_pingpong(a, b, plan);
-    calibrated(p, None, Duration::from_millis(50)).typical_ns() / 2.0
-}
-
-/// Prints the coupling measured at the start and the end of the run, with
-/// a warning when it changed: rows measured before and after the change
-/// are not comparable (a change and back between the two is not seen).
-fn report_coupling(start: f64, end: f64) {
-    println!(
-        "\n- cores' coupling (cache-line ping-pong one-way): {start:.1} ns at the start, \
-         {end:.1} ns at the end"
-    );
-    if start.max(end) > 1.5 * start.min(end) {
-        println!(
-            "- WARNING: the coupling changed during the run (the vCPUs moved between sharing \
-             a physical core and not): rows measured before and after the change are not \
-             comparable; run again"
-        );
-    }
 }
 
 /// Runs `op(i)` for `i` in `0..n`; returns how long that took.
