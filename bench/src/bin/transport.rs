@@ -108,8 +108,8 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use ntbdk_bench::{
-    Row, check_floor, core_pair, coupling_ns, describe_machine, pin, print_floor_header,
-    report_coupling, send_burst, thread_cpu,
+    Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine, pin,
+    print_floor_header, report_coupling, send_burst, thread_cpu,
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
@@ -292,9 +292,9 @@ fn main() -> Result<()> {
     // One-way latency between cores `a` and `b`: the cache-line floor (one
     // line both ways), then the floors of a posted-write transport with no
     // software at all (one line each way; rings of 64-byte slots).
-    let mut lat = Vec::new();
+    let mut lat = Latencies::default();
     for (_, case) in baseline_cases(a, b, args.iters, target) {
-        lat.push(case()?);
+        lat.run(a, b, case)?;
     }
     let p = plan(
         |n| {
@@ -312,18 +312,19 @@ fn main() -> Result<()> {
         args.iters,
         target,
     );
-    lat.push(unix_socket_pingpong(a, b, p)?);
+    lat.run(a, b, || unix_socket_pingpong(a, b, p))?;
     #[cfg(feature = "iceoryx2")]
-    lat.push(iceoryx2_latency(a, b, args.iters, target)?);
+    lat.run(a, b, || iceoryx2_latency(a, b, args.iters, target))?;
     // ntbdk rows: 64 B one-way latency (a send ping-pong: the serving thread
     // echoes each message), and the 64 B send rate with bursts of 32.
-    lat.push(ntb_send_latency(a, b, MSG, args.iters, target)?);
+    lat.run(a, b, || ntb_send_latency(a, b, MSG, args.iters, target))?;
     // For comparison: the largest send that fits one queue slot (inline).
-    lat.push(ntb_send_latency(a, b, 48, args.iters, target)?);
+    lat.run(a, b, || ntb_send_latency(a, b, 48, args.iters, target))?;
     // What of the 64 B round trip is software: the same on one core, where
     // no cache line crosses between cores.
-    lat.push(ntb_send_one_core(a, MSG, args.iters, target)?);
-    print_latency(&lat);
+    lat.run(a, b, || ntb_send_one_core(a, MSG, args.iters, target))?;
+    lat.print();
+    let lat = lat.rows;
     let rate = ntb_send_rate(a, b, args.iters, target)?;
     print_rate(&rate);
 
@@ -909,20 +910,52 @@ fn print_bandwidth(cases: &[(usize, Samples)]) {
     }
 }
 
-fn print_latency(cases: &[Samples]) {
-    println!("\n### {MSG} B one-way latency (half round trip)\n");
-    println!("| case | one-way ns | round trip ns | mean one-way ns | round trips |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
-    for s in cases {
-        let rtt = s.typical_ns();
+/// The latency rows of a run, each with the cores' coupling measured just
+/// before and just after it: a row is comparable only with rows measured
+/// at the same coupling (the vCPUs of a shared VM move between one
+/// physical core and two within minutes).
+#[derive(Default)]
+struct Latencies {
+    /// The rows, in the order they ran.
+    rows: Vec<Samples>,
+    /// Each row's coupling (one-way ns) before and after it.
+    coupling: Vec<(f64, f64)>,
+}
+
+impl Latencies {
+    /// Runs one latency case between two probes of the coupling.
+    fn run(&mut self, a: usize, b: usize, case: impl FnOnce() -> Result<Samples>) -> Result<()> {
+        let before = coupling_ns(a, b);
+        self.rows.push(case()?);
+        self.coupling.push((before, coupling_ns(a, b)));
+        Ok(())
+    }
+
+    /// The latency table; a row whose coupling changed while it ran is
+    /// marked, as its figure mixes two regimes.
+    fn print(&self) {
+        println!("\n### {MSG} B one-way latency (half round trip)\n");
         println!(
-            "| {} | {:.1} | {:.1} | {:.1} | {} |",
-            s.name,
-            rtt / 2.0,
-            rtt,
-            s.mean_ns() / 2.0,
-            s.ops()
+            "| case | one-way ns | round trip ns | mean one-way ns | round trips | \
+             coupling ns before / after |"
         );
+        println!("| --- | ---: | ---: | ---: | ---: | --- |");
+        for (s, &(before, after)) in self.rows.iter().zip(&self.coupling) {
+            let rtt = s.typical_ns();
+            let changed = if coupling_changed(before, after) {
+                " (changed)"
+            } else {
+                ""
+            };
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {} | {before:.0} / {after:.0}{changed} |",
+                s.name,
+                rtt / 2.0,
+                rtt,
+                s.mean_ns() / 2.0,
+                s.ops()
+            );
+        }
     }
 }
 
@@ -2283,17 +2316,17 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
             labels.join(", ")
         );
     }
-    let mut lat = Vec::new();
+    let mut lat = Latencies::default();
     for (label, case) in cases {
         if wanted(label) {
-            lat.push(case()?);
+            lat.run(a, b, case)?;
         }
     }
-    if !lat.is_empty() {
-        print_latency(&lat);
+    if !lat.rows.is_empty() {
+        lat.print();
         println!();
         print_latency_ratios(
-            &lat,
+            &lat.rows,
             &[
                 (
                     CACHE_LINE,
