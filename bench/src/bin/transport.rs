@@ -2129,24 +2129,25 @@ const WRITE_TIMED_EVERY: u64 = 8;
 /// writes for nearly the whole run at `1 / rate` per message is the
 /// limit), and how much CPU each thread got (a thread that shares its core
 /// with another job spins while the other side is off its core, and the
-/// rate collapses).
-fn print_sustained(rows: &[Sustained]) {
+/// rate collapses), and the cores' coupling just before and after each
+/// run (runs are comparable only at one coupling).
+fn print_sustained(rows: &[(Sustained, (f64, f64))]) {
     println!("\n### Send rate, one continuous run each\n");
     println!(
-        "| case | M messages/s | seconds | messages | 100 ms windows: min / median / max M/s | posts Busy | receiver polls empty | sender ns/message writing | CPU % sender / receiver | preempted sender / receiver |"
+        "| case | M messages/s | seconds | messages | 100 ms windows: min / median / max M/s | posts Busy | receiver polls empty | sender ns/message writing | CPU % sender / receiver | preempted sender / receiver | coupling ns before / after |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | --- |");
-    for s in rows {
-        print_sustained_row(s);
+    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- |");
+    for (s, coupling) in rows {
+        print_sustained_row(s, *coupling);
     }
 }
 
-fn print_sustained_row(s: &Sustained) {
+fn print_sustained_row(s: &Sustained, (before, after): (f64, f64)) {
     let mut w = s.windows.clone();
     w.sort_by(f64::total_cmp);
     let cpu = |c: Duration| 100.0 * c.as_secs_f64() / s.elapsed.as_secs_f64();
     println!(
-        "| {} | {:.2} | {:.2} | {} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.1}% | {:.1} | {:.0} / {:.0} | {} / {} |",
+        "| {} | {:.2} | {:.2} | {} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.1}% | {:.1} | {:.0} / {:.0} | {} / {} | {before:.0} / {after:.0}{} |",
         s.name,
         s.rate(),
         s.elapsed.as_secs_f64(),
@@ -2161,6 +2162,11 @@ fn print_sustained_row(s: &Sustained) {
         cpu(s.server_cpu.0),
         s.sender_cpu.1,
         s.server_cpu.1,
+        if coupling_changed(before, after) {
+            " (changed)"
+        } else {
+            ""
+        },
     );
 }
 
@@ -2345,18 +2351,25 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     // Continuous runs of at least 1 s, the zero-software ring beside
     // ntbdk's send, for 2-slot (64 B) and 1-slot (48 B) messages.
     let run = target.max(Duration::from_secs(1));
+    // Each run with the cores' coupling just before and after it.
     let mut sustained = Vec::new();
+    let mut coupled = |row: &dyn Fn() -> Result<Sustained>| -> Result<()> {
+        let before = coupling_ns(a, b);
+        let s = row()?;
+        sustained.push((s, (before, coupling_ns(a, b))));
+        Ok(())
+    };
     for (len, slots) in [(MSG, 2), (48, 1)] {
         if wanted(SUSTAINED_RING) {
-            sustained.push(slot_ring_stream(a, b, slots, run));
+            coupled(&|| Ok(slot_ring_stream(a, b, slots, run)))?;
         }
         if wanted(SUSTAINED_SEND) {
-            sustained.push(ntb_send_rate_sustained(a, b, len, run, Signaled::All)?);
+            coupled(&|| ntb_send_rate_sustained(a, b, len, run, Signaled::All))?;
         }
     }
     if wanted(SUSTAINED_SEND) {
         let last = Signaled::LastOfBurst;
-        sustained.push(ntb_send_rate_sustained(a, b, MSG, run, last)?);
+        coupled(&|| ntb_send_rate_sustained(a, b, MSG, run, last))?;
     }
     if !sustained.is_empty() {
         print_sustained(&sustained);
