@@ -21,8 +21,9 @@
 //! ratio is also given per coupling: the median, over the repetitions run
 //! on either side of the change, of the ratio within each repetition.
 
-use std::hint::spin_loop;
+use std::hint::{black_box, spin_loop};
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,12 @@ struct Args {
     /// Sustained runs per case, interleaved.
     #[arg(long, default_value_t = 3)]
     sustain_reps: usize,
+    /// Dependent additions the consumer does on each item it takes (0:
+    /// none, the queue alone). A consumer that is slower per item catches
+    /// its producer less often: the cross-core single-item figures move
+    /// with it (see bench/RESULTS.md).
+    #[arg(long, default_value_t = 0)]
+    consumer_work: u64,
     /// Exit with status 1 when a floor is missed.
     #[arg(long)]
     strict: bool,
@@ -232,6 +239,20 @@ thread_local! {
     static IDLE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
+/// Steps of work the consumer does on each item (`--consumer-work`).
+static CONSUMER_WORK: AtomicU64 = AtomicU64::new(0);
+
+/// The consumer's work on one item: `steps` dependent additions the
+/// compiler cannot fold away (about a cycle each).
+#[inline(always)]
+fn work_on(item: u64, steps: u64) {
+    let mut x = item;
+    for _ in 0..steps {
+        x = black_box(x.wrapping_add(1));
+    }
+    black_box(x);
+}
+
 /// Full and empty findings (producer, consumer) of the last [`run_pair`].
 static LAST_IDLE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
 
@@ -293,12 +314,14 @@ fn produce_single(items: u64, shared: bool, mut push: impl FnMut(u64) -> bool) {
 /// The consumer side of a one-at-a-time case: `pop()` until every item
 /// arrived; returns how many came out of order.
 fn consume_single(items: u64, shared: bool, mut pop: impl FnMut() -> Option<u64>) -> u64 {
+    let steps = CONSUMER_WORK.load(Ordering::Relaxed);
     let (mut next, mut bad) = (0, 0);
     while next < items {
         match pop() {
             Some(v) => {
                 bad += u64::from(v != next);
                 next += 1;
+                work_on(v, steps);
             }
             None => idle(shared),
         }
@@ -331,6 +354,7 @@ fn consume_bursts<const B: usize>(
     shared: bool,
     mut pop: impl FnMut(&mut [u64]) -> usize,
 ) -> u64 {
+    let steps = CONSUMER_WORK.load(Ordering::Relaxed);
     let mut buf = [0u64; B];
     let (mut next, mut bad) = (0, 0);
     while next < items {
@@ -338,6 +362,7 @@ fn consume_bursts<const B: usize>(
         for &v in &buf[..got] {
             bad += u64::from(v != next);
             next += 1;
+            work_on(v, steps);
         }
         if got == 0 {
             idle(shared);
@@ -458,12 +483,13 @@ fn main() -> anyhow::Result<()> {
     );
     let (pc, cc) = core_pair();
     let shared = pc == cc;
+    CONSUMER_WORK.store(args.consumer_work, Ordering::Relaxed);
 
     println!("## Ring benchmark\n");
     println!("- machine: {}", describe_machine());
     println!(
-        "- command: `cargo run --release -p ntbdk-bench --bin ring -- --items {} --reps {} --capacity {}`",
-        args.items, args.reps, args.capacity
+        "- command: `cargo run --release -p ntbdk-bench --bin ring -- --items {} --reps {} --capacity {} --consumer-work {}`",
+        args.items, args.reps, args.capacity, args.consumer_work
     );
     println!(
         "- {} u64 items per case, capacity {}, producer on core {pc}, consumer on core {cc}, \
@@ -596,6 +622,8 @@ fn sustained(args: &Args, slowest: &[(String, f64)], shared: bool) {
     let mut items: Vec<u64> = cases.iter().map(|&c| items_for(c)).collect();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
     let mut idles: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); cases.len()];
+    let (pc, cc) = core_pair();
+    let mut coupling = vec![coupling_ns(pc, cc)];
     for rep in 0..args.sustain_reps {
         eprint!("sustained {}/{}:", rep + 1, args.sustain_reps);
         for (k, &case) in cases.iter().enumerate() {
@@ -611,6 +639,7 @@ fn sustained(args: &Args, slowest: &[(String, f64)], shared: bool) {
             idles[k].push((full, empty, row.ops));
             runs[k].push(row);
         }
+        coupling.push(coupling_ns(pc, cc));
         eprintln!(" Mops/s");
     }
     println!(
@@ -650,6 +679,16 @@ fn sustained(args: &Args, slowest: &[(String, f64)], shared: bool) {
         );
         medians.push(m);
     }
+    let around: Vec<String> = coupling.iter().map(|c| format!("{c:.0}")).collect();
+    println!(
+        "\nThe cores' coupling (ns, one-way) before the first run and after each round: {}{}",
+        around.join(", "),
+        if coupling.windows(2).any(|w| coupling_changed(w[0], w[1])) {
+            " (changed: runs on either side are not comparable)"
+        } else {
+            ""
+        }
+    );
     println!("\n| sustained ours / peer | ratio |");
     println!("| --- | ---: |");
     for pair in medians.chunks(2) {
