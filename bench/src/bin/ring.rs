@@ -15,11 +15,12 @@
 //! and rtrb, single and chunk 32, each moving enough items for a continuous
 //! run of at least `--sustain-secs`, interleaved.
 //!
-//! The cores' coupling (a cache-line ping-pong) is measured before the
-//! first repetition and after each. When it changed during the run (a
-//! shared VM's vCPUs moved between one physical core and two), each floor's
-//! ratio is also given per coupling: the median, over the repetitions run
-//! on either side of the change, of the ratio within each repetition.
+//! Each floor's ratio is also given paired: the median over the
+//! repetitions of the ratio within each one. The cores' coupling (a
+//! cache-line ping-pong) is measured before the first repetition and after
+//! each; when it changed during the run (a shared VM's vCPUs moved between
+//! one physical core and two), the paired medians are also given on either
+//! side of the change.
 
 use std::hint::{black_box, spin_loop};
 use std::sync::Barrier;
@@ -180,12 +181,18 @@ impl PairedRatios {
         PairedRatios { floors, around }
     }
 
-    /// When the coupling changed during the run: each floor's median
-    /// ratio over the repetitions run tightly coupled (both probes below
-    /// the midpoint between the lowest and highest coupling seen) and over
-    /// those run loosely coupled (both above); a repetition across a
-    /// change counts in neither.
+    /// Each floor's ratio within each repetition (ours and the peer ran
+    /// one after the other, so a drift of the machine between repetitions
+    /// does not pair ours from one state with the peer from another),
+    /// median over the repetitions. When the coupling changed during the
+    /// run, also the medians over the repetitions run below the midpoint
+    /// between the lowest and highest coupling seen and over those run
+    /// above it (both probes on one side; a repetition across a change
+    /// counts in neither).
     fn print(&self) {
+        if self.floors.is_empty() {
+            return;
+        }
         let (lo, hi) = self
             .around
             .iter()
@@ -193,9 +200,7 @@ impl PairedRatios {
             .fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
                 (lo.min(c), hi.max(c))
             });
-        if self.floors.is_empty() || !coupling_changed(lo, hi) {
-            return;
-        }
+        let split = coupling_changed(lo, hi);
         let mid = (lo * hi).sqrt();
         let median_of = |ratios: &[f64], keep: &dyn Fn(f64, f64) -> bool| {
             let mut v: Vec<f64> = ratios
@@ -205,30 +210,33 @@ impl PairedRatios {
                 .map(|(r, _)| *r)
                 .collect();
             v.sort_by(f64::total_cmp);
-            (v.len(), v.get(v.len() / 2).copied())
+            match v.get(v.len() / 2) {
+                Some(m) => format!("{m:.2}x ({})", v.len()),
+                None => "- (0)".to_string(),
+            }
         };
-        let show = |(n, m): (usize, Option<f64>)| match m {
-            Some(m) => format!("{m:.2}x ({n})"),
-            None => "- (0)".to_string(),
-        };
-        println!(
-            "\n### By coupling (the cores' coupling went from {lo:.0} to {hi:.0} ns during the run)\n"
-        );
-        println!(
-            "Ratios ours / peer within each repetition, median over the repetitions run \
-             below {mid:.0} ns (tight: the vCPUs likely share a physical core) and above \
-             (loose); (n) repetitions each.\n"
-        );
-        println!("| floor | tight | loose | floor |");
-        println!("| --- | ---: | ---: | ---: |");
-        for (label, min, ratios) in &self.floors {
-            let tight = median_of(ratios, &|a, b| a < mid && b < mid);
-            let loose = median_of(ratios, &|a, b| a >= mid && b >= mid);
+        println!("\n### Paired ratios (ours / peer within each repetition)\n");
+        if split {
             println!(
-                "| {label} | {} | {} | >= {min}x |",
-                show(tight),
-                show(loose)
+                "The cores' coupling went from {lo:.0} to {hi:.0} ns during the run: the \
+                 medians are also given over the repetitions run below {mid:.0} ns and \
+                 over those run above; (n) repetitions each.\n"
             );
+            println!("| floor | all | below {mid:.0} ns | above {mid:.0} ns | floor |");
+            println!("| --- | ---: | ---: | ---: | ---: |");
+        } else {
+            println!("| floor | all | floor |");
+            println!("| --- | ---: | ---: |");
+        }
+        for (label, min, ratios) in &self.floors {
+            let all = median_of(ratios, &|_, _| true);
+            if split {
+                let below = median_of(ratios, &|a, b| a < mid && b < mid);
+                let above = median_of(ratios, &|a, b| a >= mid && b >= mid);
+                println!("| {label} | {all} | {below} | {above} | >= {min}x |");
+            } else {
+                println!("| {label} | {all} | >= {min}x |");
+            }
         }
     }
 }
