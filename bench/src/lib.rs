@@ -174,14 +174,22 @@ pub fn send_burst(data: &[u8], n: usize) -> Vec<ntbdk_pmd::transport::SendWr<'_>
 #[repr(align(128))]
 struct Line(std::sync::atomic::AtomicU64);
 
-/// Spins until `line` holds `want`, yielding now and then (so that two
-/// threads on one core still take turns).
+/// What the timed side of the coupling probe stores to end it.
+const PROBE_STOP: u64 = u64::MAX;
+
+/// Spins until `line` holds `want` (or [`PROBE_STOP`]), yielding now and
+/// then: two threads on one core (or under an instrumenting tool that runs
+/// one thread at a time) still take turns.
 fn wait_for(line: &Line, want: u64) {
     let mut spins = 0u32;
-    while line.0.load(std::sync::atomic::Ordering::Acquire) != want {
+    loop {
+        let v = line.0.load(std::sync::atomic::Ordering::Acquire);
+        if v == want || v == PROBE_STOP {
+            return;
+        }
         std::hint::spin_loop();
         spins += 1;
-        if spins == 1 << 16 {
+        if spins == 1 << 10 {
             spins = 0;
             std::thread::yield_now();
         }
@@ -189,8 +197,9 @@ fn wait_for(line: &Line, want: u64) {
 }
 
 /// How tightly cores `a` and `b` are coupled: the one-way time in ns of a
-/// cache line bounced between a thread on each (the median of 64 batches
-/// of 256 round trips, halved; about 10 to 50 ms).
+/// cache line bounced between a thread on each (the median of up to 64
+/// batches of 256 round trips, halved; it stops after 50 ms, with at least
+/// one batch).
 ///
 /// On a shared VM the two vCPUs can move between one physical core (tens of
 /// ns here) and two (over a hundred) within minutes, and every cross-core
@@ -200,17 +209,22 @@ pub fn coupling_ns(a: usize, b: usize) -> f64 {
     use std::sync::atomic::Ordering;
     const BATCHES: usize = 64;
     const BATCH: u64 = 256;
+    const BUDGET: Duration = Duration::from_millis(50);
     let line = Line(std::sync::atomic::AtomicU64::new(0));
     let mut times = std::thread::scope(|s| {
         s.spawn(|| {
             pin(b);
-            for i in 0..BATCHES as u64 * BATCH {
+            for i in 0.. {
                 wait_for(&line, 2 * i + 1);
+                if line.0.load(Ordering::Acquire) == PROBE_STOP {
+                    return;
+                }
                 line.0.store(2 * i + 2, Ordering::Release);
             }
         });
         let timed = s.spawn(|| {
             pin(a);
+            let start = Instant::now();
             let mut times = Vec::with_capacity(BATCHES);
             for k in 0..BATCHES as u64 {
                 let t = Instant::now();
@@ -219,13 +233,18 @@ pub fn coupling_ns(a: usize, b: usize) -> f64 {
                     wait_for(&line, 2 * i + 2);
                 }
                 times.push(t.elapsed());
+                if start.elapsed() >= BUDGET {
+                    break;
+                }
             }
+            // The partner waits for an odd value: this one ends it.
+            line.0.store(PROBE_STOP, Ordering::Release);
             times
         });
         timed.join().expect("coupling probe panicked")
     });
     times.sort_unstable();
-    times[BATCHES / 2].as_nanos() as f64 / BATCH as f64 / 2.0
+    times[times.len() / 2].as_nanos() as f64 / BATCH as f64 / 2.0
 }
 
 /// Whether two coupling figures differ by more than half: the vCPUs moved
