@@ -9,6 +9,7 @@
 pub mod iceoryx2_pingpong;
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The cores this process may use, as first seen. Remembered because
@@ -170,26 +171,34 @@ pub fn send_burst(data: &[u8], n: usize) -> Vec<ntbdk_pmd::transport::SendWr<'_>
     vec![wr; n]
 }
 
-/// A cache line of its own, for the coupling probe.
+/// One cache line, alone in its 128 bytes (adjacent-line prefetch pairs
+/// lines), bumped in turn by two threads.
 #[repr(align(128))]
-struct Line(std::sync::atomic::AtomicU64);
+pub struct Line(pub AtomicU64);
 
-/// What the timed side of the coupling probe stores to end it.
-const PROBE_STOP: u64 = u64::MAX;
+/// Spins until `line` holds `want`, yielding now and then in case the two
+/// threads share a core (or run one at a time, as under an instrumenting
+/// tool).
+#[inline]
+pub fn spin_until(line: &AtomicU64, want: u64) {
+    spin_until_with(line, want, || {});
+}
 
-/// Spins until `line` holds `want` (or [`PROBE_STOP`]), yielding now and
-/// then: two threads on one core (or under an instrumenting tool that runs
-/// one thread at a time) still take turns.
-fn wait_for(line: &Line, want: u64) {
+/// [`spin_until`], calling `meanwhile` on every spin.
+#[inline]
+pub fn spin_until_with(line: &AtomicU64, want: u64, meanwhile: impl FnMut()) {
+    spin_until_yielding(line, want, 1 << 16, meanwhile);
+}
+
+/// [`spin_until_with`], yielding every `yield_every` spins.
+#[inline]
+fn spin_until_yielding(line: &AtomicU64, want: u64, yield_every: u32, mut meanwhile: impl FnMut()) {
     let mut spins = 0u32;
-    loop {
-        let v = line.0.load(std::sync::atomic::Ordering::Acquire);
-        if v == want || v == PROBE_STOP {
-            return;
-        }
+    while line.load(Ordering::Acquire) != want {
+        meanwhile();
         std::hint::spin_loop();
         spins += 1;
-        if spins == 1 << 10 {
+        if spins == yield_every {
             spins = 0;
             std::thread::yield_now();
         }
@@ -198,25 +207,28 @@ fn wait_for(line: &Line, want: u64) {
 
 /// How tightly cores `a` and `b` are coupled: the one-way time in ns of a
 /// cache line bounced between a thread on each (the median of up to 64
-/// batches of 256 round trips, halved; it stops after 50 ms, with at least
-/// one batch).
+/// batches of 256 round trips, halved: about 0.5 ms across cores at 14 ns,
+/// 5 ms at 160 ns; it stops after 50 ms, with at least one batch).
 ///
 /// On a shared VM the two vCPUs can move between one physical core (tens of
 /// ns here) and two (over a hundred) within minutes, and every cross-core
 /// figure moves with them: harnesses measure this beside their rows and
 /// say when it changed.
 pub fn coupling_ns(a: usize, b: usize) -> f64 {
-    use std::sync::atomic::Ordering;
     const BATCHES: usize = 64;
     const BATCH: u64 = 256;
     const BUDGET: Duration = Duration::from_millis(50);
-    let line = Line(std::sync::atomic::AtomicU64::new(0));
+    let line = Line(AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    // Yielding soon: the probe must stay short where the two threads take
+    // turns on one core (or under an instrumenting tool).
+    let wait = |want| spin_until_yielding(&line.0, want, 1 << 10, || {});
     let mut times = std::thread::scope(|s| {
         s.spawn(|| {
             pin(b);
             for i in 0.. {
-                wait_for(&line, 2 * i + 1);
-                if line.0.load(Ordering::Acquire) == PROBE_STOP {
+                wait(2 * i + 1);
+                if stop.load(Ordering::Acquire) {
                     return;
                 }
                 line.0.store(2 * i + 2, Ordering::Release);
@@ -226,25 +238,33 @@ pub fn coupling_ns(a: usize, b: usize) -> f64 {
             pin(a);
             let start = Instant::now();
             let mut times = Vec::with_capacity(BATCHES);
-            for k in 0..BATCHES as u64 {
+            let mut i = 0;
+            while times.len() < BATCHES && (times.is_empty() || start.elapsed() < BUDGET) {
                 let t = Instant::now();
-                for i in k * BATCH..(k + 1) * BATCH {
+                for _ in 0..BATCH {
                     line.0.store(2 * i + 1, Ordering::Release);
-                    wait_for(&line, 2 * i + 2);
+                    wait(2 * i + 2);
+                    i += 1;
                 }
                 times.push(t.elapsed());
-                if start.elapsed() >= BUDGET {
-                    break;
-                }
             }
-            // The partner waits for an odd value: this one ends it.
-            line.0.store(PROBE_STOP, Ordering::Release);
+            // The partner wakes on the next odd value, sees `stop`, ends.
+            stop.store(true, Ordering::Release);
+            line.0.store(2 * i + 1, Ordering::Release);
             times
         });
         timed.join().expect("coupling probe panicked")
     });
     times.sort_unstable();
     times[times.len() / 2].as_nanos() as f64 / BATCH as f64 / 2.0
+}
+
+/// Runs `f` between two probes of the cores' coupling: its result, and the
+/// coupling (one-way ns) just before and just after it.
+pub fn with_coupling<R>(a: usize, b: usize, f: impl FnOnce() -> R) -> (R, (f64, f64)) {
+    let before = coupling_ns(a, b);
+    let r = f();
+    (r, (before, coupling_ns(a, b)))
 }
 
 /// Whether two coupling figures differ by more than half: the vCPUs moved

@@ -154,9 +154,9 @@ const FLOORS: [(&str, &str, &str, f64); 5] = [
     ),
 ];
 
-/// Each floor's ratio within each repetition (ours and the peer ran one
-/// after the other), with the cores' coupling around that repetition: the
-/// figures behind the "by coupling" table.
+/// Each floor's ratio within each repetition (ours and the peer ran in
+/// the same repetition, a few cases apart at most), with the cores'
+/// coupling around that repetition: the figures behind the paired table.
 struct PairedRatios {
     /// Per floor: its label, and per repetition its ratio ours / peer.
     floors: Vec<(&'static str, f64, Vec<f64>)>,
@@ -181,12 +181,12 @@ impl PairedRatios {
         PairedRatios { floors, around }
     }
 
-    /// Each floor's ratio within each repetition (ours and the peer ran
-    /// one after the other, so a drift of the machine between repetitions
+    /// Each floor's ratio within each repetition (ours and the peer ran in
+    /// the same repetition, so a drift of the machine between repetitions
     /// does not pair ours from one state with the peer from another),
     /// median over the repetitions. When the coupling changed during the
-    /// run, also the medians over the repetitions run below the midpoint
-    /// between the lowest and highest coupling seen and over those run
+    /// run, also the medians over the repetitions run below the geometric
+    /// midpoint of the lowest and highest coupling seen and over those run
     /// above it (both probes on one side; a repetition across a change
     /// counts in neither).
     fn print(&self) {
@@ -222,10 +222,10 @@ impl PairedRatios {
                  medians are also given over the repetitions run below {mid:.0} ns and \
                  over those run above; (n) repetitions each.\n"
             );
-            println!("| floor | all | below {mid:.0} ns | above {mid:.0} ns | floor |");
+            println!("| floor | all | below {mid:.0} ns | above {mid:.0} ns | needed |");
             println!("| --- | ---: | ---: | ---: | ---: |");
         } else {
-            println!("| floor | all | floor |");
+            println!("| floor | all | needed |");
             println!("| --- | ---: | ---: |");
         }
         for (label, min, ratios) in &self.floors {
@@ -592,7 +592,7 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .map(|(name, lo, _)| (name.clone(), *lo))
             .collect();
-        sustained(&args, &slowest, shared);
+        sustained(&args, &slowest, (pc, cc));
     }
     if !ok {
         println!("\nA floor was missed (see bench/RESULTS.md for what limits it on this machine).");
@@ -609,7 +609,8 @@ fn main() -> anyhow::Result<()> {
 /// items),
 /// `--sustain-reps` times, interleaved. Prints each run and the ratios of the
 /// medians.
-fn sustained(args: &Args, slowest: &[(String, f64)], shared: bool) {
+fn sustained(args: &Args, slowest: &[(String, f64)], (pc, cc): (usize, usize)) {
+    let shared = pc == cc;
     let pairs = [
         (Case::HandlesSingle, Case::RtrbSingle),
         (Case::HandlesBurst(32), Case::RtrbChunk(32)),
@@ -630,7 +631,6 @@ fn sustained(args: &Args, slowest: &[(String, f64)], shared: bool) {
     let mut items: Vec<u64> = cases.iter().map(|&c| items_for(c)).collect();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
     let mut idles: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); cases.len()];
-    let (pc, cc) = core_pair();
     let mut coupling = vec![coupling_ns(pc, cc)];
     for rep in 0..args.sustain_reps {
         eprint!("sustained {}/{}:", rep + 1, args.sustain_reps);

@@ -84,10 +84,12 @@
 //! alone: bursts of 32 sends from one transport to another on one core,
 //! the receiver polling after each burst (steady under callgrind).
 //!
-//! Every run ends with the cores' coupling (a short cache-line ping-pong)
-//! as it was at its start and is at its end, and a warning when it changed:
-//! on a shared VM the two vCPUs move between sharing a physical core and
-//! not, and rows measured on either side of such a move are not comparable.
+//! Every latency row and every continuous run carries the cores' coupling
+//! (a short cache-line ping-pong) measured just before and just after it,
+//! marked when the two differ, and every run ends with the coupling at its
+//! start and its end, with a warning when it changed: on a shared VM the two
+//! vCPUs move between sharing a physical core and not, and rows measured on
+//! either side of such a move are not comparable.
 //!
 //! Floors (issue 6), checked at the end as same-run ratios: 1 MiB write
 //! bandwidth ≥ 0.8× memcpy; 64 B one-way latency ≤ 2× the cache-line floor
@@ -108,8 +110,9 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use ntbdk_bench::{
-    Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine, pin,
-    print_floor_header, report_coupling, send_burst, thread_cpu,
+    Line, Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine, pin,
+    print_floor_header, report_coupling, send_burst, spin_until, spin_until_with, thread_cpu,
+    with_coupling,
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
@@ -416,33 +419,6 @@ fn sample(name: String, plan: Plan, op: &mut impl FnMut(u64)) -> Samples {
         name,
         batch: plan.batch,
         times,
-    }
-}
-
-/// One cache line, alone in its 128 bytes (adjacent-line prefetch pairs
-/// lines), bumped in turn by the two sides.
-#[repr(align(128))]
-struct Line(AtomicU64);
-
-/// Spins until `line` holds `want`, yielding now and then in case the two
-/// threads share a core.
-#[inline]
-fn spin_until(line: &AtomicU64, want: u64) {
-    spin_until_with(line, want, || {});
-}
-
-/// [`spin_until`], calling `meanwhile` on every spin.
-#[inline]
-fn spin_until_with(line: &AtomicU64, want: u64, mut meanwhile: impl FnMut()) {
-    let mut spins = 0u32;
-    while line.load(Ordering::Acquire) != want {
-        meanwhile();
-        std::hint::spin_loop();
-        spins += 1;
-        if spins == 1 << 16 {
-            spins = 0;
-            std::thread::yield_now();
-        }
     }
 }
 
@@ -925,9 +901,9 @@ struct Latencies {
 impl Latencies {
     /// Runs one latency case between two probes of the coupling.
     fn run(&mut self, a: usize, b: usize, case: impl FnOnce() -> Result<Samples>) -> Result<()> {
-        let before = coupling_ns(a, b);
-        self.rows.push(case()?);
-        self.coupling.push((before, coupling_ns(a, b)));
+        let (row, coupling) = with_coupling(a, b, case);
+        self.rows.push(row?);
+        self.coupling.push(coupling);
         Ok(())
     }
 
@@ -2354,9 +2330,8 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
     // Each run with the cores' coupling just before and after it.
     let mut sustained = Vec::new();
     let mut coupled = |row: &dyn Fn() -> Result<Sustained>| -> Result<()> {
-        let before = coupling_ns(a, b);
-        let s = row()?;
-        sustained.push((s, (before, coupling_ns(a, b))));
+        let (s, coupling) = with_coupling(a, b, row);
+        sustained.push((s?, coupling));
         Ok(())
     };
     for (len, slots) in [(MSG, 2), (48, 1)] {
