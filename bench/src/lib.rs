@@ -1,9 +1,11 @@
-//! Shared helpers of the ntbdk benchmark harnesses: core pinning, timing, and
-//! the side-by-side table every harness prints.
+//! Shared helpers of the ntbdk benchmark harnesses: core pinning, timing,
+//! the side-by-side table every harness prints, and the probe of how tightly
+//! the two benchmark cores are coupled.
 //!
 //! Every harness measures ntbdk and its peers in one process and one run, so
 //! the figures that matter are the ratios between rows, not the absolute times
-//! (the machines these run on are shared and noisy).
+//! (the machines these run on are shared and noisy), and only between rows
+//! measured at one coupling ([`coupling_ns`]).
 
 #[cfg(feature = "iceoryx2")]
 pub mod iceoryx2_pingpong;
