@@ -62,10 +62,19 @@ fn tag_of(peer: Option<Port>) -> Option<u64> {
 
 impl GrantTable {
     /// Empties the table (a new owner of the slot; no writer may rely on
-    /// what the previous one granted).
+    /// what the previous one granted). One more edit, so the sequence
+    /// number keeps rising across owners: an admission remembered at an
+    /// earlier owner's number never matches again (see [`epoch`](Self::epoch)).
     pub fn reset(&self) {
-        self.seq.store(0, Ordering::Relaxed);
-        self.used.store(0, Ordering::Release);
+        self.edit(|| self.used.store(0, Ordering::Relaxed));
+    }
+
+    /// The table's sequence number now: an admission made at this number
+    /// (see [`admitted_at`](Self::admitted_at)) still holds while it reads
+    /// the same, since every edit, `reset` included, raises it.
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
     }
 
     /// Runs `edit` as one edit: readers that overlap it retry.
@@ -139,11 +148,23 @@ impl GrantTable {
     /// Whether `writer` may write `len` bytes at `offset`, by a table
     /// consistent at one moment. `hint` is the entry that admitted this
     /// writer last (tried first; updated).
-    #[inline]
+    #[cfg(test)]
     pub fn admits(&self, writer: Port, offset: usize, len: usize, hint: &AtomicUsize) -> bool {
-        let Some(tag) = tag_of(Some(writer)) else {
-            return false;
-        };
+        self.admitted_at(writer, offset, len, hint).is_some()
+    }
+
+    /// [`admits`](Self::admits), saying at which sequence number (even:
+    /// the table as of that number admitted the write), or `None` when it
+    /// does not.
+    #[inline]
+    pub fn admitted_at(
+        &self,
+        writer: Port,
+        offset: usize,
+        len: usize,
+        hint: &AtomicUsize,
+    ) -> Option<u64> {
+        let tag = tag_of(Some(writer))?;
         let (offset, end) = (offset as u64, offset.saturating_add(len) as u64);
         for _ in 0..RETRIES {
             let s = self.seq.load(Ordering::Acquire);
@@ -165,10 +186,10 @@ impl GrantTable {
                 if let Some(i) = found.filter(|&i| i != h) {
                     hint.store(i, Ordering::Relaxed);
                 }
-                return found.is_some();
+                return found.map(|_| s);
             }
         }
-        false
+        None
     }
 }
 
@@ -213,13 +234,26 @@ impl LiveGrants {
         }
     }
 
-    /// Whether the table lets us write `len` bytes at `offset`.
+    /// The table, to read.
     #[inline]
-    pub fn admits(&self, offset: usize, len: usize) -> bool {
+    fn table(&self) -> &GrantTable {
         // SAFETY: per `from_raw`, the table is alive and atomics only, so a
         // shared reference to it is sound however others write it.
-        let t = unsafe { &*self.table };
-        t.admits(self.writer, offset, len, &self.hint)
+        unsafe { &*self.table }
+    }
+
+    /// The sequence number at which the table lets us write `len` bytes at
+    /// `offset` ([`GrantTable::admitted_at`]), or `None` when it does not.
+    #[inline]
+    pub fn admitted_at(&self, offset: usize, len: usize) -> Option<u64> {
+        self.table()
+            .admitted_at(self.writer, offset, len, &self.hint)
+    }
+
+    /// The table's sequence number now ([`GrantTable::epoch`]).
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.table().epoch()
     }
 }
 
@@ -281,6 +315,28 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         owner.join().unwrap();
         assert!(admitted > 0, "the reader never saw a grant");
+    }
+
+    #[test]
+    fn every_edit_and_every_reset_raise_the_epoch() {
+        let t = table();
+        let h = AtomicUsize::new(0);
+        let mut seen = vec![t.epoch()];
+        let a = t.grant(0, 64, Some(1)).unwrap();
+        let at = t.admitted_at(1, 0, 64, &h).unwrap();
+        assert_eq!(at, t.epoch());
+        seen.push(t.epoch());
+        t.withdraw(a);
+        seen.push(t.epoch());
+        t.reset();
+        seen.push(t.epoch());
+        // An owner that died mid-edit, then a new owner.
+        t.seq.fetch_add(1, Ordering::Relaxed);
+        t.reset();
+        seen.push(t.epoch());
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert!(seen.iter().all(|s| s % 2 == 0), "{seen:?}");
+        assert_eq!(t.admitted_at(1, 0, 64, &h), None);
     }
 
     #[test]

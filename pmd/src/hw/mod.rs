@@ -32,7 +32,9 @@ pub use grant::{PeerGrant, Strided};
 pub use grant_table::GrantId;
 pub use tenure::Tenure;
 pub use wc::{StoreProbe, WriteCombining};
-pub use window::{Keepalive, LocalSpan, LocalWindow, PeerWindow, WindowSpan, store_fence};
+pub use window::{
+    Admitted, Keepalive, LocalSpan, LocalWindow, PeerWindow, WindowSpan, store_fence,
+};
 
 /// A port (the emulated fabric calls it a slot): a host's number on the
 /// fabric. Peers are named by their port.

@@ -196,9 +196,9 @@ impl PeerWindow {
     /// Whether this handle may write `len` bytes at `offset` (see
     /// [`with_tenure`](Self::with_tenure), [`with_grant`](Self::with_grant)).
     #[inline]
-    fn admitted(&self, offset: usize, len: usize) -> Result<()> {
+    fn admitted(&self, offset: usize, len: usize) -> Result<Option<u64>> {
         match &self.guard {
-            None => Ok(()),
+            None => Ok(None),
             Some(g) => g.admit(self.peer, &self.counters, offset, len),
         }
     }
@@ -291,6 +291,59 @@ impl PeerWindow {
             offset,
             len,
         })
+    }
+
+    /// Checks `len` bytes at `offset` as [`span`](Self::span) does, into a
+    /// token the caller keeps across calls: for a stream of writes into one
+    /// region ([`write_admitted`](Self::write_admitted)).
+    #[inline]
+    pub fn admit(&self, offset: usize, len: usize) -> Result<Admitted> {
+        check(offset, len, self.len)?;
+        let epoch = self.admitted(offset, len)?;
+        Ok(Admitted {
+            base: self.base as usize,
+            offset,
+            len,
+            epoch,
+        })
+    }
+
+    /// [`write`](Self::write) at `at` bytes into the range `admitted`,
+    /// checked against the range's bounds, then against what can have
+    /// changed since the admission (see [`Admitted`]); when that no longer
+    /// holds, or the token is another window's, the range is admitted
+    /// again first (and `admitted` updated) or the error returned, nothing
+    /// written.
+    #[inline]
+    pub fn write_admitted(&self, admitted: &mut Admitted, at: usize, src: &[u8]) -> Result<()> {
+        let len = src.len();
+        check(at, len, admitted.len)?;
+        if admitted.base != self.base as usize
+            || self
+                .guard
+                .as_ref()
+                .is_some_and(|g| !g.still_admits(admitted.epoch))
+        {
+            *admitted = self.readmit(admitted)?;
+        }
+        let offset = admitted.offset + at;
+        // `at .. at + len` lies in the range (checked above), which lies in
+        // this window (checked by `admit` on this window: the base matches,
+        // and a window's length never changes), mapped while we live.
+        // SAFETY: as just said; `src` is ordinary readable memory; a move
+        // holds even for overlapping spans.
+        unsafe { move_bytes(src.as_ptr(), self.base.add(offset), len) };
+        self.mine.posted(len);
+        self.note_data(offset, len);
+        Ok(())
+    }
+
+    /// [`admit`](Self::admit) again of the range of a token that no longer
+    /// holds here (out of line: the stream's rare case).
+    #[cold]
+    #[inline(never)]
+    fn readmit(&self, stale: &Admitted) -> Result<Admitted> {
+        self.admit(stale.offset, stale.len)
     }
 
     /// Stores `words` at `offset` (8-byte aligned), two words to a 16-byte
@@ -504,15 +557,23 @@ impl Guard {
     /// `Ok` when `len` bytes at `offset` are inside the grant (a fixed
     /// range first: the writer's own section, where most writes go; else
     /// the live table) and we still hold our place; else the error (a
-    /// grant refusal is counted).
+    /// grant refusal is counted). The `Ok` says on what the admission
+    /// rests: `None`, the fixed ranges (which never change); `Some(n)`,
+    /// the live table at sequence number `n`.
     #[inline]
-    fn admit(&self, peer: u16, counters: &DeviceCounters, offset: usize, len: usize) -> Result<()> {
+    fn admit(
+        &self,
+        peer: u16,
+        counters: &DeviceCounters,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<u64>> {
         if let Some(g) = &self.granted
             && !covered(g, offset, len)
         {
             return self.admit_live(peer, counters, offset, len);
         }
-        self.held()
+        self.held().map(|()| None)
     }
 
     /// [`admit`](Self::admit) outside the fixed ranges: by the live table
@@ -525,12 +586,21 @@ impl Guard {
         counters: &DeviceCounters,
         offset: usize,
         len: usize,
-    ) -> Result<()> {
-        if !self.live.as_ref().is_some_and(|l| l.admits(offset, len)) {
+    ) -> Result<Option<u64>> {
+        let Some(epoch) = self.live.as_ref().and_then(|l| l.admitted_at(offset, len)) else {
             counters.ungranted();
             return Err(HwError::NotGranted { peer, offset, len });
-        }
-        self.held()
+        };
+        self.held().map(|()| Some(epoch))
+    }
+
+    /// Whether an admission resting on `epoch` (see [`admit`](Self::admit))
+    /// holds now: we hold our place and, for one the live table made, the
+    /// table has not been edited since.
+    #[inline]
+    fn still_admits(&self, epoch: Option<u64>) -> bool {
+        self.held().is_ok()
+            && epoch.is_none_or(|n| self.live.as_ref().is_some_and(|l| l.epoch() == n))
     }
 
     /// `Ok` while we hold our place on the fabric (or nothing says).
@@ -540,6 +610,44 @@ impl Guard {
             Some(t) => t.check(),
             None => Ok(()),
         }
+    }
+}
+
+/// A range of one [`PeerWindow`] admitted once ([`PeerWindow::admit`]) and
+/// kept by its owner across calls, unlike a borrowed [`WindowSpan`]: the
+/// region a stream of one-sided writes targets. A write through it
+/// ([`PeerWindow::write_admitted`]) re-checks only what can have changed
+/// since: that we hold our place and, when the live grant table admitted
+/// it, that the table's sequence number is the same (every edit raises it).
+/// Anything else admits the range again, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// The window it was admitted in (its mapping's address: a token is
+    /// never taken for another window's).
+    base: usize,
+    offset: usize,
+    len: usize,
+    /// What the admission rests on (see `Guard::admit`).
+    epoch: Option<u64>,
+}
+
+impl Admitted {
+    /// Where the range starts in its window.
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The range's length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -969,6 +1077,96 @@ mod tests {
             Err(HwError::OutOfBounds { .. })
         ));
         assert_eq!(&mem[10..16], &[0; 6]);
+    }
+
+    /// A window over `mem` whose live grant table is `table` (writer port
+    /// 1), beyond a fixed grant of its first 64 bytes.
+    fn granted_window(
+        mem: &Arc<Vec<u64>>,
+        table: &Arc<super::super::grant_table::GrantTable>,
+        counters: &Arc<DeviceCounters>,
+    ) -> PeerWindow {
+        // SAFETY: the table is atomics only, kept alive by the keepalive.
+        let live =
+            unsafe { LiveGrants::from_raw(Arc::as_ptr(table), 1, table.clone() as Keepalive) };
+        // SAFETY: `mem` is 512 bytes, 8-aligned, kept alive by the handle;
+        // the test reads it only between writes.
+        unsafe {
+            PeerWindow::from_raw(
+                mem.as_ptr() as *mut u8,
+                512,
+                1,
+                counters.clone(),
+                mem.clone(),
+            )
+        }
+        .with_grant(vec![Range { start: 0, end: 64 }])
+        .with_live_grants(live)
+    }
+
+    #[test]
+    fn an_admitted_range_holds_until_its_grant_changes_then_is_checked_again() {
+        use super::super::grant_table::GrantTable;
+        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        // SAFETY: an all-zero GrantTable is valid (atomics, zero = empty).
+        let table: Arc<GrantTable> = Arc::new(unsafe { std::mem::zeroed() });
+        let counters = Arc::new(DeviceCounters::default());
+        let win = granted_window(&mem, &table, &counters);
+        let bytes = |i: usize| -> Vec<u8> { mem[i / 8..i / 8 + 1][0].to_le_bytes().to_vec() };
+
+        assert!(matches!(
+            win.admit(256, 64),
+            Err(HwError::NotGranted { .. })
+        ));
+        let id = table.grant(256, 64, Some(1)).unwrap();
+        let mut region = win.admit(256, 64).unwrap();
+        assert_eq!((region.offset(), region.len()), (256, 64));
+        win.write_admitted(&mut region, 8, &[1; 8]).unwrap();
+        assert_eq!(bytes(264), vec![1; 8]);
+        // Bounds are the range's, not the window's.
+        assert!(matches!(
+            win.write_admitted(&mut region, 60, &[2; 8]),
+            Err(HwError::OutOfBounds { .. })
+        ));
+
+        // Withdrawn: the next write is checked again and refused, nothing
+        // written, the refusal counted.
+        table.withdraw(id);
+        let before = counters.snapshot().ungranted_writes;
+        assert!(matches!(
+            win.write_admitted(&mut region, 16, &[3; 8]),
+            Err(HwError::NotGranted { .. })
+        ));
+        assert_eq!(bytes(272), vec![0; 8]);
+        assert_eq!(counters.snapshot().ungranted_writes, before + 1);
+
+        // Granted again (another edit): admitted again, the token renewed.
+        table.grant(256, 64, Some(1)).unwrap();
+        win.write_admitted(&mut region, 16, &[4; 8]).unwrap();
+        assert_eq!(bytes(272), vec![4; 8]);
+        let renewed = region;
+
+        // A new owner's table, granting the same range anew: the number
+        // has moved on, so an old token is never taken as current.
+        table.reset();
+        table.grant(256, 64, Some(1)).unwrap();
+        let mut stale = renewed;
+        win.write_admitted(&mut stale, 24, &[5; 8]).unwrap();
+        assert_ne!(stale, renewed, "admitted again after the reset");
+        table.reset();
+        assert!(matches!(
+            win.write_admitted(&mut stale, 24, &[6; 8]),
+            Err(HwError::NotGranted { .. })
+        ));
+        assert_eq!(bytes(280), vec![5; 8]);
+
+        // Another window's token is admitted again for this one.
+        let other_mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        let other = granted_window(&other_mem, &table, &counters);
+        let mut foreign = other.admit(0, 64).unwrap();
+        win.write_admitted(&mut foreign, 0, &[7; 8]).unwrap();
+        assert_eq!(bytes(0), vec![7; 8]);
+        assert_eq!(other_mem[0], 0);
     }
 
     #[test]

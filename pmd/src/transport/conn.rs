@@ -6,11 +6,10 @@
 //! The fields are private: the rest of the transport asks a connection to
 //! send, take, lend and serve, and never pokes its rings.
 
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::hw::{LocalWindow, PeerWindow, Port, Result as HwResult};
+use crate::hw::{Admitted, LocalWindow, PeerWindow, Port, Result as HwResult};
 
 use super::counters::{DropKind, QpCounters};
 use super::error::TransportError;
@@ -93,9 +92,9 @@ pub(crate) struct Conn {
     /// The peer's regions advertised to us for one-sided writes: key →
     /// (window offset, length).
     remote: HashMap<u32, (u64, u32)>,
-    /// The last entry of `remote` looked up (a stream of writes names one
-    /// region): key, window offset, length.
-    remote_last: Cell<Option<(u32, u64, u32)>>,
+    /// The last entry of `remote` written to (a stream of writes names one
+    /// region): its key and its range, admitted in the window.
+    remote_last: Option<(u32, Admitted)>,
     /// Since when the connection has looked wedged (see [`Conn::wedged`]).
     stalled_since: Option<Instant>,
     /// Our producers' credits at the last stall check.
@@ -139,7 +138,7 @@ impl Conn {
             hwm: [0; 2],
             credit_base: layout.part(me, Part::Credits),
             remote: HashMap::new(),
-            remote_last: Cell::new(None),
+            remote_last: None,
             stalled_since: None,
             credits_seen: [0; 4],
         }
@@ -500,28 +499,46 @@ impl Conn {
     /// The peer advertised region `rkey`: `len` bytes at `offset` of its
     /// window (validated inside its region area by the decoder).
     pub fn learn_region(&mut self, rkey: u32, offset: u64, len: u32) {
-        self.remote_last.set(None);
+        self.remote_last = None;
         self.remote.insert(rkey, (offset, len));
     }
 
     /// The peer revoked region `rkey`; whether we knew it.
     pub fn forget_region(&mut self, rkey: u32) -> bool {
-        self.remote_last.set(None);
+        self.remote_last = None;
         self.remote.remove(&rkey).is_some()
     }
 
-    /// Where the peer's advertised region `rkey` lies: (window offset,
-    /// length).
+    /// The peer's advertised region `rkey`, admitted in its window; `None`
+    /// when it was not advertised to us, the window's error when the window
+    /// refuses it (a peer that advertised what it does not grant us). The
+    /// last region written keeps its admission ([`write_remote`](Self::write_remote)).
     #[inline]
-    pub fn remote_region(&self, rkey: u32) -> Option<(u64, u32)> {
-        match self.remote_last.get() {
-            Some((k, offset, len)) if k == rkey => Some((offset, len)),
+    pub fn remote_region(&self, rkey: u32) -> Option<HwResult<Admitted>> {
+        match self.remote_last {
+            Some((k, region)) if k == rkey => Some(Ok(region)),
             _ => {
                 let (offset, len) = self.remote.get(&rkey).copied()?;
-                self.remote_last.set(Some((rkey, offset, len)));
-                Some((offset, len))
+                Some(self.win.admit(offset as usize, len as usize))
             }
         }
+    }
+
+    /// Writes `src` at `at` bytes into the peer's region `rkey`, admitted
+    /// as `region` ([`remote_region`](Self::remote_region)), through
+    /// [`PeerWindow::write_admitted`]; the region, as it was admitted for
+    /// this write, is kept for the next.
+    #[inline]
+    pub fn write_remote(
+        &mut self,
+        rkey: u32,
+        region: &mut Admitted,
+        at: usize,
+        src: &[u8],
+    ) -> HwResult<()> {
+        self.win.write_admitted(region, at, src)?;
+        self.remote_last = Some((rkey, *region));
+        Ok(())
     }
 
     // ---- liveness of the connection itself ----

@@ -18,8 +18,9 @@
 //! not that region contents are private. A `WriteImm` for a region not
 //! registered for that peer is dropped and counted.
 
-use crate::hw::{Port, WindowSpan};
+use crate::hw::Port;
 
+use super::conn::Conn;
 use super::counters::DropKind;
 use super::endpoint::Transport;
 use super::error::{Result, TransportError};
@@ -54,7 +55,20 @@ impl Transport {
             signaled: true,
             cookie,
         };
-        self.post_writes_direct(qp, &[wr]).map(|_| ())
+        // One write: the batch's steps without its bookkeeping, the
+        // ping-pong's path (`ib_write_lat` posts one write at a time).
+        self.check_post(qp)?;
+        let peer = qp.peer;
+        let nt_threshold = self.cfg.nt_threshold;
+        let Some(c) = self.peers[peer as usize].conn.as_mut() else {
+            return Err(TransportError::NotConnected { peer });
+        };
+        if let Err(stop) = place(c, peer, &wr, nt_threshold) {
+            return Err(self.stopped(peer, stop));
+        }
+        self.placed(peer, &wr);
+        self.ring_doorbell(peer);
+        Ok(())
     }
 
     /// Posts a batch of one-sided writes (each as
@@ -63,9 +77,10 @@ impl Transport {
     /// many were posted: all, unless one fails its checks, which stops the
     /// batch there (its error is returned when it was the first).
     ///
-    /// The window is checked once per run of writes into one region, not
-    /// per write, and the immediates are written after all the batch's
-    /// data, so each still follows its own.
+    /// The window admits a region once for the stream of writes into it,
+    /// across calls (re-checking per write only what can change: see
+    /// [`Admitted`](crate::hw::Admitted)), and the immediates are written
+    /// after all the batch's data, so each still follows its own.
     pub fn post_writes_direct(&mut self, qp: Qp, wrs: &[DirectWr<'_>]) -> Result<usize> {
         self.check_post(qp)?;
         let peer = qp.peer;
@@ -73,103 +88,18 @@ impl Transport {
         let Some(c) = self.peers[peer as usize].conn.as_mut() else {
             return Err(TransportError::NotConnected { peer });
         };
-        let win = c.win();
         let mut n = 0;
         let mut stopped = None;
-        let mut broken = false;
-        // The region of the previous write: its key, length, and its bytes
-        // in the window, checked once.
-        let mut last: Option<(u32, u32, WindowSpan<'_>)> = None;
         for wr in wrs {
-            let key = wr.remote.key;
-            let (region_len, span) = match last {
-                Some((k, len, ref span)) if k == key.0 => (len, span),
-                _ => {
-                    // The key first: a caller may probe whether a region
-                    // is known yet with an empty write.
-                    let Some((base, len)) = c.remote_region(key.0) else {
-                        stopped = Some(TransportError::UnknownRemoteKey { peer, key });
-                        break;
-                    };
-                    match win.span(base as usize, len as usize) {
-                        Ok(span) => {
-                            let l = last.insert((key.0, len, span));
-                            (l.1, &l.2)
-                        }
-                        Err(e) => {
-                            broken = true;
-                            stopped = Some(e.into());
-                            break;
-                        }
-                    }
-                }
-            };
-            let len = wr.data.len() as u64;
-            if len == 0 || len > u64::from(u32::MAX) {
-                stopped = Some(TransportError::TransferSize { len });
-                break;
-            }
-            if wr
-                .remote
-                .offset
-                .checked_add(len)
-                .is_none_or(|end| end > u64::from(region_len))
-            {
-                stopped = Some(TransportError::RemoteOutOfRange {
-                    peer,
-                    key,
-                    offset: wr.remote.offset,
-                    len,
-                    region_len,
-                });
-                break;
-            }
-            let at = wr.remote.offset as usize;
-            let written = if wr.data.len() >= nt_threshold {
-                win.write_nt(span.offset() + at, wr.data)
-            } else {
-                span.write(at, wr.data)
-            };
-            if let Err(e) = written {
-                broken = true;
-                stopped = Some(e.into());
+            if let Err(stop) = place(c, peer, wr, nt_threshold) {
+                stopped = Some(stop);
                 break;
             }
             n += 1;
         }
-        if broken {
-            self.doomed.push(peer);
-        }
+        let stopped = stopped.map(|stop| self.stopped(peer, stop));
         for wr in &wrs[..n] {
-            let len = wr.data.len() as u64;
-            if let Some(imm) = wr.imm {
-                // The notice's slot is published by its tag, a release
-                // store made after the data's stores: the peer sees the
-                // data first.
-                self.emit(
-                    peer,
-                    Ring::Rx,
-                    &Msg::WriteImm {
-                        rkey: wr.remote.key.0,
-                        roff: wr.remote.offset,
-                        len: len as u32,
-                        imm,
-                    },
-                );
-            }
-            let counters = &mut self.peers[peer as usize].counters;
-            counters.writes += 1;
-            counters.bytes_out += len;
-            if wr.signaled {
-                self.completions.push_back(Completion {
-                    peer,
-                    op: OpKind::WriteDirect,
-                    status: Status::Success,
-                    bytes: len,
-                    cookie: wr.cookie,
-                    region: None,
-                });
-            }
+            self.placed(peer, wr);
         }
         if n > 0 {
             self.ring_doorbell(peer);
@@ -177,6 +107,54 @@ impl Transport {
         match stopped {
             Some(e) if n == 0 => Err(e),
             _ => Ok(n),
+        }
+    }
+
+    /// A write [`place`] refused: its error, the peer doomed when the
+    /// window refused what the peer advertised (out of line: the rare
+    /// case).
+    #[cold]
+    #[inline(never)]
+    fn stopped(&mut self, peer: Port, stop: Stop) -> TransportError {
+        match stop {
+            Stop::Refused(e) => e,
+            Stop::Broken(e) => {
+                self.doomed.push(peer);
+                e
+            }
+        }
+    }
+
+    /// After [`place`]: the immediate's notice (written after the data's
+    /// stores, its slot published by a release store, so the peer sees
+    /// the data first), the counters, and the completion when signaled.
+    #[inline]
+    fn placed(&mut self, peer: Port, wr: &DirectWr<'_>) {
+        let len = wr.data.len() as u64;
+        if let Some(imm) = wr.imm {
+            self.emit(
+                peer,
+                Ring::Rx,
+                &Msg::WriteImm {
+                    rkey: wr.remote.key.0,
+                    roff: wr.remote.offset,
+                    len: len as u32,
+                    imm,
+                },
+            );
+        }
+        let counters = &mut self.peers[peer as usize].counters;
+        counters.writes += 1;
+        counters.bytes_out += len;
+        if wr.signaled {
+            self.completions.push_back(Completion {
+                peer,
+                op: OpKind::WriteDirect,
+                status: Status::Success,
+                bytes: len,
+                cookie: wr.cookie,
+                region: None,
+            });
         }
     }
 
@@ -272,4 +250,66 @@ impl Transport {
             region: Some(key),
         });
     }
+}
+
+/// Why [`place`] wrote nothing.
+enum Stop {
+    /// The write's own fault (unknown key, size, range): nothing else is
+    /// wrong.
+    Refused(TransportError),
+    /// The window refused what the peer advertised: the connection is
+    /// broken.
+    Broken(TransportError),
+}
+
+/// Places one write's bytes in the peer's region, after checking the key
+/// first (a caller may probe whether a region is known yet with an empty
+/// write), then the size and the range; the window admits the region once
+/// for a stream of writes into it (see [`Conn::remote_region`]).
+#[inline]
+fn place(
+    c: &mut Conn,
+    peer: Port,
+    wr: &DirectWr<'_>,
+    nt_threshold: usize,
+) -> std::result::Result<(), Stop> {
+    let key = wr.remote.key;
+    let mut region = match c.remote_region(key.0) {
+        Some(Ok(region)) => region,
+        Some(Err(e)) => return Err(Stop::Broken(e.into())),
+        None => {
+            return Err(Stop::Refused(TransportError::UnknownRemoteKey {
+                peer,
+                key,
+            }));
+        }
+    };
+    let len = wr.data.len() as u64;
+    if len == 0 || len > u64::from(u32::MAX) {
+        return Err(Stop::Refused(TransportError::TransferSize { len }));
+    }
+    // Regions are at most `u32::MAX` bytes (their advertisement's length
+    // field).
+    let region_len = region.len() as u32;
+    if wr
+        .remote
+        .offset
+        .checked_add(len)
+        .is_none_or(|end| end > u64::from(region_len))
+    {
+        return Err(Stop::Refused(TransportError::RemoteOutOfRange {
+            peer,
+            key,
+            offset: wr.remote.offset,
+            len,
+            region_len,
+        }));
+    }
+    let at = wr.remote.offset as usize;
+    let written = if wr.data.len() >= nt_threshold {
+        c.win().write_nt(region.offset() + at, wr.data)
+    } else {
+        c.write_remote(key.0, &mut region, at, wr.data)
+    };
+    written.map_err(|e| Stop::Broken(e.into()))
 }
