@@ -6,13 +6,13 @@
 //! `post.rs` (posting work), `poll.rs` (the poll loop), `receive.rs`,
 //! `target.rs`, `initiator.rs`, `multicast.rs` and `handshake.rs`.
 
-use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
 
+use super::completion_queue::CompletionQueue;
 use super::config::{Config, saturating_after};
 use super::counters::QpCounters;
 use super::dma::{CpuEngine, DmaEngine};
@@ -99,7 +99,7 @@ pub struct Transport {
     /// The next op id (ids only grow: a peer's replay check relies on it).
     pub(crate) next_op: u64,
     /// Completions not yet polled by the application.
-    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) completions: CompletionQueue,
     /// The data mover for payloads.
     pub(crate) engine: Box<dyn DmaEngine>,
     /// Polls so far (the slow path runs every 64th, or while connecting).
@@ -218,7 +218,7 @@ impl Transport {
             regions,
             ops: IdMap::default(),
             next_op: 1,
-            completions: VecDeque::new(),
+            completions: CompletionQueue::default(),
             engine: Box::new(CpuEngine {
                 nt_threshold: cfg.nt_threshold,
             }),
@@ -408,19 +408,7 @@ impl Transport {
         } else {
             self.polls_without_progress += 1;
         }
-        let n = out.len().min(self.completions.len());
-        let (a, b) = self.completions.as_slices();
-        // The queue's two halves in turn (a chained iterator costs a branch
-        // per completion).
-        let (out_a, out_b) = out[..n].split_at_mut(n.min(a.len()));
-        for (slot, c) in out_a.iter_mut().zip(a) {
-            slot.copy_fields(c);
-        }
-        for (slot, c) in out_b.iter_mut().zip(b) {
-            slot.copy_fields(c);
-        }
-        self.completions.drain(..n);
-        n
+        self.completions.take_into(out)
     }
 
     /// Whether work may be posted on `qp` now: the peer is connected and

@@ -108,6 +108,7 @@
 //! back once per quarter ring. All progress happens in
 //! [`Transport::poll_completions`] / [`Transport::progress`]: no threads.
 
+mod completion_queue;
 mod config;
 mod conn;
 mod counters;

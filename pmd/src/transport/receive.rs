@@ -6,10 +6,9 @@
 //! its receive right here, with no detour through the control-message
 //! scratch list; an eager buffer is lent back to the sender at once.
 
-use std::collections::VecDeque;
-
 use crate::hw::{LocalSpan, LocalWindow, Port};
 
+use super::completion_queue::CompletionQueue;
 use super::counters::DropKind;
 use super::dma::DmaEngine;
 use super::endpoint::Transport;
@@ -91,7 +90,7 @@ struct Sink<'a> {
     local: &'a LocalWindow,
     engine: &'a mut dyn DmaEngine,
     layout: &'a Layout,
-    completions: &'a mut VecDeque<Completion>,
+    completions: &'a mut CompletionQueue,
     doomed: &'a mut Vec<Port>,
 }
 
