@@ -308,16 +308,13 @@ impl PeerWindow {
         })
     }
 
-    /// [`write`](Self::write) at `at` bytes into the range `admitted`,
-    /// checked against the range's bounds, then against what can have
-    /// changed since the admission (see [`Admitted`]); when that no longer
-    /// holds, or the token is another window's, the range is admitted
-    /// again first (and `admitted` updated) or the error returned, nothing
-    /// written.
+    /// The range `admitted` as a span for many writes, checked once
+    /// against what can have changed since the admission (see
+    /// [`Admitted`]): when that no longer holds, or the token is another
+    /// window's, the range is admitted again first (and `admitted` updated)
+    /// or the error returned.
     #[inline]
-    pub fn write_admitted(&self, admitted: &mut Admitted, at: usize, src: &[u8]) -> Result<()> {
-        let len = src.len();
-        check(at, len, admitted.len)?;
+    pub fn span_admitted(&self, admitted: &mut Admitted) -> Result<WindowSpan<'_>> {
         if admitted.base != self.base as usize
             || self
                 .guard
@@ -326,16 +323,22 @@ impl PeerWindow {
         {
             *admitted = self.readmit(admitted)?;
         }
-        let offset = admitted.offset + at;
-        // `at .. at + len` lies in the range (checked above), which lies in
-        // this window (checked by `admit` on this window: the base matches,
-        // and a window's length never changes), mapped while we live.
-        // SAFETY: as just said; `src` is ordinary readable memory; a move
-        // holds even for overlapping spans.
-        unsafe { move_bytes(src.as_ptr(), self.base.add(offset), len) };
-        self.mine.posted(len);
-        self.note_data(offset, len);
-        Ok(())
+        // The range lies in this window: `admit` checked it on this window
+        // (the base matches, and a window's length never changes).
+        Ok(WindowSpan {
+            win: self,
+            offset: admitted.offset,
+            len: admitted.len,
+        })
+    }
+
+    /// [`write`](Self::write) at `at` bytes into the range `admitted`,
+    /// through [`span_admitted`](Self::span_admitted): checked against the
+    /// range's bounds, nothing written on an error.
+    #[inline]
+    pub fn write_admitted(&self, admitted: &mut Admitted, at: usize, src: &[u8]) -> Result<()> {
+        check(at, src.len(), admitted.len)?;
+        self.span_admitted(admitted)?.write(at, src)
     }
 
     /// [`admit`](Self::admit) again of the range of a token that no longer
@@ -665,6 +668,18 @@ impl WindowSpan<'_> {
     #[inline]
     pub fn offset(&self) -> usize {
         self.offset
+    }
+
+    /// The span's length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the span has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// [`PeerWindow::write`] at `at` bytes into the span, checked against

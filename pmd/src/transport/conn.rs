@@ -92,8 +92,8 @@ pub(crate) struct Conn {
     /// The peer's regions advertised to us for one-sided writes: key →
     /// (window offset, length).
     remote: HashMap<u32, (u64, u32)>,
-    /// The last entry of `remote` written to (a stream of writes names one
-    /// region): its key and its range, admitted in the window.
+    /// The last region written to (a stream of writes names one region):
+    /// its key and its range, admitted in the window.
     remote_last: Option<(u32, Admitted)>,
     /// Since when the connection has looked wedged (see [`Conn::wedged`]).
     stalled_since: Option<Instant>,
@@ -512,7 +512,7 @@ impl Conn {
     /// The peer's advertised region `rkey`, admitted in its window; `None`
     /// when it was not advertised to us, the window's error when the window
     /// refuses it (a peer that advertised what it does not grant us). The
-    /// last region written keeps its admission ([`write_remote`](Self::write_remote)).
+    /// last region written keeps its admission ([`keep_region`](Self::keep_region)).
     #[inline]
     pub fn remote_region(&self, rkey: u32) -> Option<HwResult<Admitted>> {
         match self.remote_last {
@@ -524,21 +524,14 @@ impl Conn {
         }
     }
 
-    /// Writes `src` at `at` bytes into the peer's region `rkey`, admitted
-    /// as `region` ([`remote_region`](Self::remote_region)), through
-    /// [`PeerWindow::write_admitted`]; the region, as it was admitted for
-    /// this write, is kept for the next.
+    /// Keeps `region` (a key and its admission, as the last write through
+    /// [`PeerWindow::write_admitted`] left it) for the next
+    /// [`remote_region`](Self::remote_region); `None` keeps what is there.
     #[inline]
-    pub fn write_remote(
-        &mut self,
-        rkey: u32,
-        region: &mut Admitted,
-        at: usize,
-        src: &[u8],
-    ) -> HwResult<()> {
-        self.win.write_admitted(region, at, src)?;
-        self.remote_last = Some((rkey, *region));
-        Ok(())
+    pub fn keep_region(&mut self, region: Option<(u32, Admitted)>) {
+        if region.is_some() {
+            self.remote_last = region;
+        }
     }
 
     // ---- liveness of the connection itself ----

@@ -18,7 +18,7 @@
 //! not that region contents are private. A `WriteImm` for a region not
 //! registered for that peer is dropped and counted.
 
-use crate::hw::Port;
+use crate::hw::{Admitted, Port, WindowSpan};
 
 use super::conn::Conn;
 use super::counters::DropKind;
@@ -63,7 +63,11 @@ impl Transport {
         let Some(c) = self.peers[peer as usize].conn.as_mut() else {
             return Err(TransportError::NotConnected { peer });
         };
-        if let Err(stop) = place(c, peer, &wr, nt_threshold) {
+        let mut target = None;
+        let placed = place(c, &mut target, peer, &wr, nt_threshold);
+        let last = target.map(Target::kept);
+        c.keep_region(last);
+        if let Err(stop) = placed {
             return Err(self.stopped(peer, stop));
         }
         self.placed(peer, &wr);
@@ -90,13 +94,16 @@ impl Transport {
         };
         let mut n = 0;
         let mut stopped = None;
+        let mut target = None;
         for wr in wrs {
-            if let Err(stop) = place(c, peer, wr, nt_threshold) {
+            if let Err(stop) = place(c, &mut target, peer, wr, nt_threshold) {
                 stopped = Some(stop);
                 break;
             }
             n += 1;
         }
+        let last = target.map(Target::kept);
+        c.keep_region(last);
         let stopped = stopped.map(|stop| self.stopped(peer, stop));
         for wr in &wrs[..n] {
             self.placed(peer, wr);
@@ -262,26 +269,62 @@ enum Stop {
     Broken(TransportError),
 }
 
+/// The region a call's previous write went to: its key, its admission,
+/// and its range in the window, checked once for the call's writes into it.
+struct Target<'w> {
+    key: u32,
+    admitted: Admitted,
+    span: WindowSpan<'w>,
+}
+
+impl Target<'_> {
+    /// What the connection keeps for the next call ([`Conn::keep_region`]).
+    fn kept(self) -> (u32, Admitted) {
+        (self.key, self.admitted)
+    }
+}
+
 /// Places one write's bytes in the peer's region, after checking the key
 /// first (a caller may probe whether a region is known yet with an empty
-/// write), then the size and the range; the window admits the region once
-/// for a stream of writes into it (see [`Conn::remote_region`]).
+/// write), then the size and the range. `target` is the region the
+/// previous write of the call went to: writes into the same region reuse
+/// its span, checked once per call as [`crate::hw::PeerWindow::span`] checks (see
+/// [`Admitted`]), and the caller hands the admission back to the
+/// connection once, not per write (a token stored and loaded back at once
+/// stalls on store forwarding).
 #[inline]
-fn place(
-    c: &mut Conn,
+fn place<'w>(
+    c: &'w Conn,
+    target: &mut Option<Target<'w>>,
     peer: Port,
     wr: &DirectWr<'_>,
     nt_threshold: usize,
 ) -> std::result::Result<(), Stop> {
     let key = wr.remote.key;
-    let mut region = match c.remote_region(key.0) {
-        Some(Ok(region)) => region,
-        Some(Err(e)) => return Err(Stop::Broken(e.into())),
-        None => {
-            return Err(Stop::Refused(TransportError::UnknownRemoteKey {
-                peer,
-                key,
-            }));
+    let span = match target {
+        Some(t) if t.key == key.0 => t.span,
+        _ => {
+            let mut admitted = match c.remote_region(key.0) {
+                Some(Ok(admitted)) => admitted,
+                Some(Err(e)) => return Err(Stop::Broken(e.into())),
+                None => {
+                    return Err(Stop::Refused(TransportError::UnknownRemoteKey {
+                        peer,
+                        key,
+                    }));
+                }
+            };
+            let span = c
+                .win()
+                .span_admitted(&mut admitted)
+                .map_err(|e| Stop::Broken(e.into()))?;
+            target
+                .insert(Target {
+                    key: key.0,
+                    admitted,
+                    span,
+                })
+                .span
         }
     };
     let len = wr.data.len() as u64;
@@ -290,7 +333,7 @@ fn place(
     }
     // Regions are at most `u32::MAX` bytes (their advertisement's length
     // field).
-    let region_len = region.len() as u32;
+    let region_len = span.len() as u32;
     if wr
         .remote
         .offset
@@ -307,9 +350,9 @@ fn place(
     }
     let at = wr.remote.offset as usize;
     let written = if wr.data.len() >= nt_threshold {
-        c.win().write_nt(region.offset() + at, wr.data)
+        c.win().write_nt(span.offset() + at, wr.data)
     } else {
-        c.write_remote(key.0, &mut region, at, wr.data)
+        span.write(at, wr.data)
     };
     written.map_err(|e| Stop::Broken(e.into()))
 }
