@@ -291,3 +291,73 @@ pub fn report_coupling(start: f64, end: f64) {
         );
     }
 }
+
+/// One floor's ratio ours / peer within each repetition of an interleaved
+/// run (ours and the peer ran in the same repetition, moments apart).
+#[derive(Debug, Clone)]
+pub struct PairedFloor {
+    /// What the floor compares.
+    pub label: String,
+    /// What it needs, as printed (">= 1.0x", "<= 1.3x").
+    pub needed: String,
+    /// Ours / peer in each repetition, in order.
+    pub ratios: Vec<f64>,
+}
+
+/// Prints each floor's ratio within each repetition, median over the
+/// repetitions: a drift of the machine between repetitions does not pair
+/// ours from one state with the peer from another. `coupling` is the
+/// cores' coupling measured before the first repetition and after each.
+/// When it changed during the run, also the medians over the repetitions
+/// run below the geometric midpoint of the lowest and highest coupling seen
+/// and over those run above it (both probes on one side; a repetition
+/// across a change counts in neither).
+pub fn print_paired(floors: &[PairedFloor], coupling: &[f64]) {
+    if floors.is_empty() {
+        return;
+    }
+    let around: Vec<(f64, f64)> = coupling.windows(2).map(|w| (w[0], w[1])).collect();
+    let (lo, hi) = coupling
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), &c| {
+            (lo.min(c), hi.max(c))
+        });
+    let split = coupling_changed(lo, hi);
+    let mid = (lo * hi).sqrt();
+    let median_of = |ratios: &[f64], keep: &dyn Fn(f64, f64) -> bool| {
+        let mut v: Vec<f64> = ratios
+            .iter()
+            .zip(&around)
+            .filter(|(_, (a, b))| keep(*a, *b))
+            .map(|(r, _)| *r)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        match v.get(v.len() / 2) {
+            Some(m) => format!("{m:.2}x ({})", v.len()),
+            None => "- (0)".to_string(),
+        }
+    };
+    println!("\n### Paired ratios (ours / peer within each repetition)\n");
+    if split {
+        println!(
+            "The cores' coupling went from {lo:.0} to {hi:.0} ns during the run: the \
+             medians are also given over the repetitions run below {mid:.0} ns and \
+             over those run above; (n) repetitions each.\n"
+        );
+        println!("| floor | all | below {mid:.0} ns | above {mid:.0} ns | needed |");
+        println!("| --- | ---: | ---: | ---: | ---: |");
+    } else {
+        println!("| floor | all | needed |");
+        println!("| --- | ---: | ---: |");
+    }
+    for f in floors {
+        let all = median_of(&f.ratios, &|_, _| true);
+        if split {
+            let below = median_of(&f.ratios, &|a, b| a < mid && b < mid);
+            let above = median_of(&f.ratios, &|a, b| a >= mid && b >= mid);
+            println!("| {} | {all} | {below} | {above} | {} |", f.label, f.needed);
+        } else {
+            println!("| {} | {all} | {} |", f.label, f.needed);
+        }
+    }
+}

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use crossbeam_queue::ArrayQueue;
 use ntbdk_bench::{
-    Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine, median, pin,
-    print_floor_header, print_table, report_coupling,
+    PairedFloor, Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine,
+    median, pin, print_floor_header, print_paired, print_table, report_coupling,
 };
 use ntbdk_ring::{Ring, RingMode};
 
@@ -154,91 +154,22 @@ const FLOORS: [(&str, &str, &str, f64); 5] = [
     ),
 ];
 
-/// Each floor's ratio within each repetition (ours and the peer ran in
-/// the same repetition, a few cases apart at most), with the cores'
-/// coupling around that repetition: the figures behind the paired table.
-struct PairedRatios {
-    /// Per floor: its label, and per repetition its ratio ours / peer.
-    floors: Vec<(&'static str, f64, Vec<f64>)>,
-    /// The coupling before and after each repetition, in ns.
-    around: Vec<(f64, f64)>,
-}
-
-impl PairedRatios {
-    /// From every case's repetitions (`runs`, in case order) and the
-    /// coupling measured before the first repetition and after each.
-    fn new(runs: &[Vec<Row>], coupling: &[f64]) -> PairedRatios {
-        let find = |name: &str| runs.iter().find(|r| r[0].name == name);
-        let floors = FLOORS
-            .iter()
-            .filter_map(|&(label, ours, peer, min)| {
-                let (o, p) = (find(ours)?, find(peer)?);
-                let ratios = o.iter().zip(p).map(|(o, p)| o.mops() / p.mops()).collect();
-                Some((label, min, ratios))
+/// Each floor's ratio ours / peer within each repetition (`runs`, in case
+/// order; ours and the peer ran in the same repetition, a few cases apart
+/// at most), for the paired table.
+fn paired_ratios(runs: &[Vec<Row>]) -> Vec<PairedFloor> {
+    let find = |name: &str| runs.iter().find(|r| r[0].name == name);
+    FLOORS
+        .iter()
+        .filter_map(|&(label, ours, peer, min)| {
+            let (o, p) = (find(ours)?, find(peer)?);
+            Some(PairedFloor {
+                label: label.to_string(),
+                needed: format!(">= {min}x"),
+                ratios: o.iter().zip(p).map(|(o, p)| o.mops() / p.mops()).collect(),
             })
-            .collect();
-        let around = coupling.windows(2).map(|w| (w[0], w[1])).collect();
-        PairedRatios { floors, around }
-    }
-
-    /// Each floor's ratio within each repetition (ours and the peer ran in
-    /// the same repetition, so a drift of the machine between repetitions
-    /// does not pair ours from one state with the peer from another),
-    /// median over the repetitions. When the coupling changed during the
-    /// run, also the medians over the repetitions run below the geometric
-    /// midpoint of the lowest and highest coupling seen and over those run
-    /// above it (both probes on one side; a repetition across a change
-    /// counts in neither).
-    fn print(&self) {
-        if self.floors.is_empty() {
-            return;
-        }
-        let (lo, hi) = self
-            .around
-            .iter()
-            .flat_map(|&(a, b)| [a, b])
-            .fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
-                (lo.min(c), hi.max(c))
-            });
-        let split = coupling_changed(lo, hi);
-        let mid = (lo * hi).sqrt();
-        let median_of = |ratios: &[f64], keep: &dyn Fn(f64, f64) -> bool| {
-            let mut v: Vec<f64> = ratios
-                .iter()
-                .zip(&self.around)
-                .filter(|(_, (a, b))| keep(*a, *b))
-                .map(|(r, _)| *r)
-                .collect();
-            v.sort_by(f64::total_cmp);
-            match v.get(v.len() / 2) {
-                Some(m) => format!("{m:.2}x ({})", v.len()),
-                None => "- (0)".to_string(),
-            }
-        };
-        println!("\n### Paired ratios (ours / peer within each repetition)\n");
-        if split {
-            println!(
-                "The cores' coupling went from {lo:.0} to {hi:.0} ns during the run: the \
-                 medians are also given over the repetitions run below {mid:.0} ns and \
-                 over those run above; (n) repetitions each.\n"
-            );
-            println!("| floor | all | below {mid:.0} ns | above {mid:.0} ns | needed |");
-            println!("| --- | ---: | ---: | ---: | ---: |");
-        } else {
-            println!("| floor | all | needed |");
-            println!("| --- | ---: | ---: |");
-        }
-        for (label, min, ratios) in &self.floors {
-            let all = median_of(ratios, &|_, _| true);
-            if split {
-                let below = median_of(ratios, &|a, b| a < mid && b < mid);
-                let above = median_of(ratios, &|a, b| a >= mid && b >= mid);
-                println!("| {label} | {all} | {below} | {above} | >= {min}x |");
-            } else {
-                println!("| {label} | {all} | >= {min}x |");
-            }
-        }
-    }
+        })
+        .collect()
 }
 
 thread_local! {
@@ -535,7 +466,7 @@ fn main() -> anyhow::Result<()> {
             coupling[rep + 1]
         );
     }
-    let paired = PairedRatios::new(&runs, &coupling);
+    let paired = paired_ratios(&runs);
     // Range (slowest .. fastest repetition) of each case, for the record.
     let ranges: Vec<(String, f64, f64)> = runs
         .iter()
@@ -566,7 +497,7 @@ fn main() -> anyhow::Result<()> {
             ok &= check_floor(label, o, p, min);
         }
     }
-    paired.print();
+    print_paired(&paired, &coupling);
     report_coupling(coupling[0], coupling[args.reps]);
 
     println!("\n### Other ratios (same run, no floor)\n");

@@ -110,9 +110,9 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use crossbeam_utils::CachePadded;
 use ntbdk_bench::{
-    Line, Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine, pin,
-    print_floor_header, report_coupling, send_burst, spin_until, spin_until_with, thread_cpu,
-    with_coupling,
+    Line, PairedFloor, Row, check_floor, core_pair, coupling_changed, coupling_ns,
+    describe_machine, pin, print_floor_header, print_paired, report_coupling, send_burst,
+    spin_until, spin_until_with, thread_cpu, with_coupling,
 };
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
@@ -162,6 +162,14 @@ struct Args {
     /// --only "one core", --only continuous).
     #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
     only: Option<String>,
+    /// Measure the latency floors as paired ratios instead: N repetitions,
+    /// each the two-line ping-pong, then ntbdk's polled one-sided write
+    /// ping-pong and 64 B send ping-pong, back to back (each about
+    /// --target-ms), the cores' coupling probed between repetitions; prints
+    /// every repetition and each floor's median ratio within repetitions.
+    #[arg(long, value_name = "N", conflicts_with = "small_only",
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    paired: Option<u64>,
 }
 
 /// The timed batches of one case.
@@ -244,6 +252,9 @@ fn main() -> Result<()> {
     // Bandwidth, on core `a`.
     if !pin(a) {
         eprintln!("warning: could not pin to core {a}");
+    }
+    if let Some(reps) = args.paired {
+        return paired(a, b, reps, args.iters, target);
     }
     let coupling = coupling_ns(a, b);
     if args.small_only {
@@ -391,6 +402,65 @@ fn main() -> Result<()> {
         }
     );
     report_coupling(coupling, coupling_ns(a, b));
+    Ok(())
+}
+
+/// The latency floors as paired ratios (`--paired`): `reps` repetitions of
+/// the two-line ping-pong, the polled one-sided write ping-pong and the
+/// 64 B send ping-pong, back to back, each floor's ratio taken within each
+/// repetition (the machine drifts between repetitions, and the cores'
+/// coupling, probed between them, can change several-fold).
+fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -> Result<()> {
+    println!("\n### Latency floors, paired: {reps} repetitions, cores {a} <-> {b}, one-way ns\n");
+    println!(
+        "| repetition | two-line | one-sided polled 64 B | send 64 B | coupling ns before / after |"
+    );
+    println!("| ---: | ---: | ---: | ---: | --- |");
+    let two_line = || {
+        let (_, case) = baseline_cases(a, b, iters, target)
+            .into_iter()
+            .find(|(label, _)| *label == "two-line")
+            .expect("the two-line case is a baseline");
+        case()
+    };
+    let mut coupling = vec![coupling_ns(a, b)];
+    let (mut polled, mut send) = (Vec::new(), Vec::new());
+    for rep in 0..reps as usize {
+        let floor = two_line()?.typical_ns() / 2.0;
+        let p = ntb_polled_latency(a, b, iters, target)?.typical_ns() / 2.0;
+        let s = ntb_send_latency(a, b, MSG, iters, target)?.typical_ns() / 2.0;
+        coupling.push(coupling_ns(a, b));
+        let (before, after) = (coupling[rep], coupling[rep + 1]);
+        println!(
+            "| {} | {floor:.1} | {p:.1} ({:.2}x) | {s:.1} ({:.2}x) | {before:.0} / {after:.0}{} |",
+            rep + 1,
+            p / floor,
+            s / floor,
+            if coupling_changed(before, after) {
+                " (changed)"
+            } else {
+                ""
+            }
+        );
+        polled.push(p / floor);
+        send.push(s / floor);
+    }
+    print_paired(
+        &[
+            PairedFloor {
+                label: format!("{MSG} B one-sided write ping-pong (polled) / two-line"),
+                needed: "<= 1.3x".into(),
+                ratios: polled,
+            },
+            PairedFloor {
+                label: format!("{MSG} B send ping-pong / two-line"),
+                needed: "<= 1.5x".into(),
+                ratios: send,
+            },
+        ],
+        &coupling,
+    );
+    report_coupling(coupling[0], coupling[reps as usize]);
     Ok(())
 }
 

@@ -652,6 +652,14 @@ impl Admitted {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// What the admission rests on: `None`, the window's fixed ranges
+    /// (or no grant at all); `Some(n)`, the live grant table at sequence
+    /// number `n`. A token whose epoch changed was admitted again.
+    #[inline]
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
 }
 
 /// A range of a [`PeerWindow`] checked once ([`PeerWindow::span`]), for

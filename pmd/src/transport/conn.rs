@@ -6,10 +6,11 @@
 //! The fields are private: the rest of the transport asks a connection to
 //! send, take, lend and serve, and never pokes its rings.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::hw::{Admitted, LocalWindow, PeerWindow, Port, Result as HwResult};
+use crate::hw::{Admitted, LocalWindow, PeerWindow, Port, Result as HwResult, WindowSpan};
 
 use super::counters::{DropKind, QpCounters};
 use super::error::TransportError;
@@ -94,7 +95,7 @@ pub(crate) struct Conn {
     remote: HashMap<u32, (u64, u32)>,
     /// The last region written to (a stream of writes names one region):
     /// its key and its range, admitted in the window.
-    remote_last: Option<(u32, Admitted)>,
+    remote_last: Cell<Option<(u32, Admitted)>>,
     /// Since when the connection has looked wedged (see [`Conn::wedged`]).
     stalled_since: Option<Instant>,
     /// Our producers' credits at the last stall check.
@@ -138,7 +139,7 @@ impl Conn {
             hwm: [0; 2],
             credit_base: layout.part(me, Part::Credits),
             remote: HashMap::new(),
-            remote_last: None,
+            remote_last: Cell::new(None),
             stalled_since: None,
             credits_seen: [0; 4],
         }
@@ -499,39 +500,42 @@ impl Conn {
     /// The peer advertised region `rkey`: `len` bytes at `offset` of its
     /// window (validated inside its region area by the decoder).
     pub fn learn_region(&mut self, rkey: u32, offset: u64, len: u32) {
-        self.remote_last = None;
+        self.remote_last.set(None);
         self.remote.insert(rkey, (offset, len));
     }
 
     /// The peer revoked region `rkey`; whether we knew it.
     pub fn forget_region(&mut self, rkey: u32) -> bool {
-        self.remote_last = None;
+        self.remote_last.set(None);
         self.remote.remove(&rkey).is_some()
     }
 
-    /// The peer's advertised region `rkey`, admitted in its window; `None`
-    /// when it was not advertised to us, the window's error when the window
-    /// refuses it (a peer that advertised what it does not grant us). The
-    /// last region written keeps its admission ([`keep_region`](Self::keep_region)).
+    /// The peer's advertised region `rkey` as a span of its window, for
+    /// the writes of one call; `None` when it was not advertised to us, the
+    /// window's error when the window refuses it (a peer that advertised
+    /// what it does not grant us). The last region taken keeps its
+    /// admission, so a stream of writes into it re-checks only what can
+    /// change (see [`PeerWindow::span_admitted`]).
     #[inline]
-    pub fn remote_region(&self, rkey: u32) -> Option<HwResult<Admitted>> {
-        match self.remote_last {
-            Some((k, region)) if k == rkey => Some(Ok(region)),
+    pub fn remote_span(&self, rkey: u32) -> Option<HwResult<WindowSpan<'_>>> {
+        let (mut region, kept) = match self.remote_last.get() {
+            Some((k, region)) if k == rkey => (region, true),
             _ => {
                 let (offset, len) = self.remote.get(&rkey).copied()?;
-                Some(self.win.admit(offset as usize, len as usize))
+                match self.win.admit(offset as usize, len as usize) {
+                    Ok(region) => (region, false),
+                    Err(e) => return Some(Err(e)),
+                }
             }
+        };
+        let epoch = region.epoch();
+        let span = self.win.span_admitted(&mut region);
+        // Stored only when it changed: a token stored and loaded back at
+        // once (the next write) stalls on store forwarding.
+        if span.is_ok() && (!kept || region.epoch() != epoch) {
+            self.remote_last.set(Some((rkey, region)));
         }
-    }
-
-    /// Keeps `region` (a key and its admission, as the last write through
-    /// [`PeerWindow::write_admitted`] left it) for the next
-    /// [`remote_region`](Self::remote_region); `None` keeps what is there.
-    #[inline]
-    pub fn keep_region(&mut self, region: Option<(u32, Admitted)>) {
-        if region.is_some() {
-            self.remote_last = region;
-        }
+        Some(span)
     }
 
     // ---- liveness of the connection itself ----

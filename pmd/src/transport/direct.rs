@@ -18,7 +18,7 @@
 //! not that region contents are private. A `WriteImm` for a region not
 //! registered for that peer is dropped and counted.
 
-use crate::hw::{Admitted, Port, WindowSpan};
+use crate::hw::{Port, WindowSpan};
 
 use super::conn::Conn;
 use super::counters::DropKind;
@@ -60,14 +60,10 @@ impl Transport {
         self.check_post(qp)?;
         let peer = qp.peer;
         let nt_threshold = self.cfg.nt_threshold;
-        let Some(c) = self.peers[peer as usize].conn.as_mut() else {
+        let Some(c) = self.peers[peer as usize].conn.as_ref() else {
             return Err(TransportError::NotConnected { peer });
         };
-        let mut target = None;
-        let placed = place(c, &mut target, peer, &wr, nt_threshold);
-        let last = target.map(Target::kept);
-        c.keep_region(last);
-        if let Err(stop) = placed {
+        if let Err(stop) = place(c, &mut None, peer, &wr, nt_threshold) {
             return Err(self.stopped(peer, stop));
         }
         self.placed(peer, &wr);
@@ -89,7 +85,7 @@ impl Transport {
         self.check_post(qp)?;
         let peer = qp.peer;
         let nt_threshold = self.cfg.nt_threshold;
-        let Some(c) = self.peers[peer as usize].conn.as_mut() else {
+        let Some(c) = self.peers[peer as usize].conn.as_ref() else {
             return Err(TransportError::NotConnected { peer });
         };
         let mut n = 0;
@@ -102,8 +98,6 @@ impl Transport {
             }
             n += 1;
         }
-        let last = target.map(Target::kept);
-        c.keep_region(last);
         let stopped = stopped.map(|stop| self.stopped(peer, stop));
         for wr in &wrs[..n] {
             self.placed(peer, wr);
@@ -269,63 +263,33 @@ enum Stop {
     Broken(TransportError),
 }
 
-/// The region a call's previous write went to: its key, its admission,
-/// and its range in the window, checked once for the call's writes into it.
-struct Target<'w> {
-    key: u32,
-    admitted: Admitted,
-    span: WindowSpan<'w>,
-}
-
-impl Target<'_> {
-    /// What the connection keeps for the next call ([`Conn::keep_region`]).
-    fn kept(self) -> (u32, Admitted) {
-        (self.key, self.admitted)
-    }
-}
-
 /// Places one write's bytes in the peer's region, after checking the key
 /// first (a caller may probe whether a region is known yet with an empty
 /// write), then the size and the range. `target` is the region the
-/// previous write of the call went to: writes into the same region reuse
-/// its span, checked once per call as [`crate::hw::PeerWindow::span`] checks (see
-/// [`Admitted`]), and the caller hands the admission back to the
-/// connection once, not per write (a token stored and loaded back at once
-/// stalls on store forwarding).
+/// previous write of the call went to (its key and span): writes into the
+/// same region reuse its span, checked once per call as
+/// [`crate::hw::PeerWindow::span`] checks (see [`Conn::remote_span`]).
 #[inline]
 fn place<'w>(
     c: &'w Conn,
-    target: &mut Option<Target<'w>>,
+    target: &mut Option<(u32, WindowSpan<'w>)>,
     peer: Port,
     wr: &DirectWr<'_>,
     nt_threshold: usize,
 ) -> std::result::Result<(), Stop> {
     let key = wr.remote.key;
-    let span = match target {
-        Some(t) if t.key == key.0 => t.span,
-        _ => {
-            let mut admitted = match c.remote_region(key.0) {
-                Some(Ok(admitted)) => admitted,
-                Some(Err(e)) => return Err(Stop::Broken(e.into())),
-                None => {
-                    return Err(Stop::Refused(TransportError::UnknownRemoteKey {
-                        peer,
-                        key,
-                    }));
-                }
-            };
-            let span = c
-                .win()
-                .span_admitted(&mut admitted)
-                .map_err(|e| Stop::Broken(e.into()))?;
-            target
-                .insert(Target {
-                    key: key.0,
-                    admitted,
-                    span,
-                })
-                .span
-        }
+    let span = match *target {
+        Some((k, span)) if k == key.0 => span,
+        _ => match c.remote_span(key.0) {
+            Some(Ok(span)) => target.insert((key.0, span)).1,
+            Some(Err(e)) => return Err(Stop::Broken(e.into())),
+            None => {
+                return Err(Stop::Refused(TransportError::UnknownRemoteKey {
+                    peer,
+                    key,
+                }));
+            }
+        },
     };
     let len = wr.data.len() as u64;
     if len == 0 || len > u64::from(u32::MAX) {
