@@ -293,7 +293,8 @@ pub fn report_coupling(start: f64, end: f64) {
 }
 
 /// One floor's ratio ours / peer within each repetition of an interleaved
-/// run (ours and the peer ran in the same repetition, moments apart).
+/// run (ours and the peer ran in the same repetition, moments apart), with
+/// the cores' coupling around the two.
 #[derive(Debug, Clone)]
 pub struct PairedFloor {
     /// What the floor compares.
@@ -302,32 +303,35 @@ pub struct PairedFloor {
     pub needed: String,
     /// Ours / peer in each repetition, in order.
     pub ratios: Vec<f64>,
+    /// The lowest and highest coupling (ns) probed around ours and the peer
+    /// in each repetition.
+    pub around: Vec<(f64, f64)>,
 }
 
 /// Prints each floor's ratio within each repetition, median over the
 /// repetitions: a drift of the machine between repetitions does not pair
-/// ours from one state with the peer from another. `coupling` is the
-/// cores' coupling measured before the first repetition and after each.
-/// When it changed during the run, also the medians over the repetitions
-/// run below the geometric midpoint of the lowest and highest coupling seen
-/// and over those run above it (both probes on one side; a repetition
-/// across a change counts in neither).
-pub fn print_paired(floors: &[PairedFloor], coupling: &[f64]) {
+/// ours from one state with the peer from another. When the coupling
+/// changed during the run, also the medians over the repetitions run below
+/// the geometric midpoint of the lowest and highest coupling seen and over
+/// those run above it (every probe around the pair on one side; a
+/// repetition across a change counts in neither).
+pub fn print_paired(floors: &[PairedFloor]) {
     if floors.is_empty() {
         return;
     }
-    let around: Vec<(f64, f64)> = coupling.windows(2).map(|w| (w[0], w[1])).collect();
-    let (lo, hi) = coupling
+    let (lo, hi) = floors
         .iter()
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), &c| {
+        .flat_map(|f| f.around.iter().flat_map(|&(a, b)| [a, b]))
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
             (lo.min(c), hi.max(c))
         });
     let split = coupling_changed(lo, hi);
     let mid = (lo * hi).sqrt();
-    let median_of = |ratios: &[f64], keep: &dyn Fn(f64, f64) -> bool| {
-        let mut v: Vec<f64> = ratios
+    let median_of = |f: &PairedFloor, keep: &dyn Fn(f64, f64) -> bool| {
+        let mut v: Vec<f64> = f
+            .ratios
             .iter()
-            .zip(&around)
+            .zip(&f.around)
             .filter(|(_, (a, b))| keep(*a, *b))
             .map(|(r, _)| *r)
             .collect();
@@ -351,10 +355,10 @@ pub fn print_paired(floors: &[PairedFloor], coupling: &[f64]) {
         println!("| --- | ---: | ---: |");
     }
     for f in floors {
-        let all = median_of(&f.ratios, &|_, _| true);
+        let all = median_of(f, &|_, _| true);
         if split {
-            let below = median_of(&f.ratios, &|a, b| a < mid && b < mid);
-            let above = median_of(&f.ratios, &|a, b| a >= mid && b >= mid);
+            let below = median_of(f, &|a, b| a < mid && b < mid);
+            let above = median_of(f, &|a, b| a >= mid && b >= mid);
             println!("| {} | {all} | {below} | {above} | {} |", f.label, f.needed);
         } else {
             println!("| {} | {all} | {} |", f.label, f.needed);

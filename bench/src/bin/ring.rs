@@ -156,9 +156,14 @@ const FLOORS: [(&str, &str, &str, f64); 5] = [
 
 /// Each floor's ratio ours / peer within each repetition (`runs`, in case
 /// order; ours and the peer ran in the same repetition, a few cases apart
-/// at most), for the paired table.
-fn paired_ratios(runs: &[Vec<Row>]) -> Vec<PairedFloor> {
+/// at most), for the paired table; `coupling` is the cores' coupling
+/// before the first repetition and after each.
+fn paired_ratios(runs: &[Vec<Row>], coupling: &[f64]) -> Vec<PairedFloor> {
     let find = |name: &str| runs.iter().find(|r| r[0].name == name);
+    let around: Vec<(f64, f64)> = coupling
+        .windows(2)
+        .map(|w| (w[0].min(w[1]), w[0].max(w[1])))
+        .collect();
     FLOORS
         .iter()
         .filter_map(|&(label, ours, peer, min)| {
@@ -167,6 +172,7 @@ fn paired_ratios(runs: &[Vec<Row>]) -> Vec<PairedFloor> {
                 label: label.to_string(),
                 needed: format!(">= {min}x"),
                 ratios: o.iter().zip(p).map(|(o, p)| o.mops() / p.mops()).collect(),
+                around: around.clone(),
             })
         })
         .collect()
@@ -466,7 +472,7 @@ fn main() -> anyhow::Result<()> {
             coupling[rep + 1]
         );
     }
-    let paired = paired_ratios(&runs);
+    let paired = paired_ratios(&runs, &coupling);
     // Range (slowest .. fastest repetition) of each case, for the record.
     let ranges: Vec<(String, f64, f64)> = runs
         .iter()
@@ -497,7 +503,7 @@ fn main() -> anyhow::Result<()> {
             ok &= check_floor(label, o, p, min);
         }
     }
-    print_paired(&paired, &coupling);
+    print_paired(&paired);
     report_coupling(coupling[0], coupling[args.reps]);
 
     println!("\n### Other ratios (same run, no floor)\n");

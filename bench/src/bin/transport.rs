@@ -413,7 +413,11 @@ fn main() -> Result<()> {
 fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -> Result<()> {
     println!("\n### Latency floors, paired: {reps} repetitions, cores {a} <-> {b}, one-way ns\n");
     println!(
-        "| repetition | two-line | one-sided polled 64 B | send 64 B | coupling ns before / after |"
+        "The cores' coupling is probed before each row and after the last; a row's \
+         ratio is marked (changed) when the probes around it and the two-line row differ.\n"
+    );
+    println!(
+        "| repetition | two-line | one-sided polled 64 B | send 64 B | coupling ns around the rows |"
     );
     println!("| ---: | ---: | ---: | ---: | --- |");
     let two_line = || {
@@ -423,44 +427,56 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
             .expect("the two-line case is a baseline");
         case()
     };
-    let mut coupling = vec![coupling_ns(a, b)];
-    let (mut polled, mut send) = (Vec::new(), Vec::new());
-    for rep in 0..reps as usize {
+    let (first, mut last) = (coupling_ns(a, b), 0.0);
+    let mut polled = PairedFloor {
+        label: format!("{MSG} B one-sided write ping-pong (polled) / two-line"),
+        needed: "<= 1.3x".into(),
+        ratios: Vec::new(),
+        around: Vec::new(),
+    };
+    let mut send = PairedFloor {
+        label: format!("{MSG} B send ping-pong / two-line"),
+        needed: "<= 1.5x".into(),
+        ratios: Vec::new(),
+        around: Vec::new(),
+    };
+    for rep in 0..reps {
+        // Probes before each row and after the last.
+        let c0 = if rep == 0 { first } else { last };
         let floor = two_line()?.typical_ns() / 2.0;
+        let c1 = coupling_ns(a, b);
         let p = ntb_polled_latency(a, b, iters, target)?.typical_ns() / 2.0;
+        let c2 = coupling_ns(a, b);
         let s = ntb_send_latency(a, b, MSG, iters, target)?.typical_ns() / 2.0;
-        coupling.push(coupling_ns(a, b));
-        let (before, after) = (coupling[rep], coupling[rep + 1]);
-        println!(
-            "| {} | {floor:.1} | {p:.1} ({:.2}x) | {s:.1} ({:.2}x) | {before:.0} / {after:.0}{} |",
-            rep + 1,
-            p / floor,
-            s / floor,
-            if coupling_changed(before, after) {
+        last = coupling_ns(a, b);
+        let span = |cs: &[f64]| {
+            cs.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &c| {
+                (lo.min(c), hi.max(c))
+            })
+        };
+        let mark = |(lo, hi): (f64, f64)| {
+            if coupling_changed(lo, hi) {
                 " (changed)"
             } else {
                 ""
             }
+        };
+        let (pa, sa) = (span(&[c0, c1, c2]), span(&[c0, c1, c2, last]));
+        println!(
+            "| {} | {floor:.1} | {p:.1} ({:.2}x{}) | {s:.1} ({:.2}x{}) | {c0:.0}, {c1:.0}, {c2:.0}, {last:.0} |",
+            rep + 1,
+            p / floor,
+            mark(pa),
+            s / floor,
+            mark(sa),
         );
-        polled.push(p / floor);
-        send.push(s / floor);
+        polled.ratios.push(p / floor);
+        polled.around.push(pa);
+        send.ratios.push(s / floor);
+        send.around.push(sa);
     }
-    print_paired(
-        &[
-            PairedFloor {
-                label: format!("{MSG} B one-sided write ping-pong (polled) / two-line"),
-                needed: "<= 1.3x".into(),
-                ratios: polled,
-            },
-            PairedFloor {
-                label: format!("{MSG} B send ping-pong / two-line"),
-                needed: "<= 1.5x".into(),
-                ratios: send,
-            },
-        ],
-        &coupling,
-    );
-    report_coupling(coupling[0], coupling[reps as usize]);
+    print_paired(&[polled, send]);
+    report_coupling(first, last);
     Ok(())
 }
 
