@@ -77,13 +77,23 @@ impl GrantTable {
         self.seq.load(Ordering::Acquire)
     }
 
-    /// Runs `edit` as one edit: readers that overlap it retry.
+    /// Runs `edit` as one edit: readers that overlap it retry. The
+    /// sequence number moves to the next odd value above it (from an even
+    /// one, or from the odd one an owner that died mid-edit left), then to
+    /// the next even one, each by one atomic read-modify-write: it only
+    /// ever rises, even if a stale owner the fabric already replaced still
+    /// edits beside the new one, so a number is never seen twice.
     fn edit<R>(&self, edit: impl FnOnce() -> R) -> R {
-        let s = self.seq.load(Ordering::Relaxed) & !1;
-        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        let _ = self
+            .seq
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                Some(if s & 1 == 0 { s + 1 } else { s + 2 })
+            });
         fence(Ordering::Release);
         let r = edit();
-        self.seq.store(s.wrapping_add(2), Ordering::Release);
+        let _ = self
+            .seq
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| Some((s | 1) + 1));
         r
     }
 
@@ -145,17 +155,16 @@ impl GrantTable {
         offset >= start && end <= start.saturating_add(w >> TAG_BITS)
     }
 
-    /// Whether `writer` may write `len` bytes at `offset`, by a table
-    /// consistent at one moment. `hint` is the entry that admitted this
-    /// writer last (tried first; updated).
+    /// [`admitted_at`](Self::admitted_at) as a yes or no.
     #[cfg(test)]
     pub fn admits(&self, writer: Port, offset: usize, len: usize, hint: &AtomicUsize) -> bool {
         self.admitted_at(writer, offset, len, hint).is_some()
     }
 
-    /// [`admits`](Self::admits), saying at which sequence number (even:
-    /// the table as of that number admitted the write), or `None` when it
-    /// does not.
+    /// Whether `writer` may write `len` bytes at `offset`, by a table
+    /// consistent at one moment: the sequence number at which it may (even:
+    /// the table as of that number admitted the write), or `None`. `hint`
+    /// is the entry that admitted this writer last (tried first; updated).
     #[inline]
     pub fn admitted_at(
         &self,
@@ -337,6 +346,35 @@ mod tests {
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
         assert!(seen.iter().all(|s| s % 2 == 0), "{seen:?}");
         assert_eq!(t.admitted_at(1, 0, 64, &h), None);
+    }
+
+    /// A stale owner the fabric already replaced may still edit beside
+    /// the new one: the number must still only rise (a number seen twice
+    /// could let a remembered admission outlive an edit).
+    #[test]
+    fn racing_editors_never_move_the_epoch_back() {
+        let t = table();
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for i in 0..2u32 {
+                let (t, start) = (&t, &start);
+                s.spawn(move || {
+                    start.wait();
+                    let mut last = t.epoch();
+                    for _ in 0..100_000 {
+                        t.withdraw(GrantId(i));
+                        let now = t.epoch();
+                        assert!(now > last, "epoch went from {last} to {now} over an edit");
+                        last = now;
+                    }
+                });
+            }
+        });
+        assert_eq!(t.epoch() % 2, 0, "left even once every edit ended");
+        assert!(
+            t.epoch() >= 2 * 2 * 20_000,
+            "every edit moved it twice at least"
+        );
     }
 
     #[test]

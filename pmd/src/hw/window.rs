@@ -302,20 +302,32 @@ impl PeerWindow {
         let epoch = self.admitted(offset, len)?;
         Ok(Admitted {
             base: self.base as usize,
+            guard: self.guard_id(),
             offset,
             len,
             epoch,
         })
     }
 
-    /// The range `admitted` as a span for many writes, checked once
-    /// against what can have changed since the admission (see
-    /// [`Admitted`]): when that no longer holds, or the token is another
-    /// window's, the range is admitted again first (and `admitted` updated)
-    /// or the error returned.
+    /// Which checks this handle makes (its guard's address; 0: none):
+    /// handles onto one mapping with other checks differ in it.
+    #[inline]
+    fn guard_id(&self) -> usize {
+        self.guard.as_ref().map_or(0, |g| Arc::as_ptr(g) as usize)
+    }
+
+    /// The range `admitted` as a span for many writes, checked once: its
+    /// bounds against this handle's window, then what can have changed
+    /// since the admission (see [`Admitted`]); when that no longer holds,
+    /// or another handle (another mapping, or the same with other checks)
+    /// admitted it, the range is admitted again first (and `admitted`
+    /// updated) or the error returned.
     #[inline]
     pub fn span_admitted(&self, admitted: &mut Admitted) -> Result<WindowSpan<'_>> {
+        // Whoever admitted it, the range never reaches past this window.
+        check(admitted.offset, admitted.len, self.len)?;
         if admitted.base != self.base as usize
+            || admitted.guard != self.guard_id()
             || self
                 .guard
                 .as_ref()
@@ -323,8 +335,8 @@ impl PeerWindow {
         {
             *admitted = self.readmit(admitted)?;
         }
-        // The range lies in this window: `admit` checked it on this window
-        // (the base matches, and a window's length never changes).
+        // The range lies in this window (checked above, and by `admit` when
+        // admitted again).
         Ok(WindowSpan {
             win: self,
             offset: admitted.offset,
@@ -621,13 +633,17 @@ impl Guard {
 /// region a stream of one-sided writes targets. A write through it
 /// ([`PeerWindow::write_admitted`]) re-checks only what can have changed
 /// since: that we hold our place and, when the live grant table admitted
-/// it, that the table's sequence number is the same (every edit raises it).
-/// Anything else admits the range again, once.
+/// it, that the table's sequence number is the same (every edit raises it);
+/// and, always, that the range lies in the window written through. A token
+/// another handle admitted (another mapping, or the same with other checks)
+/// is admitted again, once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
-    /// The window it was admitted in (its mapping's address: a token is
-    /// never taken for another window's).
+    /// The handle it was admitted through: its mapping's address and its
+    /// checks (`PeerWindow::guard_id`); a write through another handle
+    /// admits the range again.
     base: usize,
+    guard: usize,
     offset: usize,
     len: usize,
     /// What the admission rests on (see `Guard::admit`).
@@ -1190,6 +1206,42 @@ mod tests {
         win.write_admitted(&mut foreign, 0, &[7; 8]).unwrap();
         assert_eq!(bytes(0), vec![7; 8]);
         assert_eq!(other_mem[0], 0);
+    }
+
+    #[test]
+    fn a_token_from_another_handle_onto_the_same_memory_is_checked_again() {
+        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        let counters = Arc::new(DeviceCounters::default());
+        // SAFETY: `mem` is 512 bytes, 8-aligned, kept alive by the handles;
+        // the test reads it only between writes.
+        let handle = |len: usize| unsafe {
+            PeerWindow::from_raw(
+                mem.as_ptr() as *mut u8,
+                len,
+                1,
+                counters.clone(),
+                mem.clone(),
+            )
+        };
+        let (whole, short) = (handle(512), handle(128));
+        let mut far = whole.admit(256, 64).unwrap();
+        // Admitted on the whole window, never written past the short one.
+        assert!(matches!(
+            short.write_admitted(&mut far, 8, &[1; 8]),
+            Err(HwError::OutOfBounds { .. })
+        ));
+        // A handle with a grant does not take an ungated handle's word for
+        // a range outside it.
+        let gated = handle(512).with_grant(vec![Range { start: 0, end: 64 }]);
+        assert!(matches!(
+            gated.write_admitted(&mut far, 8, &[2; 8]),
+            Err(HwError::NotGranted { .. })
+        ));
+        assert!(mem.iter().all(|&w| w == 0));
+        // Inside the grant, the token is admitted again and written.
+        let mut near = whole.admit(0, 64).unwrap();
+        gated.write_admitted(&mut near, 8, &[3; 8]).unwrap();
+        assert_eq!(mem[1], u64::from_le_bytes([3; 8]));
     }
 
     #[test]

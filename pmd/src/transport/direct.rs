@@ -78,8 +78,9 @@ impl Transport {
     /// batch there (its error is returned when it was the first).
     ///
     /// The window admits a region once for the stream of writes into it,
-    /// across calls (re-checking per write only what can change: see
-    /// [`Admitted`](crate::hw::Admitted)), and the immediates are written
+    /// across calls, and each call re-checks only what can have changed
+    /// since (once per run of writes into one region: see
+    /// [`Admitted`](crate::hw::Admitted)); the immediates are written
     /// after all the batch's data, so each still follows its own.
     pub fn post_writes_direct(&mut self, qp: Qp, wrs: &[DirectWr<'_>]) -> Result<usize> {
         self.check_post(qp)?;
