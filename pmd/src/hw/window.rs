@@ -629,7 +629,8 @@ impl Guard {
 }
 
 /// A range of one [`PeerWindow`] admitted once ([`PeerWindow::admit`]) and
-/// kept by its owner across calls, unlike a borrowed [`WindowSpan`]: the
+/// kept by its owner across calls, unlike a borrowed [`WindowSpan`] (which
+/// [`PeerWindow::span_admitted`] makes of it, to read its bounds): the
 /// region a stream of one-sided writes targets. A write through it
 /// ([`PeerWindow::write_admitted`]) re-checks only what can have changed
 /// since: that we hold our place and, when the live grant table admitted
@@ -651,24 +652,6 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    /// Where the range starts in its window.
-    #[inline]
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// The range's length in bytes.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the range has no bytes.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// What the admission rests on: `None`, the window's fixed ranges
     /// (or no grant at all); `Some(n)`, the live grant table at sequence
     /// number `n`. A token whose epoch changed was admitted again.
@@ -1159,7 +1142,8 @@ mod tests {
         ));
         let id = table.grant(256, 64, Some(1)).unwrap();
         let mut region = win.admit(256, 64).unwrap();
-        assert_eq!((region.offset(), region.len()), (256, 64));
+        let span = win.span_admitted(&mut region).unwrap();
+        assert_eq!((span.offset(), span.len()), (256, 64));
         win.write_admitted(&mut region, 8, &[1; 8]).unwrap();
         assert_eq!(bytes(264), vec![1; 8]);
         // Bounds are the range's, not the window's.
