@@ -84,6 +84,13 @@
 //! alone: bursts of 32 sends from one transport to another on one core,
 //! the receiver polling after each burst (steady under callgrind).
 //!
+//! `--paired N` measures the later latency floors (the polled one-sided
+//! write ping-pong ≤ 1.3× the two-line, the 64 B send ping-pong ≤ 1.5×) as
+//! ratios within repetitions: N repetitions of the two-line row and both
+//! ntbdk rows back to back, the coupling probed before each row and after
+//! the last, each floor's median over the repetitions (split by coupling
+//! when it changed; a ratio whose probes disagree counts in neither half).
+//!
 //! Every latency row and every continuous run carries the cores' coupling
 //! (a short cache-line ping-pong) measured just before and just after it,
 //! marked when the two differ, and every run ends with the coupling at its
