@@ -434,7 +434,8 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
             .expect("the two-line case is a baseline");
         case()
     };
-    let (first, mut last) = (coupling_ns(a, b), 0.0);
+    let first = coupling_ns(a, b);
+    let mut last = first;
     let mut polled = PairedFloor {
         label: format!("{MSG} B one-sided write ping-pong (polled) / two-line"),
         needed: "<= 1.3x".into(),
@@ -449,7 +450,7 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
     };
     for rep in 0..reps {
         // Probes before each row and after the last.
-        let c0 = if rep == 0 { first } else { last };
+        let c0 = last;
         let floor = two_line()?.typical_ns() / 2.0;
         let c1 = coupling_ns(a, b);
         let p = ntb_polled_latency(a, b, iters, target)?.typical_ns() / 2.0;
