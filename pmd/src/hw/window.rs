@@ -703,7 +703,7 @@ impl WindowSpan<'_> {
     ///
     /// # Safety
     /// As [`PeerWindow::write_from_ptr`].
-    #[inline]
+    #[inline(always)]
     pub unsafe fn write_from_ptr(&self, at: usize, src: *const u8, len: usize) -> Result<()> {
         check(at, len, self.len)?;
         let offset = self.offset + at;

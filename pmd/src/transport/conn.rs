@@ -516,7 +516,7 @@ impl Conn {
     /// what it does not grant us). The last region taken keeps its
     /// admission, so a stream of writes into it re-checks only what can
     /// change (see [`PeerWindow::span_admitted`]).
-    #[inline]
+    #[inline(always)]
     pub fn remote_span(&self, rkey: u32) -> Option<HwResult<WindowSpan<'_>>> {
         let (mut region, kept) = match self.remote_last.get() {
             Some((k, region)) if k == rkey => (region, true),

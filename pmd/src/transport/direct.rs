@@ -270,7 +270,7 @@ enum Stop {
 /// previous write of the call went to (its key and span): writes into the
 /// same region reuse its span, checked once per call as
 /// [`crate::hw::PeerWindow::span`] checks (see [`Conn::remote_span`]).
-#[inline]
+#[inline(always)]
 fn place<'w>(
     c: &'w Conn,
     target: &mut Option<(u32, WindowSpan<'w>)>,

@@ -513,7 +513,11 @@ impl RegionTable {
 
     #[inline]
     fn check(&self, key: RegionKey, off: u64, len: u64, need: Access) -> Result<&Region> {
-        let r = self.get(key).ok_or(TransportError::NoSuchRegion(key))?;
+        // Not `ok_or`: the error built on every call would be dropped by
+        // an out-of-line call on the hot path (it has drop glue).
+        let Some(r) = self.get(key) else {
+            return Err(TransportError::NoSuchRegion(key));
+        };
         if !r.access.contains(need) {
             return Err(TransportError::Permission {
                 key,
