@@ -28,6 +28,12 @@
 //!   receive ring) and polls its *own*, so each direction has its own line,
 //!   and a round trip moves two lines where the ping-pong above moves one.
 //!   This is the floor of any such transport, with no software at all.
+//! - **window two-line ping-pong**: the same through the emulated fabric's
+//!   windows, with no transport: each side stores through its device's
+//!   peer window (bounds, tenure and grant checked, as every posted write
+//!   there) and polls its own inbound window. What the windows' memory and
+//!   handles add to the plain lines; ntbdk's polled one-sided write
+//!   ping-pong adds only the transport's software to it.
 //! - **message ring ping-pong, zero software**: two rings (one per
 //!   direction) of 256 64-byte slots, each 56 body bytes and an 8-byte tag
 //!   (the slot's sequence number, written last with release order); a
@@ -86,10 +92,12 @@
 //!
 //! `--paired N` measures the later latency floors (the polled one-sided
 //! write ping-pong ≤ 1.3× the two-line, the 64 B send ping-pong ≤ 1.5×) as
-//! ratios within repetitions: N repetitions of the two-line row and both
-//! ntbdk rows back to back, the coupling probed before each row and after
-//! the last, each floor's median over the repetitions (split by coupling
-//! when it changed; a ratio whose probes disagree counts in neither half).
+//! ratios within repetitions: N repetitions of the two-line row, the
+//! window two-line row and both ntbdk rows back to back, the coupling
+//! probed before each row and after the last, each floor's median over the
+//! repetitions (split by coupling when it changed; a ratio whose probes
+//! disagree counts in neither half), and beside them the polled write over
+//! the window two-line row (no floor: what the transport's software adds).
 //!
 //! Every latency row and every continuous run carries the cores' coupling
 //! (a short cache-line ping-pong) measured just before and just after it,
@@ -121,6 +129,7 @@ use ntbdk_bench::{
     describe_machine, pin, print_floor_header, print_paired, report_coupling, send_burst,
     spin_until, spin_until_with, thread_cpu, with_coupling,
 };
+use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, DataQueues, DirectWr, Geometry, OpKind, Qp, RecvWr, RegionKey,
@@ -159,7 +168,7 @@ struct Args {
     #[arg(long)]
     small_only: bool,
     /// With --small-only: run only the cases whose label contains SUBSTRING
-    /// (case-insensitive). Labels: "cache-line", "two-line", "ring 2 slots",
+    /// (case-insensitive). Labels: "cache-line", "two-line", "window lines", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one-sided 64 B",
     /// "one-sided polled 64 B", "one core 64 B", "one core 48 B",
     /// "one core one-sided polled 64 B", "rate", "one-sided rate",
@@ -170,8 +179,9 @@ struct Args {
     #[arg(long, value_name = "SUBSTRING", requires = "small_only")]
     only: Option<String>,
     /// Measure the latency floors as paired ratios instead: N repetitions,
-    /// each the two-line ping-pong, then ntbdk's polled one-sided write
-    /// ping-pong and 64 B send ping-pong, back to back (each about
+    /// each the two-line ping-pong (plain memory, then through the fabric's
+    /// windows), then ntbdk's polled one-sided write ping-pong and 64 B
+    /// send ping-pong, back to back (each about
     /// --target-ms), the cores' coupling probed between repetitions; prints
     /// every repetition and each floor's median ratio within repetitions.
     #[arg(long, value_name = "N", conflicts_with = "small_only",
@@ -424,9 +434,9 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
          ratio is marked (changed) when the probes around it and the two-line row differ.\n"
     );
     println!(
-        "| repetition | two-line | one-sided polled 64 B | send 64 B | coupling ns around the rows |"
+        "| repetition | two-line | window two-line | one-sided polled 64 B | send 64 B | coupling ns around the rows |"
     );
-    println!("| ---: | ---: | ---: | ---: | --- |");
+    println!("| ---: | ---: | ---: | ---: | ---: | --- |");
     let two_line = || {
         let (_, case) = baseline_cases(a, b, iters, target)
             .into_iter()
@@ -448,10 +458,19 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         ratios: Vec::new(),
         around: Vec::new(),
     };
+    // Not a floor: how much of the polled write's time the windows' memory
+    // and handles take, the rest being the transport's software.
+    let mut over_windows = PairedFloor {
+        label: format!("{MSG} B one-sided write ping-pong (polled) / window two-line"),
+        needed: "(no floor)".into(),
+        ratios: Vec::new(),
+        around: Vec::new(),
+    };
     for rep in 0..reps {
         // Probes before each row and after the last.
         let c0 = last;
         let floor = two_line()?.typical_ns() / 2.0;
+        let windows = window_lines_pingpong(a, b, iters, target)?.typical_ns() / 2.0;
         let c1 = coupling_ns(a, b);
         let p = ntb_polled_latency(a, b, iters, target)?.typical_ns() / 2.0;
         let c2 = coupling_ns(a, b);
@@ -471,7 +490,7 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         };
         let (pa, sa) = (span(&[c0, c1, c2]), span(&[c0, c1, c2, last]));
         println!(
-            "| {} | {floor:.1} | {p:.1} ({:.2}x{}) | {s:.1} ({:.2}x{}) | {c0:.0}, {c1:.0}, {c2:.0}, {last:.0} |",
+            "| {} | {floor:.1} | {windows:.1} | {p:.1} ({:.2}x{}) | {s:.1} ({:.2}x{}) | {c0:.0}, {c1:.0}, {c2:.0}, {last:.0} |",
             rep + 1,
             p / floor,
             mark(pa),
@@ -482,8 +501,10 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         polled.around.push(pa);
         send.ratios.push(s / floor);
         send.around.push(sa);
+        over_windows.ratios.push(p / windows);
+        over_windows.around.push(pa);
     }
-    print_paired(&[polled, send]);
+    print_paired(&[polled, send, over_windows]);
     report_coupling(first, last);
     Ok(())
 }
@@ -522,6 +543,8 @@ const CACHE_LINE: &str = "cache-line ping-pong";
 const ICEORYX2: &str = "iceoryx2 publish";
 /// Start of the two-line ping-pong row's name.
 const TWO_LINE: &str = "two-line ping-pong";
+/// Start of the row of the two-line ping-pong through the fabric's windows.
+const WINDOW_LINES: &str = "window two-line ping-pong";
 
 /// The baseline latency cases of core `a` and `b`, each with the label
 /// `--only` matches: the cache-line ping-pong, the two-line one and the
@@ -538,6 +561,10 @@ fn baseline_cases<'a>(
     vec![
         ("cache-line", case(cacheline_pingpong)),
         ("two-line", case(two_line_pingpong)),
+        (
+            "window lines",
+            Box::new(move || window_lines_pingpong(a, b, iters, target)),
+        ),
         (
             "ring 2 slots",
             case(|a, b, p| slot_ring_pingpong(a, b, 2, p)),
@@ -670,6 +697,98 @@ fn two_line_pingpong(a: usize, b: usize, plan: Plan) -> Samples {
             y.0.store(i + 1, Ordering::Release);
         },
     )
+}
+
+/// Byte offset of the line each side polls in its own window in
+/// [`window_lines_pingpong`] (any line: no transport lays the window out).
+const WINDOW_LINE_AT: usize = 64 << 10;
+
+/// The two-line ping-pong through the emulated fabric's windows, with no
+/// transport: each side stores into the other's inbound window through its
+/// device's peer window (with the checks every posted write makes there:
+/// bounds, our tenure, the peer's grant) and polls a line of its own
+/// window. What the windows' memory and handles cost over the plain lines
+/// of the two-line row: the floor of ntbdk's polled one-sided write ping-pong,
+/// whose software is the only thing it adds to this row. Calibrated like
+/// the other rows, on one fabric made for it.
+fn window_lines_pingpong(
+    a: usize,
+    b: usize,
+    iters: Option<u64>,
+    target: Duration,
+) -> Result<Samples> {
+    with_fabric(|fabric, dir| {
+        let join = |slot| -> Result<EmuDevice> {
+            Ok(EmuDevice::join(
+                fabric,
+                &DeviceConfig {
+                    slot: Some(slot),
+                    fabric: fabric.config().clone(),
+                    dir: Some(dir.to_path_buf()),
+                    ..DeviceConfig::default()
+                },
+            )?)
+        };
+        let (d0, d1) = (join(0)?, join(1)?);
+        let (to_b, mine) = (d0.peer_window(1, 0)?, d0.local_window(0)?);
+        // Values rise across the calibration's runs, so a line never still
+        // holds the value a new run waits for.
+        let next = std::cell::Cell::new(0u64);
+        let failed = std::cell::Cell::new(None);
+        let run = |plan: Plan| -> Result<Samples> {
+            let (to_a, theirs) = (d1.peer_window(0, 0)?, d1.local_window(0)?);
+            let base = next.get();
+            next.set(base + plan.batches * plan.batch);
+            let wait = |w: &ntbdk_pmd::hw::LocalWindow, want: u64| {
+                let mut spins = 0u32;
+                while w.load_u64(WINDOW_LINE_AT).ok() != Some(want) {
+                    std::hint::spin_loop();
+                    spins = spins.wrapping_add(1);
+                    if spins.is_multiple_of(1 << 16) {
+                        std::thread::yield_now();
+                    }
+                }
+            };
+            Ok(pinned_pingpong(
+                format!(
+                    "{WINDOW_LINES} (no transport: the polled one-sided write's floor), cores {a} <-> {b}"
+                ),
+                a,
+                b,
+                plan,
+                |i| {
+                    let v = base + i + 1;
+                    to_b.write_u64(WINDOW_LINE_AT, v)
+                        .expect("a line inside the window");
+                    wait(&mine, v);
+                },
+                move |i| {
+                    let v = base + i + 1;
+                    wait(&theirs, v);
+                    to_a.write_u64(WINDOW_LINE_AT, v)
+                        .expect("a line inside the window");
+                },
+            ))
+        };
+        let samples = calibrated(
+            |p| {
+                run(p).unwrap_or_else(|e| {
+                    failed.set(Some(e));
+                    Samples {
+                        name: String::new(),
+                        batch: p.batch,
+                        times: vec![Duration::MAX; p.batches as usize],
+                    }
+                })
+            },
+            iters,
+            target,
+        );
+        match failed.into_inner() {
+            Some(e) => Err(e.context("the two-line ping-pong through the fabric's windows")),
+            None => Ok(samples),
+        }
+    })
 }
 
 /// Body bytes of a ring slot (the rest of its 64 is the tag).
