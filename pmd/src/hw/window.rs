@@ -324,20 +324,41 @@ impl PeerWindow {
     /// updated) or the error returned.
     #[inline]
     pub fn span_admitted(&self, admitted: &mut Admitted) -> Result<WindowSpan<'_>> {
+        if let Some(span) = self.span_if_admitted(admitted) {
+            return Ok(span);
+        }
         // Whoever admitted it, the range never reaches past this window.
         check(admitted.offset, admitted.len, self.len)?;
-        if admitted.base != self.base as usize
-            || admitted.guard != self.guard_id()
-            || self
+        *admitted = self.readmit(admitted)?;
+        // The range lies in this window (checked by `admit`).
+        Ok(WindowSpan {
+            win: self,
+            offset: admitted.offset,
+            len: admitted.len,
+        })
+    }
+
+    /// The range `admitted` as a span when its admission still holds
+    /// through this handle: admitted through it (same mapping, same
+    /// checks), inside its window, and nothing since changed what admitted
+    /// it (see [`Admitted`]). `None` when it must be admitted again
+    /// ([`span_admitted`](Self::span_admitted) does that): the stream's
+    /// common case alone, small enough to inline where writes are posted.
+    #[inline(always)]
+    pub fn span_if_admitted(&self, admitted: &Admitted) -> Option<WindowSpan<'_>> {
+        let inside = admitted
+            .offset
+            .checked_add(admitted.len)
+            .is_some_and(|end| end <= self.len);
+        let current = inside
+            && admitted.base == self.base as usize
+            && admitted.guard == self.guard_id()
+            && self
                 .guard
                 .as_ref()
-                .is_some_and(|g| !g.still_admits(admitted.epoch))
-        {
-            *admitted = self.readmit(admitted)?;
-        }
-        // The range lies in this window (checked above, and by `admit` when
-        // admitted again).
-        Ok(WindowSpan {
+                .is_none_or(|g| g.still_admits(admitted.epoch));
+        // The range lies in this window (checked just above).
+        current.then_some(WindowSpan {
             win: self,
             offset: admitted.offset,
             len: admitted.len,
@@ -1144,6 +1165,8 @@ mod tests {
         let mut region = win.admit(256, 64).unwrap();
         let span = win.span_admitted(&mut region).unwrap();
         assert_eq!((span.offset(), span.len()), (256, 64));
+        let fast = win.span_if_admitted(&region).expect("current");
+        assert_eq!((fast.offset(), fast.len()), (256, 64));
         win.write_admitted(&mut region, 8, &[1; 8]).unwrap();
         assert_eq!(bytes(264), vec![1; 8]);
         // Bounds are the range's, not the window's.
@@ -1155,6 +1178,10 @@ mod tests {
         // Withdrawn: the next write is checked again and refused, nothing
         // written, the refusal counted.
         table.withdraw(id);
+        assert!(
+            win.span_if_admitted(&region).is_none(),
+            "the table moved on"
+        );
         let before = counters.snapshot().ungranted_writes;
         assert!(matches!(
             win.write_admitted(&mut region, 16, &[3; 8]),
@@ -1187,6 +1214,10 @@ mod tests {
         let other_mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
         let other = granted_window(&other_mem, &table, &counters);
         let mut foreign = other.admit(0, 64).unwrap();
+        assert!(
+            win.span_if_admitted(&foreign).is_none(),
+            "another mapping's"
+        );
         win.write_admitted(&mut foreign, 0, &[7; 8]).unwrap();
         assert_eq!(bytes(0), vec![7; 8]);
         assert_eq!(other_mem[0], 0);

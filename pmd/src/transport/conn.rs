@@ -518,21 +518,37 @@ impl Conn {
     /// change (see [`PeerWindow::span_admitted`]).
     #[inline(always)]
     pub fn remote_span(&self, rkey: u32) -> Option<HwResult<WindowSpan<'_>>> {
-        let (mut region, kept) = match self.remote_last.get() {
-            Some((k, region)) if k == rkey => (region, true),
+        // The stream's common case, inline: the region last written, its
+        // admission still holding. The token is read where it is, never
+        // stored back (a store loaded back by the next write stalls on
+        // store forwarding).
+        if let Some((k, region)) = self.remote_last.get()
+            && k == rkey
+            && let Some(span) = self.win.span_if_admitted(&region)
+        {
+            return Some(Ok(span));
+        }
+        self.remote_span_again(rkey)
+    }
+
+    /// [`remote_span`](Self::remote_span) when the region is another than
+    /// the last one or its admission must be checked again: looked up,
+    /// admitted (again) and kept for the writes that follow.
+    #[cold]
+    #[inline(never)]
+    fn remote_span_again(&self, rkey: u32) -> Option<HwResult<WindowSpan<'_>>> {
+        let mut region = match self.remote_last.get() {
+            Some((k, region)) if k == rkey => region,
             _ => {
                 let (offset, len) = self.remote.get(&rkey).copied()?;
                 match self.win.admit(offset as usize, len as usize) {
-                    Ok(region) => (region, false),
+                    Ok(region) => region,
                     Err(e) => return Some(Err(e)),
                 }
             }
         };
-        let epoch = region.epoch();
         let span = self.win.span_admitted(&mut region);
-        // Stored only when it changed: a token stored and loaded back at
-        // once (the next write) stalls on store forwarding.
-        if span.is_ok() && (!kept || region.epoch() != epoch) {
+        if span.is_ok() {
             self.remote_last.set(Some((rkey, region)));
         }
         Some(span)
