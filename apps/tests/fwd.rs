@@ -14,6 +14,19 @@ use std::time::Duration;
 
 use common::{Dir, Done, Run, assert_fails_with, assert_ok, run};
 
+/// Held by each test while its apps run: every run spins pinned lcores on
+/// the machine's cores, and in one loaded CI run three tests whose apps
+/// shared the cores with another test's saw their receivers take nothing
+/// for the apps' 10 s timeout (the same tests pass alone in about 3 s).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for the other tests' apps to finish (see [`ONE_AT_A_TIME`]).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A deterministic pseudo-random file of `len` bytes (xorshift).
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -66,6 +79,7 @@ fn pair(dir: &Dir, a: &[&str], b: &[&str]) -> (Done, Done) {
 
 #[test]
 fn file_trans_copies_a_random_file_intact() {
+    let _one = one_at_a_time();
     let dir = Dir::new("file");
     // Not a multiple of the 2 KiB chunk, so the last chunk is short.
     let data = random_bytes(3 * 1024 * 1024 + 1234, 0x9e37_79b9_7f4a_7c15);
@@ -113,6 +127,7 @@ fn file_trans_copies_a_random_file_intact() {
 
 #[test]
 fn txonly_to_rxonly_with_verify_receives_every_packet_intact() {
+    let _one = one_at_a_time();
     let dir = Dir::new("txrx");
     let (rx, tx) = pair(
         &dir,
@@ -189,16 +204,19 @@ fn reflect(tag: &str, iofwd: &[&str]) {
 
 #[test]
 fn iofwd_run_to_completion_reflects_every_packet() {
+    let _one = one_at_a_time();
     reflect("iortc", &[]);
 }
 
 #[test]
 fn iofwd_pipeline_reflects_every_packet() {
+    let _one = one_at_a_time();
     reflect("iopipe", &["--pipeline"]);
 }
 
 #[test]
 fn two_queues_each_carry_their_own_stream() {
+    let _one = one_at_a_time();
     let dir = Dir::new("qp2");
     let (rx, tx) = pair(
         &dir,
@@ -243,6 +261,7 @@ fn two_queues_each_carry_their_own_stream() {
 
 #[test]
 fn rxonly_stops_after_n_packets_and_the_sender_is_told() {
+    let _one = one_at_a_time();
     let dir = Dir::new("rxn");
     let (rx, tx) = pair(
         &dir,
@@ -265,6 +284,7 @@ fn rxonly_stops_after_n_packets_and_the_sender_is_told() {
 
 #[test]
 fn the_default_nb_desc_shrinks_to_the_window_the_other_side_made() {
+    let _one = one_at_a_time();
     let dir = Dir::new("shrink");
     // The first side creates windows for 128 descriptors (1 MiB); the
     // second, asking for the default 1024, fits itself to them (and so
@@ -302,6 +322,7 @@ fn the_default_nb_desc_shrinks_to_the_window_the_other_side_made() {
 
 #[test]
 fn a_geometry_mismatch_is_a_clear_error() {
+    let _one = one_at_a_time();
     let dir = Dir::new("mismatch");
     let (rx, tx) = pair(
         &dir,
@@ -352,6 +373,7 @@ fn a_geometry_mismatch_is_a_clear_error() {
 /// geometry (its hello stays in our mailbox), then a matching ntb-fwd.
 #[test]
 fn a_mismatched_peer_that_leaves_is_replaced_by_a_matching_one() {
+    let _one = one_at_a_time();
     let dir = Dir::new("stale");
     let rx = first(
         &dir,
@@ -397,6 +419,7 @@ fn a_mismatched_peer_that_leaves_is_replaced_by_a_matching_one() {
 
 #[test]
 fn ctrl_c_ends_the_run_with_130_and_a_summary() {
+    let _one = one_at_a_time();
     let dir = Dir::new("intr");
     let mut rx = first(&dir, "rx", &["--fabric", "in", "--fwd-mode", "rxonly"]);
     let mut tx = Run::start(&dir, "tx", &["--fabric", "in", "--fwd-mode", "txonly"]);
@@ -417,6 +440,7 @@ fn ctrl_c_ends_the_run_with_130_and_a_summary() {
 
 #[test]
 fn bad_arguments_are_refused() {
+    let _one = one_at_a_time();
     let dir = Dir::new("args");
     let rx = ["--fabric", "a", "--fwd-mode", "rxonly"];
     let tx = ["--fabric", "a", "--fwd-mode", "txonly"];
@@ -474,6 +498,7 @@ fn bad_arguments_are_refused() {
 
 #[test]
 fn absent_peer_times_out() {
+    let _one = one_at_a_time();
     let dir = Dir::new("absent");
     let d = run(
         &dir,
