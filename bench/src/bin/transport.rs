@@ -79,13 +79,15 @@
 //! ring baselines, then ntbdk's) and the rate row, for profiling; with
 //! `--only <SUBSTRING>` it runs only the cases whose label contains the
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
-//! `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`,
+//! `window lines`, `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`,
 //! `one-sided 64 B`, `one-sided polled 64 B`, `one core 64 B`,
-//! `one core 48 B`, `one core one-sided polled 64 B`, `rate`,
+//! `one core 48 B`, `one core one-sided polled 64 B`, `empty poll`, `rate`,
 //! `one-sided rate`, `one core rate`, `continuous ring`, `continuous send`;
 //! e.g. `--only "one core"` or `--only continuous`). `one core one-sided
 //! polled 64 B` is the polled one-sided ping-pong's software alone (both
 //! ends on one core, each write found by the other end's first load).
+//! `empty poll` is one `poll_completions` that finds nothing on a
+//! connected transport: what a waiting poller pays per turn.
 //! `one core rate` is the send rate's software
 //! alone: bursts of 32 sends from one transport to another on one core,
 //! the receiver polling after each burst (steady under callgrind).
@@ -171,7 +173,7 @@ struct Args {
     /// (case-insensitive). Labels: "cache-line", "two-line", "window lines", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one-sided 64 B",
     /// "one-sided polled 64 B", "one core 64 B", "one core 48 B",
-    /// "one core one-sided polled 64 B", "rate", "one-sided rate",
+    /// "one core one-sided polled 64 B", "empty poll", "rate", "one-sided rate",
     /// "one core rate",
     /// "continuous ring", "continuous send", and "iceoryx2" when built
     /// with that feature (e.g.
@@ -1924,6 +1926,37 @@ fn ntb_send_one_core(
     })
 }
 
+/// Samples of `poll_completions` finding nothing on a connected transport
+/// (both ends on core `a`, each polled once per sample, so the one-way
+/// column is one poll): what a poller pays per turn while it waits, half
+/// of which a message that arrives meanwhile waits on average before the
+/// poll that finds it.
+fn ntb_empty_poll(a: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    one_core(a, |[(mut t0, _, _, _), (mut t1, _, _, _)]| {
+        let mut comps = vec![Completion::default(); 64];
+        ntb_sample(
+            format!(
+                "ntbdk empty poll (poll_completions finding nothing; one-way column: one poll), one core, core {a}"
+            ),
+            iters,
+            target,
+            1,
+            BATCH_TIME,
+            |n| {
+                let start = Instant::now();
+                for _ in 0..n {
+                    for t in [&mut t0, &mut t1] {
+                        if t.poll_completions(&mut comps) != 0 {
+                            bail!("a poll found a completion with nothing posted");
+                        }
+                    }
+                }
+                Ok(start.elapsed())
+            },
+        )
+    })
+}
+
 /// One connected end of a one-core pair: its transport, queue pair,
 /// receive region and data region (advertised to the other end).
 type End = (Transport, Qp, RegionKey, RegionKey);
@@ -2486,6 +2519,10 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         (
             "one core one-sided polled 64 B",
             Box::new(move || ntb_polled_one_core(a, iters, target)),
+        ),
+        (
+            "empty poll",
+            Box::new(move || ntb_empty_poll(a, iters, target)),
         ),
     ]);
     const RATE: &str = "rate";
