@@ -729,7 +729,8 @@ impl WindowSpan<'_> {
         check(at, len, self.len)?;
         let offset = self.offset + at;
         // `at .. at + len` lies in the span (checked above), which lies in
-        // the window (checked by `span`), mapped while it is borrowed here.
+        // the window (checked where the span was made: `span`,
+        // `span_admitted`), mapped while it is borrowed here.
         // SAFETY: as just said; `src` is readable (the caller's contract); a
         // move holds even for overlapping spans.
         unsafe { move_bytes(src, self.win.base.add(offset), len) };
@@ -766,7 +767,8 @@ impl WindowSpan<'_> {
             return Err(HwError::Misaligned { offset, size: 8 });
         }
         // SAFETY: `offset .. + tail + 8` lies in the span (checked above),
-        // inside the window (checked by `span`), and is 8-byte aligned.
+        // inside the window (checked where the span was made: `span`,
+        // `span_admitted`), and is 8-byte aligned.
         unsafe { self.win.store_words_uncounted(offset, words) };
         let wc = self.win.wc();
         if let Some(wc) = wc {
@@ -799,8 +801,9 @@ impl WindowSpan<'_> {
         check_aligned(offset, 8, self.win.len)?;
         self.win.publish(offset, 8, |p| {
             // SAFETY: `offset .. + 8` lies in the span, inside the window
-            // (checked by `span`), and is 8-byte aligned (checked above;
-            // the base is 8-byte aligned); AtomicU64 has u64's layout.
+            // (checked where the span was made: `span`, `span_admitted`),
+            // and is 8-byte aligned (checked above; the base is 8-byte
+            // aligned); AtomicU64 has u64's layout.
             unsafe { AtomicU64::from_ptr(p.cast()) }.store(v, Ordering::Release)
         });
         Ok(())
@@ -1241,6 +1244,7 @@ mod tests {
         let (whole, short) = (handle(512), handle(128));
         let mut far = whole.admit(256, 64).unwrap();
         // Admitted on the whole window, never written past the short one.
+        assert!(short.span_if_admitted(&far).is_none());
         assert!(matches!(
             short.write_admitted(&mut far, 8, &[1; 8]),
             Err(HwError::OutOfBounds { .. })
