@@ -327,10 +327,9 @@ impl PeerWindow {
         if let Some(span) = self.span_if_admitted(admitted) {
             return Ok(span);
         }
-        // Whoever admitted it, the range never reaches past this window.
-        check(admitted.offset, admitted.len, self.len)?;
+        // Whoever admitted it, the range never reaches past this window:
+        // `admit` checks it against this handle's length first.
         *admitted = self.readmit(admitted)?;
-        // The range lies in this window (checked by `admit`).
         Ok(WindowSpan {
             win: self,
             offset: admitted.offset,
@@ -672,16 +671,6 @@ pub struct Admitted {
     epoch: Option<u64>,
 }
 
-impl Admitted {
-    /// What the admission rests on: `None`, the window's fixed ranges
-    /// (or no grant at all); `Some(n)`, the live grant table at sequence
-    /// number `n`. A token whose epoch changed was admitted again.
-    #[inline]
-    pub fn epoch(&self) -> Option<u64> {
-        self.epoch
-    }
-}
-
 /// A range of a [`PeerWindow`] checked once ([`PeerWindow::span`]), for
 /// many writes into it.
 #[derive(Debug, Clone, Copy)]
@@ -801,9 +790,8 @@ impl WindowSpan<'_> {
         check_aligned(offset, 8, self.win.len)?;
         self.win.publish(offset, 8, |p| {
             // SAFETY: `offset .. + 8` lies in the span, inside the window
-            // (checked where the span was made: `span`, `span_admitted`),
-            // and is 8-byte aligned (checked above; the base is 8-byte
-            // aligned); AtomicU64 has u64's layout.
+            // (checked where the span was made), 8-byte aligned (checked
+            // above; the base is too); AtomicU64 has u64's layout.
             unsafe { AtomicU64::from_ptr(p.cast()) }.store(v, Ordering::Release)
         });
         Ok(())
