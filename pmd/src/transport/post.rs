@@ -191,7 +191,7 @@ impl Transport {
             cookie,
             signaled: false,
         };
-        self.post_sends(qp, &[wr]).map(|_| ())
+        self.sends(qp, &[wr]).map(|_| ())
     }
 
     /// Posts a batch of sends back to back, ringing the doorbell (if
@@ -204,6 +204,14 @@ impl Transport {
     /// cores contending for the line being written is what limits a
     /// message rate, not the work on either side).
     pub fn post_sends(&mut self, qp: Qp, wrs: &[SendWr<'_>]) -> Result<usize> {
+        self.sends(qp, wrs)
+    }
+
+    /// [`post_sends`](Self::post_sends)' body, inlined into it and into
+    /// [`post_send`](Self::post_send), where the batch of one makes its
+    /// loops straight-line code.
+    #[inline(always)]
+    fn sends(&mut self, qp: Qp, wrs: &[SendWr<'_>]) -> Result<usize> {
         self.check_post(qp)?;
         let eager = EagerBuffers {
             base: self.layout.part(self.me, Part::Eager),
@@ -252,7 +260,7 @@ impl Transport {
     /// ([`Status::LocalLength`] when it does not fit), or
     /// [`Status::Flushed`] when the connection resets.
     pub fn post_recv(&mut self, qp: Qp, sge: Sge, cookie: u64) -> Result<()> {
-        self.post_recvs(qp, &[RecvWr { sge, cookie }]).map(|_| ())
+        self.recvs(qp, &[RecvWr { sge, cookie }]).map(|_| ())
     }
 
     /// Posts a batch of receive buffers, in order (as
@@ -261,6 +269,13 @@ impl Transport {
     /// all, unless one names a range it may not write, which stops the
     /// batch there (its error is returned when it was the first).
     pub fn post_recvs(&mut self, qp: Qp, wrs: &[RecvWr]) -> Result<usize> {
+        self.recvs(qp, wrs)
+    }
+
+    /// [`post_recvs`](Self::post_recvs)' body, inlined into it and into
+    /// [`post_recv`](Self::post_recv), as [`sends`](Self::sends).
+    #[inline(always)]
+    fn recvs(&mut self, qp: Qp, wrs: &[RecvWr]) -> Result<usize> {
         if qp.peer as usize >= self.peers.len() || qp.peer == self.me {
             return Err(TransportError::NoSuchPeer { peer: qp.peer });
         }
