@@ -12,11 +12,25 @@ use std::time::Instant;
 
 use crate::hw::{HwError, Port};
 
+use super::conn::Conn;
 use super::counters::DropKind;
 use super::endpoint::Transport;
+use super::geometry::{Geometry, Layout};
 use super::ops::{InOp, OutKind};
 use super::types::{PeerState, Status};
 use super::wire::{self, Limits, Msg, Ring, SGES_PER_MSG, WireError};
+
+/// What a message on connection `c` may name: the bounds its validation
+/// checks against.
+pub(crate) fn limits(layout: &Layout, g: &Geometry, c: &Conn) -> Limits {
+    Limits {
+        max_len: u32::MAX,
+        region_start: layout.region_area_start() as u64,
+        window_len: c.win().len() as u64,
+        eager_count: g.eager_count,
+        eager_size: g.eager_size,
+    }
+}
 
 /// The drop counter a message that failed decoding or validation goes to.
 pub(crate) fn drop_kind(e: WireError) -> DropKind {
@@ -175,67 +189,93 @@ impl Transport {
     }
 
     /// Drains `p`'s rings in our window: its FreeQ, then its control rings
-    /// (decoded and validated into `scratch`, handled after the borrow
-    /// ends), then its sends; then flushes the backlog towards it and
-    /// credits it. Returns how many messages were taken.
+    /// (decoded and validated, handled after its sends), then its sends;
+    /// then flushes the backlog towards it and credits it. Returns how many
+    /// messages were taken.
+    ///
+    /// Control messages are rare beside sends: each control ring's next
+    /// tag is looked at first, and the rings are drained (out of line)
+    /// only when one has arrived.
     fn poll_peer(&mut self, p: Port) -> usize {
-        let g = self.cfg.geometry;
+        let peer = &mut self.peers[p as usize];
+        let Some(c) = peer.conn.as_mut() else {
+            return 0;
+        };
+        c.poll_freeq(&self.local, &mut peer.counters);
+        let local = &self.local;
+        let control = Ring::CONTROL
+            .iter()
+            .any(|&r| c.consumer(r).arrived(local, 0).is_some())
+            .then(|| self.take_control(p));
+        let delivered = self.receive_sends(p);
+        let handled = match control {
+            Some((scratch, refused)) => self.handle_control(p, scratch, refused),
+            None => 0,
+        };
+        let peer = &mut self.peers[p as usize];
+        if handled == 0 && delivered == 0 {
+            peer.counters.empty_polls += 1;
+        }
+        if let Some(c) = peer.conn.as_mut()
+            && c.settle(&self.local, &mut peer.counters).is_err()
+        {
+            self.doomed.push(p);
+        }
+        handled + delivered
+    }
+
+    /// Takes what arrived on `p`'s control rings: the messages that passed
+    /// decoding and validation (in `scratch`'s storage), and the operations
+    /// of ours whose answers failed validation. Malformed ones are counted.
+    #[inline(never)]
+    fn take_control(&mut self, p: Port) -> (Vec<Msg>, Vec<u64>) {
+        let depth = self.cfg.geometry.queue_depth;
         let mut scratch = std::mem::take(&mut self.scratch);
         // Answers to our operations that failed validation (rare: no
         // allocation unless there is one).
         let mut refused = Vec::new();
-        let limits = {
-            let peer = &mut self.peers[p as usize];
-            let Some(c) = peer.conn.as_mut() else {
-                self.scratch = scratch;
-                return 0;
-            };
-            let limits = Limits {
-                max_len: u32::MAX,
-                region_start: self.layout.region_area_start() as u64,
-                window_len: c.win().len() as u64,
-                eager_count: g.eager_count,
-                eager_size: g.eager_size,
-            };
-            c.poll_freeq(&self.local, &mut peer.counters);
-            for ring in Ring::CONTROL {
-                let cons = c.consumer(ring);
-                for _ in 0..g.queue_depth {
-                    let Some(b) = cons.peek(&self.local) else {
-                        break;
-                    };
-                    cons.advance();
-                    match wire::decode(&b) {
-                        Ok(m) => match wire::validate(&m, ring, &limits) {
-                            Ok(()) => scratch.push(m),
-                            Err(e) => {
-                                peer.counters.drop_one(drop_kind(e));
-                                refused.extend(m.answer_to());
-                            }
-                        },
-                        Err(e) => peer.counters.drop_one(drop_kind(e)),
-                    }
+        let Some(c) = self.peers[p as usize].conn.as_ref() else {
+            return (scratch, refused);
+        };
+        let limits = limits(&self.layout, &self.cfg.geometry, c);
+        let peer = &mut self.peers[p as usize];
+        let Some(c) = peer.conn.as_mut() else {
+            return (scratch, refused);
+        };
+        for ring in Ring::CONTROL {
+            let cons = c.consumer(ring);
+            for _ in 0..depth {
+                let Some(b) = cons.peek(&self.local) else {
+                    break;
+                };
+                cons.advance();
+                match wire::decode(&b) {
+                    Ok(m) => match wire::validate(&m, ring, &limits) {
+                        Ok(()) => scratch.push(m),
+                        Err(e) => {
+                            peer.counters.drop_one(drop_kind(e));
+                            refused.extend(m.answer_to());
+                        }
+                    },
+                    Err(e) => peer.counters.drop_one(drop_kind(e)),
                 }
             }
-            limits
-        };
-        let delivered = self.receive_sends(p, &limits);
-        if scratch.is_empty() && delivered == 0 {
-            self.peers[p as usize].counters.empty_polls += 1;
         }
-        let n = scratch.len() + delivered;
+        (scratch, refused)
+    }
+
+    /// Hands what [`take_control`](Self::take_control) took to the roles
+    /// that own it, and gives `scratch`'s storage back. Returns how many
+    /// messages were handled.
+    #[inline(never)]
+    fn handle_control(&mut self, p: Port, mut scratch: Vec<Msg>, refused: Vec<u64>) -> usize {
+        let n = scratch.len();
         for m in scratch.drain(..) {
             self.handle(p, m);
         }
         self.scratch = scratch;
         for op in refused {
             self.fail_answered(p, op);
-        }
-        let peer = &mut self.peers[p as usize];
-        if let Some(c) = peer.conn.as_mut()
-            && c.settle(&self.local, &mut peer.counters).is_err()
-        {
-            self.doomed.push(p);
         }
         n
     }

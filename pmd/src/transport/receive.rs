@@ -14,9 +14,9 @@ use super::dma::DmaEngine;
 use super::endpoint::Transport;
 use super::geometry::Layout;
 use super::peer::Peer;
-use super::poll::drop_kind;
+use super::poll::{drop_kind, limits};
 use super::types::{Completion, OpKind, Status};
-use super::wire::{self, Limits, Msg, Ring};
+use super::wire::{self, Msg, Ring};
 
 /// Where the payload bytes of slot `k` of an inline send (at offset `slot`
 /// of the PostQ's area) start, and how many of the `left` still to copy it holds: a
@@ -184,7 +184,7 @@ impl Transport {
     /// a buffer we did not lend, or a non-send on the PostQ is dropped and
     /// counted, never acted on.
     #[inline]
-    pub(crate) fn receive_sends(&mut self, p: Port, limits: &Limits) -> usize {
+    pub(crate) fn receive_sends(&mut self, p: Port) -> usize {
         let Self {
             peers,
             local,
@@ -192,6 +192,7 @@ impl Transport {
             layout,
             completions,
             doomed,
+            cfg,
             ..
         } = self;
         let peer = &mut peers[p as usize];
@@ -279,7 +280,7 @@ impl Transport {
                 break;
             };
             postq.advance();
-            match wire::decode_validated(&b, Ring::PostQ, limits) {
+            match wire::decode_validated(&b, Ring::PostQ, &limits(layout, &cfg.geometry, c)) {
                 Ok(Msg::SendBuf { buf, len }) => {
                     if c.is_lent(buf) {
                         sink.deliver_buffer(peer, buf, len);
