@@ -205,6 +205,10 @@ pub struct Consumer {
     epoch: u32,
     seq: u64,
     credited: u64,
+    /// Where slot `seq` lies in the ring, and the tag it has once message
+    /// `seq` is there: kept as `seq` moves, so that a poll finding nothing
+    /// (most polls) computes neither.
+    next: (usize, u64),
 }
 
 impl Consumer {
@@ -213,13 +217,26 @@ impl Consumer {
     /// # Panics
     /// When `depth` is not a power of two, as [`Producer::new`].
     pub fn new(base: usize, depth: u32, epoch: u32) -> Self {
+        let depth = ring_depth(depth);
         Self {
             base,
-            depth: ring_depth(depth),
+            depth,
             epoch,
             seq: 0,
             credited: 0,
+            next: (slot_offset(0, depth, 0), tag(epoch, 0)),
         }
+    }
+
+    /// Where slot `k` places after the next one lies in the ring, and the
+    /// tag it has once its message is there.
+    #[inline(always)]
+    fn expect(&self, k: u64) -> (usize, u64) {
+        if k == 0 {
+            return self.next;
+        }
+        let seq = self.seq + k;
+        (slot_offset(0, self.depth, seq), tag(self.epoch, seq))
     }
 
     /// Offset of the ring in our window.
@@ -241,9 +258,8 @@ impl Consumer {
     /// reads it, with the bounds checked once for the ring.
     #[inline]
     pub fn arrived_in(&self, ring: &LocalSpan<'_>, k: u64) -> Option<usize> {
-        let seq = self.seq + k;
-        let at = slot_offset(0, self.depth, seq);
-        (ring.load_u64(at + TAG_OFFSET) == tag(self.epoch, seq)).then_some(at)
+        let (at, tag) = self.expect(k);
+        (ring.load_u64(at + TAG_OFFSET) == tag).then_some(at)
     }
 
     /// Copies out the next message if it has arrived (without consuming it).
@@ -270,10 +286,10 @@ impl Consumer {
     /// protocol (then they are whatever it wrote: read each once).
     #[inline]
     pub fn arrived(&self, local: &LocalWindow, k: u64) -> Option<usize> {
-        let seq = self.seq + k;
-        let off = slot_offset(self.base, self.depth, seq);
+        let (at, tag) = self.expect(k);
+        let off = self.base + at;
         let t = local.load_u64(off + TAG_OFFSET).ok()?;
-        (t == tag(self.epoch, seq)).then_some(off)
+        (t == tag).then_some(off)
     }
 
     /// Like [`peek`](Self::peek), then loads the tag again after the copy
@@ -300,13 +316,17 @@ impl Consumer {
     /// Consumes the message last peeked.
     #[inline]
     pub fn advance(&mut self) {
-        self.seq += 1;
+        self.advance_by(1);
     }
 
     /// Consumes `k` slots (a message spanning them).
     #[inline]
     pub fn advance_by(&mut self, k: u64) {
         self.seq += k;
+        self.next = (
+            slot_offset(0, self.depth, self.seq),
+            tag(self.epoch, self.seq),
+        );
     }
 
     /// Slots in the ring.
