@@ -408,6 +408,9 @@ impl Transport {
         } else {
             self.polls_without_progress += 1;
         }
+        if self.completions.is_empty() {
+            return 0;
+        }
         self.completions.take_into(out)
     }
 
