@@ -649,7 +649,9 @@ fn sustained(args: &Args, slowest: &[(String, f64)], (pc, cc): (usize, usize)) {
 /// The cost of the operations themselves, without a second core: one
 /// thread enqueues and dequeues through the split handles and through rtrb
 /// (one element, then bursts/chunks of 32) over a ring that never fills,
-/// `--reps` interleaved repetitions of `--items` items, median ns per item.
+/// then each side alone (laps of a full ring's enqueues, then its
+/// dequeues, one of the two timed); `--reps` interleaved repetitions of
+/// about `--items` items, median ns per item.
 fn one_thread(args: &Args) {
     use std::hint::black_box;
     let items = args.items;
@@ -695,8 +697,56 @@ fn one_thread(args: &Args) {
         }
         t.elapsed()
     };
+    // Each side alone: laps of a full ring's enqueues, then its dequeues,
+    // only one of the two timed (which side paces a cross-core run).
+    let laps = (items / args.capacity as u64).max(1);
+    let lap_items = laps * args.capacity as u64;
+    let handles_side = |time_enqueue: bool| {
+        let (mut p, mut c) = Ring::<u64>::new(args.capacity, RingMode::SPSC)
+            .and_then(Ring::split_spsc)
+            .expect("ring");
+        let mut timed = Duration::ZERO;
+        for _ in 0..laps {
+            let t = Instant::now();
+            for i in 0..args.capacity as u64 {
+                p.enqueue(black_box(i)).expect("room");
+            }
+            let filled = Instant::now();
+            for _ in 0..args.capacity {
+                black_box(c.dequeue());
+            }
+            timed += if time_enqueue {
+                filled - t
+            } else {
+                filled.elapsed()
+            };
+        }
+        timed
+    };
+    let rtrb_side = |time_push: bool| {
+        let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(args.capacity);
+        let mut timed = Duration::ZERO;
+        for _ in 0..laps {
+            let t = Instant::now();
+            for i in 0..args.capacity as u64 {
+                p.push(black_box(i)).expect("room");
+            }
+            let filled = Instant::now();
+            for _ in 0..args.capacity {
+                black_box(c.pop().ok());
+            }
+            timed += if time_push {
+                filled - t
+            } else {
+                filled.elapsed()
+            };
+        }
+        timed
+    };
+    let (handles_enqueue, handles_dequeue) = (|| handles_side(true), || handles_side(false));
+    let (rtrb_push, rtrb_pop) = (|| rtrb_side(true), || rtrb_side(false));
     type Case<'a> = (&'static str, u64, &'a dyn Fn() -> Duration);
-    let cases: [Case<'_>; 4] = [
+    let cases: [Case<'_>; 8] = [
         ("ntbdk SPSC handles single", items, &handles_single),
         ("rtrb push/pop", items, &rtrb_single),
         (
@@ -705,6 +755,18 @@ fn one_thread(args: &Args) {
             &handles_burst,
         ),
         ("rtrb chunk 32", items / 32 * 32, &rtrb_chunk),
+        (
+            "ntbdk SPSC handles enqueue alone",
+            lap_items,
+            &handles_enqueue,
+        ),
+        ("rtrb push alone", lap_items, &rtrb_push),
+        (
+            "ntbdk SPSC handles dequeue alone",
+            lap_items,
+            &handles_dequeue,
+        ),
+        ("rtrb pop alone", lap_items, &rtrb_pop),
     ];
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
     for _ in 0..args.reps {
@@ -718,7 +780,7 @@ fn one_thread(args: &Args) {
     }
     let rows: Vec<Row> = runs.into_iter().map(median).collect();
     print_table(
-        "One thread (enqueue then dequeue, no second core: the cost of the operations)",
+        "One thread (enqueue then dequeue, and each side alone over a full ring's laps; no second core: the cost of the operations)",
         &rows,
     );
 }
