@@ -20,6 +20,12 @@ use super::ops::{InOp, OutKind};
 use super::types::{PeerState, Status};
 use super::wire::{self, Limits, Msg, Ring, SGES_PER_MSG, WireError};
 
+/// Polls between two looks at the clock for the slow path, all peers
+/// connected.
+const SLOW_CHECK_EVERY: u32 = 64;
+/// The same while a peer is missing (handshakes wait on the slow path).
+const SLOW_CHECK_EVERY_CONNECTING: u32 = 8;
+
 /// What a message on connection `c` may name: the bounds its validation
 /// checks against.
 pub(crate) fn limits(layout: &Layout, g: &Geometry, c: &Conn) -> Limits {
@@ -50,7 +56,15 @@ impl Transport {
             return 0;
         }
         self.polls = self.polls.wrapping_add(1);
-        if self.polls.is_multiple_of(64) || self.connected.len() + 1 < self.peers.len() {
+        // The clock is read every few polls, not every poll (a read costs
+        // about as much as a whole poll): every 64th, or every 8th while a
+        // peer is missing, so handshakes go on at the slow path's pace.
+        let every = if self.connected.len() + 1 < self.peers.len() {
+            SLOW_CHECK_EVERY_CONNECTING
+        } else {
+            SLOW_CHECK_EVERY
+        };
+        if self.polls.is_multiple_of(every) {
             let now = Instant::now();
             if now.duration_since(self.last_slow).as_micros() >= 500 {
                 self.last_slow = now;
