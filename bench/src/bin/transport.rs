@@ -81,13 +81,16 @@
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
 //! `window lines`, `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`,
 //! `one-sided 64 B`, `one-sided polled 64 B`, `one core 64 B`,
-//! `one core 48 B`, `one core one-sided polled 64 B`, `empty poll`, `rate`,
+//! `one core 48 B`, `one core one-sided polled 64 B`, `empty poll`,
+//! `empty poll, 4 ports`, `rate`,
 //! `one-sided rate`, `one core rate`, `continuous ring`, `continuous send`;
 //! e.g. `--only "one core"` or `--only continuous`). `one core one-sided
 //! polled 64 B` is the polled one-sided ping-pong's software alone (both
 //! ends on one core, each write found by the other end's first load).
 //! `empty poll` is one `poll_completions` that finds nothing on a
-//! connected transport: what a waiting poller pays per turn.
+//! connected transport: what a waiting poller pays per turn; `empty poll,
+//! 4 ports` the same on a fabric with two ports empty (hosts missing,
+//! whose handshakes the poll keeps looking after).
 //! `one core rate` is the send rate's software
 //! alone: bursts of 32 sends from one transport to another on one core,
 //! the receiver polling after each burst (steady under callgrind).
@@ -173,8 +176,8 @@ struct Args {
     /// (case-insensitive). Labels: "cache-line", "two-line", "window lines", "ring 2 slots",
     /// "ring 1 slot", "send 64 B", "send 48 B", "one-sided 64 B",
     /// "one-sided polled 64 B", "one core 64 B", "one core 48 B",
-    /// "one core one-sided polled 64 B", "empty poll", "rate", "one-sided rate",
-    /// "one core rate",
+    /// "one core one-sided polled 64 B", "empty poll", "empty poll, 4 ports",
+    /// "rate", "one-sided rate", "one core rate",
     /// "continuous ring", "continuous send", and "iceoryx2" when built
     /// with that feature (e.g.
     /// --only "one core", --only continuous).
@@ -1256,8 +1259,14 @@ impl Side {
 }
 
 fn ntb_config() -> (FabricConfig, Config) {
+    ntb_config_ports(2)
+}
+
+/// [`ntb_config`] for a fabric of `ports` ports (slots): those past the
+/// two ends a case connects stay empty, as hosts missing from a fabric.
+fn ntb_config_ports(ports: u16) -> (FabricConfig, Config) {
     let geometry = Geometry {
-        ports: 2,
+        ports,
         queue_depth: Q_DEPTH,
         eager_count: EAGER_COUNT,
         eager_size: EAGER_SIZE,
@@ -1268,7 +1277,7 @@ fn ntb_config() -> (FabricConfig, Config) {
         .window_size_for(RECVS as usize * EAGER_SIZE as usize + (8 << 20) + (64 << 10))
         .next_multiple_of(1 << 20);
     let fabric = FabricConfig {
-        slots: 2,
+        slots: usize::from(ports),
         window_size: window,
         heartbeat_timeout: Duration::from_secs(2),
         ..FabricConfig::default()
@@ -1462,9 +1471,17 @@ fn session_on<R>(
 /// Runs `f` on a private emulated fabric (in its own directory) made for
 /// it with [`ntb_config`]'s settings, then removes both, whatever `f` did.
 fn with_fabric<R>(f: impl FnOnce(&EmuFabric, &std::path::Path) -> Result<R>) -> Result<R> {
+    with_fabric_ports(2, f)
+}
+
+/// [`with_fabric`] on a fabric of `ports` ports (see [`ntb_config_ports`]).
+fn with_fabric_ports<R>(
+    ports: u16,
+    f: impl FnOnce(&EmuFabric, &std::path::Path) -> Result<R>,
+) -> Result<R> {
     let dir = std::env::temp_dir().join(format!("ntbdk-bench-transport-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
-    let (fcfg, _) = ntb_config();
+    let (fcfg, _) = ntb_config_ports(ports);
     let r = EmuFabric::create_in(&dir, "bench", &fcfg)
         .map_err(anyhow::Error::from)
         .and_then(|fabric| f(&fabric, &dir));
@@ -1931,12 +1948,16 @@ fn ntb_send_one_core(
 /// column is one poll): what a poller pays per turn while it waits, half
 /// of which a message that arrives meanwhile waits on average before the
 /// poll that finds it.
-fn ntb_empty_poll(a: usize, iters: Option<u64>, target: Duration) -> Result<Samples> {
-    one_core(a, |[(mut t0, _, _, _), (mut t1, _, _, _)]| {
+fn ntb_empty_poll(a: usize, ports: u16, iters: Option<u64>, target: Duration) -> Result<Samples> {
+    one_core_ports(a, ports, |[(mut t0, _, _, _), (mut t1, _, _, _)]| {
         let mut comps = vec![Completion::default(); 64];
+        let fabric = match ports {
+            2 => String::new(),
+            n => format!(", {n}-port fabric ({} ports empty)", n - 2),
+        };
         ntb_sample(
             format!(
-                "ntbdk empty poll (poll_completions finding nothing; one-way column: one poll), one core, core {a}"
+                "ntbdk empty poll (poll_completions finding nothing; one-way column: one poll){fabric}, one core, core {a}"
             ),
             iters,
             target,
@@ -1966,8 +1987,14 @@ type End = (Transport, Qp, RegionKey, RegionKey);
 /// in this one thread, so no cache line crosses cores (the software cost
 /// alone).
 fn one_core<R>(a: usize, f: impl FnOnce([End; 2]) -> Result<R>) -> Result<R> {
-    let (_, cfg) = ntb_config();
-    with_fabric(|fabric, dir| {
+    one_core_ports(a, 2, f)
+}
+
+/// [`one_core`] on a fabric of `ports` ports, the two ends on its first
+/// two.
+fn one_core_ports<R>(a: usize, ports: u16, f: impl FnOnce([End; 2]) -> Result<R>) -> Result<R> {
+    let (_, cfg) = ntb_config_ports(ports);
+    with_fabric_ports(ports, |fabric, dir| {
         pin(a);
         let (mut t0, data0, recv0) = ntb_endpoint(fabric, dir, 0, &cfg)?;
         let (mut t1, data1, recv1) = ntb_endpoint(fabric, dir, 1, &cfg)?;
@@ -2522,7 +2549,11 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
         ),
         (
             "empty poll",
-            Box::new(move || ntb_empty_poll(a, iters, target)),
+            Box::new(move || ntb_empty_poll(a, 2, iters, target)),
+        ),
+        (
+            "empty poll, 4 ports",
+            Box::new(move || ntb_empty_poll(a, 4, iters, target)),
         ),
     ]);
     const RATE: &str = "rate";
