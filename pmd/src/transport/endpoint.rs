@@ -102,7 +102,8 @@ pub struct Transport {
     pub(crate) completions: CompletionQueue,
     /// The data mover for payloads.
     pub(crate) engine: Box<dyn DmaEngine>,
-    /// Polls so far (the slow path runs every 64th, or while connecting).
+    /// Polls so far (the clock is read for the slow path every 64th, or
+    /// every 8th while a peer is missing).
     pub(crate) polls: u32,
     /// `poll_completions` calls in a row that found completions waiting and
     /// so made no progress (see [`PROGRESS_AT_LEAST_EVERY`]).
