@@ -311,7 +311,7 @@ impl Conn {
     /// first and copied in one tight run, the slot stores fill the queue
     /// alone: 64 B sends sustained 8.4 -> 15.2 M/s with the cores on
     /// different physical cores, 27 -> 31 M/s on one (bench/RESULTS.md).
-    #[inline]
+    #[inline(always)]
     pub fn write_sends(
         &mut self,
         local: &LocalWindow,
