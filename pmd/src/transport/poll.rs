@@ -248,14 +248,11 @@ impl Transport {
         // Answers to our operations that failed validation (rare: no
         // allocation unless there is one).
         let mut refused = Vec::new();
-        let Some(c) = self.peers[p as usize].conn.as_ref() else {
-            return (scratch, refused);
-        };
-        let limits = limits(&self.layout, &self.cfg.geometry, c);
         let peer = &mut self.peers[p as usize];
         let Some(c) = peer.conn.as_mut() else {
             return (scratch, refused);
         };
+        let limits = limits(&self.layout, &self.cfg.geometry, c);
         for ring in Ring::CONTROL {
             let cons = c.consumer(ring);
             for _ in 0..depth {
