@@ -701,21 +701,16 @@ fn one_thread(args: &Args) {
     // only one of the two timed (which side paces a cross-core run).
     let laps = (items / args.capacity as u64).max(1);
     let lap_items = laps * args.capacity as u64;
-    let handles_side = |time_enqueue: bool| {
-        let (mut p, mut c) = Ring::<u64>::new(args.capacity, RingMode::SPSC)
-            .and_then(Ring::split_spsc)
-            .expect("ring");
+    // One side's time over the laps: `fill` enqueues a full ring, `drain`
+    // empties it; `time_fill` says which of the two is timed.
+    let one_side = |time_fill: bool, fill: &mut dyn FnMut(), drain: &mut dyn FnMut()| {
         let mut timed = Duration::ZERO;
         for _ in 0..laps {
             let t = Instant::now();
-            for i in 0..args.capacity as u64 {
-                p.enqueue(black_box(i)).expect("room");
-            }
+            fill();
             let filled = Instant::now();
-            for _ in 0..args.capacity {
-                black_box(c.dequeue());
-            }
-            timed += if time_enqueue {
+            drain();
+            timed += if time_fill {
                 filled - t
             } else {
                 filled.elapsed()
@@ -723,25 +718,39 @@ fn one_thread(args: &Args) {
         }
         timed
     };
+    let handles_side = |time_enqueue: bool| {
+        let (mut p, mut c) = Ring::<u64>::new(args.capacity, RingMode::SPSC)
+            .and_then(Ring::split_spsc)
+            .expect("ring");
+        one_side(
+            time_enqueue,
+            &mut || {
+                for i in 0..args.capacity as u64 {
+                    p.enqueue(black_box(i)).expect("room");
+                }
+            },
+            &mut || {
+                for _ in 0..args.capacity {
+                    black_box(c.dequeue());
+                }
+            },
+        )
+    };
     let rtrb_side = |time_push: bool| {
         let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(args.capacity);
-        let mut timed = Duration::ZERO;
-        for _ in 0..laps {
-            let t = Instant::now();
-            for i in 0..args.capacity as u64 {
-                p.push(black_box(i)).expect("room");
-            }
-            let filled = Instant::now();
-            for _ in 0..args.capacity {
-                black_box(c.pop().ok());
-            }
-            timed += if time_push {
-                filled - t
-            } else {
-                filled.elapsed()
-            };
-        }
-        timed
+        one_side(
+            time_push,
+            &mut || {
+                for i in 0..args.capacity as u64 {
+                    p.push(black_box(i)).expect("room");
+                }
+            },
+            &mut || {
+                for _ in 0..args.capacity {
+                    black_box(c.pop().ok());
+                }
+            },
+        )
     };
     let (handles_enqueue, handles_dequeue) = (|| handles_side(true), || handles_side(false));
     let (rtrb_push, rtrb_pop) = (|| rtrb_side(true), || rtrb_side(false));
