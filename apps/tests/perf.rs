@@ -286,6 +286,85 @@ fn bidirectional_bandwidth_sums_both_directions() {
     assert!(dir.fabrics().is_empty());
 }
 
+/// The header's " CQ Moderation   : N" line.
+fn cq_moderation(stdout: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(" CQ Moderation"))
+        .unwrap_or_else(|| panic!("no CQ Moderation line:\n{stdout}"));
+    num(line.rsplit(':').next().unwrap().trim()) as u64
+}
+
+#[test]
+fn completion_moderation_counts_every_request() {
+    let dir = Dir::new("cqmod");
+    // (arguments, the moderation used): perftest's default of 100, its
+    // post list rule, its large-message rule, a count -Q does not divide,
+    // the window shared by two servers (128 / 2), and what cannot go
+    // unsignaled.
+    for (args, moderation) in [
+        (&["--op", "send", "-s", "64", "-n", "1000"][..], 100),
+        (
+            &["--op", "send", "-s", "64", "-n", "1000", "-l", "32"][..],
+            32,
+        ),
+        (
+            &[
+                "--op", "send", "-s", "64", "-n", "1000", "-l", "32", "-Q", "8",
+            ][..],
+            8,
+        ),
+        (&["-s", "64", "-n", "999", "-Q", "7"][..], 7),
+        (&["-s", "16K", "-n", "300"][..], 1),
+        (&["-s", "16K", "-n", "300", "-Q", "16"][..], 16),
+        (&["-s", "64", "-n", "1000", "-q", "2"][..], 64),
+        (
+            &["--op", "send", "-s", "64", "-n", "1000", "-t", "10"][..],
+            10,
+        ),
+        (&["--op", "read", "-s", "64", "-n", "500"][..], 1),
+        (
+            &["--write-mode", "rendezvous", "-s", "64", "-n", "500"][..],
+            1,
+        ),
+    ] {
+        let mut a = vec!["--test", "bw"];
+        a.extend_from_slice(args);
+        let d = run(&dir, &a);
+        assert_ok(&d);
+        assert_eq!(cq_moderation(&d.stdout), moderation, "{args:?}");
+        let iters: u64 = args[args.iter().position(|a| *a == "-n").unwrap() + 1]
+            .parse()
+            .unwrap();
+        let size = if args.contains(&"16K") { 16384 } else { 64 };
+        // Every request counted once, however few were signaled.
+        check_bw(&perftest_rows(&d.stdout, BW_HEADER)[0], size, Some(iters));
+    }
+    // Timed runs end with requests unsignaled: one more, signaled,
+    // accounts for them, and the run ends.
+    for op in ["send", "write"] {
+        let d = run(&dir, &["--test", "bw", "--op", op, "-s", "64", "-D", "0.3"]);
+        assert_ok(&d);
+        check_bw(&perftest_rows(&d.stdout, BW_HEADER)[0], 64, None);
+    }
+    for (args, needle) in [
+        (&["--op", "read", "-Q", "4"][..], "always signaled"),
+        (
+            &["--write-mode", "rendezvous", "-Q", "4"][..],
+            "always signaled",
+        ),
+        (&["--test", "lat", "-Q", "4"][..], "bandwidth tests"),
+        (
+            &["--op", "send", "-l", "32", "-Q", "5"][..],
+            "multiple of -Q 5",
+        ),
+        (&["-Q", "0"][..], "--cq-mod"),
+    ] {
+        assert_fails_with(&run(&dir, args), needle);
+    }
+    assert!(dir.fabrics().is_empty());
+}
+
 #[test]
 fn windows_are_described_for_every_side() {
     use ntbdk_mempool::{HugepageCounts, PageSize};
@@ -550,7 +629,6 @@ fn perftest_flags_without_meaning_name_the_nearest_option() {
         (&["--ib-dev=mlx5_0"][..], "--device"),
         (&["-x", "3"][..], "--peer-slot"),
         (&["-p", "18515"][..], "scratchpad"),
-        (&["-Q", "4"][..], "--post_list"),
         (&["192.168.1.2"][..], "no server address"),
         (&["-s", "64", "10.0.0.1"][..], "no server address"),
     ] {

@@ -111,6 +111,15 @@ struct Args {
     /// same).
     #[arg(short = 'l', long = "post_list", visible_alias = "burst", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     post_list: u64,
+    /// Completion moderation of bandwidth tests, as perftest's: one send or
+    /// one-sided write in N is signaled (and the last), its completion
+    /// accounting for those before it. Default as perftest's: 100 (at most
+    /// the tx depth per queue pair), the post list when -l > 1 (which must
+    /// then be a multiple of -Q), 1 for one-sided writes of more than 8 KiB
+    /// with -s. Rendezvous writes and reads complete with the server's
+    /// answer and are always signaled.
+    #[arg(short = 'Q', long = "cq-mod", visible_alias = "cq_mod", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    cq_mod: Option<u64>,
     /// Most bandwidth operations outstanding at once.
     #[arg(short = 't', long = "tx-depth", visible_alias = "tx_depth", value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
     tx_depth: u64,
@@ -222,6 +231,7 @@ const CLIENT_ONLY: &[(&str, &str)] = &[
     ("iters", "-n"),
     ("duration", "-D"),
     ("post_list", "-l/--post_list"),
+    ("cq_mod", "-Q/--cq-mod"),
     ("tx_depth", "-t/--tx-depth"),
     ("qp", "-q/--qp"),
     ("inline_size", "-I"),
@@ -324,6 +334,31 @@ fn check_args(args: &Args) -> Result<()> {
             "-s {s}: a send carries at most {EAGER_SIZE} bytes (one eager buffer); use --op write \
              for larger messages"
         );
+    }
+    if let Some(n) = args.cq_mod {
+        if args.test == Some(Test::Lat) {
+            bail!(
+                "-Q/--cq-mod moderates the completions of bandwidth tests (as perftest's): drop \
+                 it, or use --test bw"
+            );
+        }
+        if !moderable(args) && n > 1 {
+            let what = match args.op {
+                Op::Read => "reads complete with the server's data",
+                _ => "rendezvous writes complete with the server's acknowledgment",
+            };
+            bail!(
+                "-Q {n}: {what} and are always signaled; completion moderation applies to \
+                 --op send and to one-sided writes (--write-mode direct)"
+            );
+        }
+        if args.post_list > 1 && !args.post_list.is_multiple_of(n) {
+            bail!(
+                "-l {} must be a multiple of -Q {n} (as in perftest: every post list ends \
+                 with its signaled request)",
+                args.post_list
+            );
+        }
     }
     if args.bidirectional && args.test == Some(Test::Lat) {
         bail!("-b/--bidirectional measures bandwidth (as perftest's): drop --test lat");
@@ -554,6 +589,38 @@ fn sizes(args: &Args, client: &Client, op: Op) -> Vec<u64> {
     }
 }
 
+/// perftest's default completion moderation (`DEF_CQ_MOD`).
+const DEFAULT_CQ_MOD: u64 = 100;
+/// Above this size perftest signals every request unless told otherwise
+/// (`MSG_SIZE_CQ_MOD_LIMIT`).
+const CQ_MOD_SIZE_LIMIT: u64 = 8192;
+
+/// Whether the operation can go unsignaled: sends and one-sided writes
+/// (rendezvous writes and reads complete with the server's answer).
+fn moderable(args: &Args) -> bool {
+    match args.op {
+        Op::Send => true,
+        Op::Write => args.write_mode.unwrap_or_default() == WriteMode::Direct,
+        Op::Read => false,
+    }
+}
+
+/// The completion moderation the bandwidth test uses: -Q, or perftest's
+/// default, at most each queue pair's share of the tx depth (the window
+/// is shared by the servers, where perftest has one per queue pair).
+fn cq_mod(args: &Args) -> u64 {
+    if !moderable(args) {
+        return 1;
+    }
+    let n = match args.cq_mod {
+        Some(n) => n,
+        None if args.post_list > 1 => args.post_list,
+        None if args.size.is_some_and(|s| s > CQ_MOD_SIZE_LIMIT) => 1,
+        None => DEFAULT_CQ_MOD,
+    };
+    n.min((args.tx_depth / args.qp).max(1))
+}
+
 fn budget(args: &Args) -> Budget {
     match (args.iters, args.duration) {
         (Some(n), _) => Budget::iterations(n),
@@ -589,6 +656,7 @@ fn measure(
 ) -> Result<()> {
     let write_mode = args.write_mode.unwrap_or_default();
     client.set_write_mode(write_mode);
+    client.set_cq_mod(cq_mod(args) as usize);
     let tests: Vec<Test> = match (args.test, args.run_infinitely) {
         (_, true) => vec![Test::Bw],
         (Some(t), false) => vec![t],
@@ -614,6 +682,7 @@ fn measure(
             (args.op == Op::Write).then_some(write_mode.name()),
         )
         .param("post_list", args.post_list)
+        .param("cq_mod", cq_mod(args))
         .param("tx_depth", args.tx_depth)
         .param("qp", args.qp)
         .param("budget", budget.describe())
@@ -719,6 +788,7 @@ impl Header<'_> {
         if self.test == Test::Bw {
             println!(" TX depth        : {}", a.tx_depth);
             println!(" Post List       : {}", a.post_list);
+            println!(" CQ Moderation   : {}", cq_mod(a));
         }
         let budget = if a.run_infinitely {
             format!(

@@ -78,6 +78,7 @@ pub struct Client {
     timeout: Duration,
     comps: Vec<Completion>,
     write_mode: WriteMode,
+    cq_mod: usize,
 }
 
 impl Client {
@@ -128,6 +129,7 @@ impl Client {
             timeout,
             comps: vec![Completion::default(); POLL_BURST],
             write_mode: WriteMode::default(),
+            cq_mod: 1,
         })
     }
 
@@ -139,6 +141,15 @@ impl Client {
     /// How `Op::Write` writes.
     pub fn write_mode(&self) -> WriteMode {
         self.write_mode
+    }
+
+    /// Completion moderation of bandwidth tests from now on, as perftest's
+    /// `--cq-mod` (default 1: every request signaled): see
+    /// [`Load::cq_mod`](super::pump::Load::cq_mod). Applies to sends and
+    /// one-sided writes, and to what the servers post in a bidirectional
+    /// test.
+    pub fn set_cq_mod(&mut self, cq_mod: usize) {
+        self.cq_mod = cq_mod.max(1);
     }
 
     /// The endpoint (counters, transport).
@@ -269,6 +280,9 @@ impl Client {
             burst: burst as u32,
             depth: depth as u32,
         };
+        self.command_all(Command::BidirCqMod {
+            cq_mod: self.cq_mod as u32,
+        })?;
         self.command_all(Command::BidirLoad(load))?;
         self.phase(Phase::Bidir { size: size as u32 }, false)?;
         let warm = Budget::iterations(depth as u64);
@@ -338,6 +352,7 @@ impl Client {
             size,
             burst,
             depth,
+            cq_mod: self.cq_mod,
         };
         let targets: Vec<Target> = self
             .servers

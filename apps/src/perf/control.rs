@@ -100,6 +100,12 @@ pub enum Command {
     /// What the server posts towards the client in a bidirectional
     /// bandwidth phase ([`Phase::Bidir`]): the client's own load.
     BidirLoad(BidirLoad),
+    /// The completion moderation of the next [`BidirLoad`]s (perftest's
+    /// `--cq-mod`; a server not told signals every request).
+    BidirCqMod {
+        /// One request in `cq_mod` signaled.
+        cq_mod: u32,
+    },
     /// Asks for word `0..=3` of what the server did in the last
     /// bidirectional phase ([`BidirResult`]), once it ended.
     BidirResult {
@@ -238,6 +244,7 @@ impl Command {
             Command::BidirLoad(load) => (8, load.pack()),
             Command::Phase(Phase::Bidir { size }) => (9, size),
             Command::BidirResult { word } => (10, word),
+            Command::BidirCqMod { cq_mod } => (11, cq_mod),
         }
     }
 
@@ -253,6 +260,7 @@ impl Command {
             8 => Command::BidirLoad(BidirLoad::unpack(arg)?),
             9 => Command::Phase(Phase::Bidir { size: arg }),
             10 => Command::BidirResult { word: arg },
+            11 => Command::BidirCqMod { cq_mod: arg },
             _ => return None,
         })
     }
@@ -474,6 +482,7 @@ mod tests {
         for cmd in loads.map(Command::BidirLoad).into_iter().chain([
             Command::Phase(Phase::Bidir { size: 8 << 20 }),
             Command::BidirResult { word: 3 },
+            Command::BidirCqMod { cq_mod: 100 },
             Command::Phase(Phase::WriteDirectEcho { size: 64 }),
         ]) {
             let (code, arg) = cmd.encode();

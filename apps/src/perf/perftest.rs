@@ -3,8 +3,8 @@
 //! nearest option `ntb-perf` has (or why there is none), and the server
 //! address perftest's client takes.
 //!
-//! The flags that do have a meaning (`-s -a -n -D -q -t -l -b -I -F -N -H
-//! -U --report_gbits --run_infinitely --out_json --out_json_file
+//! The flags that do have a meaning (`-s -a -n -D -q -t -l -Q -b -I -F -N
+//! -H -U --report_gbits --run_infinitely --out_json --out_json_file
 //! --use_hugepages`) are `ntb-perf`'s own options, with perftest's
 //! spellings.
 
@@ -87,12 +87,6 @@ const FOREIGN: &[Foreign] = &[
         "--rx-depth",
         "the receive queue depth",
         "256 receives stay posted per peer; the sender's depth is -t/--tx-depth",
-    ),
-    foreign(
-        Some("-Q"),
-        "--cq-mod",
-        "completion moderation",
-        "completions are polled in bursts of 64; -l/--post_list sets how many requests are posted per call",
     ),
     foreign(
         Some("-o"),

@@ -20,7 +20,8 @@ use crate::cli::session::{check_interrupted, completion_error};
 pub const PEAK_WINDOW: u64 = 256;
 
 /// What a pump posts: `op` of `size` bytes, in bursts of `burst`, at most
-/// `depth` outstanding; writes as `write_mode` says.
+/// `depth` outstanding, one in `cq_mod` signaled; writes as `write_mode`
+/// says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Load {
     /// The operation.
@@ -33,6 +34,45 @@ pub struct Load {
     pub burst: usize,
     /// Most outstanding.
     pub depth: usize,
+    /// Completion moderation, as perftest's `--cq-mod`: of the requests to
+    /// each target, every `cq_mod`-th is signaled (and the last one), and
+    /// its completion accounts for those before it. Only sends and
+    /// one-sided writes, which complete once posted, can go unsignaled;
+    /// rendezvous writes and reads are always signaled (1). Clamped so
+    /// that a signaled request always fits in the window:
+    /// [`Load::moderation`].
+    pub cq_mod: usize,
+}
+
+impl Load {
+    /// Whether this load's requests can go unsignaled: sends and one-sided
+    /// writes.
+    pub fn moderable(&self) -> bool {
+        self.op == Op::Send || (self.op == Op::Write && self.write_mode == WriteMode::Direct)
+    }
+
+    /// The moderation used towards `targets` targets: 1 for what cannot go
+    /// unsignaled, else `cq_mod` at most each target's share of the
+    /// window (with `depth` outstanding over all targets, a target whose
+    /// signaled request lay beyond its share would never complete).
+    pub fn moderation(&self, targets: usize) -> u64 {
+        if !self.moderable() {
+            return 1;
+        }
+        let share = (self.depth / targets.max(1)).max(1);
+        self.cq_mod.clamp(1, share) as u64
+    }
+}
+
+/// The cookie of a pump's request: the target's index in the high 16 bits,
+/// the request's number towards that target (from 1) below.
+fn cookie(target: usize, seq: u64) -> u64 {
+    (target as u64) << 48 | seq
+}
+
+/// The target index and request number in a [`cookie`].
+fn from_cookie(cookie: u64) -> (usize, u64) {
+    ((cookie >> 48) as usize, cookie & ((1 << 48) - 1))
 }
 
 /// A peer to post to: its queue pair and its data region.
@@ -88,6 +128,7 @@ pub fn pump(
     }];
     let payload = vec![0x5au8; size.min(u64::from(EAGER_SIZE)) as usize];
     let direct = op == Op::Write && load.write_mode == WriteMode::Direct;
+    let cq_mod = load.moderation(targets.len());
     let direct_src = if direct {
         vec![0x5au8; size as usize]
     } else {
@@ -136,6 +177,21 @@ pub fn pump(
         }
         Op::Read => {}
     }
+    // Per target: requests posted, the last of them signaled, and how many
+    // completions have accounted for (sends and one-sided writes complete
+    // in the order posted, so a signaled one accounts for all before it).
+    let mut seq = vec![0u64; targets.len()];
+    // A counted budget is shared out between the targets in advance, so
+    // that each target's last request is known (and signaled).
+    let quota: Vec<u64> = match budget.iteration_limit() {
+        Some(n) => {
+            let t = targets.len() as u64;
+            (0..t).map(|i| n / t + u64::from(i < n % t)).collect()
+        }
+        None => vec![u64::MAX; targets.len()],
+    };
+    let mut signaled_to = vec![0u64; targets.len()];
+    let mut accounted = vec![0u64; targets.len()];
     let (mut posted, mut done) = (0u64, 0u64);
     let mut turn = 0usize;
     let mut empty = 0u32;
@@ -154,21 +210,65 @@ pub fn pump(
             stopping = true;
         }
         let outstanding = (posted - done) as usize;
-        if !stopping && outstanding < depth {
-            let left = budget.remaining(posted).unwrap_or(u64::MAX);
-            let k = burst.min(depth - outstanding).min(left as usize);
-            let i = turn % targets.len();
-            turn += 1;
+        // Stopping with a target's last requests unsignaled (a run timed,
+        // not counted): one more, signaled, accounts for them.
+        let flush = if stopping {
+            (0..targets.len()).find(|&i| signaled_to[i] < seq[i])
+        } else {
+            None
+        };
+        if flush.is_some() || (!stopping && outstanding < depth) {
+            let (i, k, last) = match flush {
+                Some(i) => (i, 1, true),
+                None => {
+                    // The next target in turn with requests left to post
+                    // (one has: the budget is not spent).
+                    let mut i = turn % targets.len();
+                    while seq[i] >= quota[i] {
+                        turn += 1;
+                        i = turn % targets.len();
+                    }
+                    turn += 1;
+                    let left = quota[i] - seq[i];
+                    let k = burst.min(depth - outstanding).min(left as usize);
+                    // A target's last request is signaled.
+                    (i, k, left == k as u64)
+                }
+            };
             let s = &targets[i];
             let remote = start_of(s);
+            let first = seq[i] + 1;
+            let signal = |j: usize| {
+                let n = first + j as u64;
+                n.is_multiple_of(cq_mod) || (last && j + 1 == k)
+            };
             let r = match op {
-                Op::Write if direct => ep.t.post_writes_direct(s.qp, &direct_writes[i][..k]),
+                Op::Write if direct => {
+                    let wrs = &mut direct_writes[i][..k];
+                    for (j, wr) in wrs.iter_mut().enumerate() {
+                        wr.signaled = signal(j);
+                        wr.cookie = cookie(i, first + j as u64);
+                    }
+                    ep.t.post_writes_direct(s.qp, wrs)
+                }
                 Op::Write => ep.t.post_writes(s.qp, &writes[i][..k]),
-                Op::Send => ep.t.post_sends(s.qp, &sends[..k]),
+                Op::Send => {
+                    for (j, wr) in sends[..k].iter_mut().enumerate() {
+                        wr.signaled = signal(j);
+                        wr.cookie = cookie(i, first + j as u64);
+                    }
+                    ep.t.post_sends(s.qp, &sends[..k])
+                }
                 Op::Read => post_each(k, || ep.t.post_read(s.qp, &local, remote, 0)),
             };
             match r {
-                Ok(n) => posted += n as u64,
+                Ok(n) => {
+                    posted += n as u64;
+                    seq[i] += n as u64;
+                    if let Some(j) = (0..n).rev().find(|&j| signal(j)) {
+                        signaled_to[i] = first + j as u64;
+                    }
+                }
                 Err(TransportError::Busy { .. } | TransportError::TooManyOutstanding { .. }) => {}
                 // The peer's region not advertised to us yet.
                 Err(TransportError::UnknownRemoteKey { .. })
@@ -205,11 +305,18 @@ pub fn pump(
                 if !c.status.is_ok() {
                     return Err(completion_error(c));
                 }
-                if matches!(
-                    c.op,
-                    OpKind::Write | OpKind::WriteDirect | OpKind::Read | OpKind::Send
-                ) {
-                    done += 1;
+                match c.op {
+                    OpKind::Send | OpKind::WriteDirect => {
+                        let (i, n) = from_cookie(c.cookie);
+                        if let Some(a) = accounted.get_mut(i)
+                            && n > *a
+                        {
+                            done += n - *a;
+                            *a = n;
+                        }
+                    }
+                    OpKind::Write | OpKind::Read => done += 1,
+                    _ => {}
                 }
             }
             empty = 0;

@@ -58,6 +58,9 @@ pub fn serve(
     // The bidirectional phase: what to post, what was done, and the command
     // that ended it.
     let mut bidir_load: Option<BidirLoad> = None;
+    // One request in this many signaled in a bidirectional phase (a client
+    // that does not say signals every one).
+    let mut bidir_cq_mod = 1usize;
     let mut bidir_result = BidirResult::default();
     let mut pending: Option<Received> = None;
     let mut last_activity = Instant::now();
@@ -170,6 +173,10 @@ pub fn serve(
                     bidir_load = Some(l);
                     0
                 }
+                Some(Command::BidirCqMod { cq_mod }) => {
+                    bidir_cq_mod = cq_mod.max(1) as usize;
+                    0
+                }
                 Some(Command::BidirResult { word }) => bidir_result.word(word).unwrap_or(REFUSED),
                 None => REFUSED,
             };
@@ -183,6 +190,7 @@ pub fn serve(
                     size: u64::from(size),
                     burst: l.burst as usize,
                     depth: l.depth as usize,
+                    cq_mod: bidir_cq_mod,
                 };
                 let p = pump(
                     ep,
