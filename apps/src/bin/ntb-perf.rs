@@ -116,8 +116,8 @@ struct Args {
     /// accounting for those before it. Default as perftest's: 100 (at most
     /// the tx depth per queue pair), the post list when -l > 1 (which must
     /// then be a multiple of -Q), 1 for one-sided writes of more than 8 KiB
-    /// with -s. Rendezvous writes and reads complete with the server's
-    /// answer and are always signaled.
+    /// at one size (not in a sweep). Rendezvous writes and reads complete
+    /// with the server's answer and are always signaled.
     #[arg(short = 'Q', long = "cq-mod", visible_alias = "cq_mod", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
     cq_mod: Option<u64>,
     /// Most bandwidth operations outstanding at once.
@@ -612,10 +612,20 @@ fn cq_mod(args: &Args) -> u64 {
     if !moderable(args) {
         return 1;
     }
+    // One size (-s, or --run_infinitely's default; a sweep keeps the
+    // moderation, as perftest's -a does).
+    let size = match (args.size, args.run_infinitely) {
+        (Some(s), _) => Some(s),
+        (None, true) if args.op == Op::Send => {
+            Some(DEFAULT_INFINITE_SIZE.min(u64::from(EAGER_SIZE)))
+        }
+        (None, true) => Some(DEFAULT_INFINITE_SIZE),
+        (None, false) => None,
+    };
     let n = match args.cq_mod {
         Some(n) => n,
         None if args.post_list > 1 => args.post_list,
-        None if args.size.is_some_and(|s| s > CQ_MOD_SIZE_LIMIT) => 1,
+        None if size.is_some_and(|s| s > CQ_MOD_SIZE_LIMIT) => 1,
         None => DEFAULT_CQ_MOD,
     };
     n.min((args.tx_depth / args.qp).max(1))

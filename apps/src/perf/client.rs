@@ -578,3 +578,78 @@ fn check(c: &Completion) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::control::ServerControl;
+    use crate::perf::{fabric_config, serve};
+    use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric};
+
+    /// The pump's own bookkeeping, on a private fabric with a server on a
+    /// thread: how many completions a load takes, and that every request
+    /// is counted once.
+    #[test]
+    fn moderation_takes_one_completion_in_cq_mod_and_counts_every_request() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-cqmod-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fabric = EmuFabric::create_in(&dir, "cqmod", &fabric_config(2)).unwrap();
+        let device = |slot| {
+            let cfg = DeviceConfig {
+                slot: Some(slot),
+                fabric: fabric.config().clone(),
+                dir: Some(dir.clone()),
+                ..DeviceConfig::default()
+            };
+            Arc::new(EmuDevice::join(&fabric, &cfg).unwrap())
+        };
+        let timeout = Duration::from_secs(10);
+        let (server_dev, client_dev) = (device(1), device(0));
+        let server = std::thread::spawn(move || {
+            let mut ctl = ServerControl::new(server_dev.clone()).unwrap();
+            let mut ep = Endpoint::new(server_dev, timeout).unwrap();
+            serve(&mut ep, &mut ctl, 0, timeout).unwrap()
+        });
+        let ep = Endpoint::new(client_dev, timeout).unwrap();
+        let mut client = Client::connect(ep, &[1], timeout).unwrap();
+        // (operation, write mode, burst, cq_mod, iterations, completions):
+        // every cq_mod-th request and the last are signaled.
+        for (op, mode, burst, cq_mod, iters, completions) in [
+            (Op::Send, WriteMode::Direct, 1, 100, 1000, 10),
+            (Op::Send, WriteMode::Direct, 1, 1, 300, 300),
+            (Op::Send, WriteMode::Direct, 32, 32, 1000, 32),
+            (Op::Write, WriteMode::Direct, 1, 7, 999, 143),
+            (Op::Write, WriteMode::Direct, 8, 100, 1000, 10),
+            // Always signaled, whatever is asked.
+            (Op::Write, WriteMode::Rendezvous, 1, 100, 200, 200),
+            (Op::Read, WriteMode::Direct, 4, 100, 200, 200),
+        ] {
+            client.set_write_mode(mode);
+            client.set_cq_mod(cq_mod);
+            let p = client
+                .pump(op, 64, burst, 128, Budget::iterations(iters))
+                .unwrap();
+            assert_eq!(
+                (p.done, p.completions),
+                (iters, completions),
+                "{op:?} {mode:?} burst {burst} cq_mod {cq_mod}"
+            );
+        }
+        // A timed run stops with an unsignaled tail: counted, and the run
+        // ends (nothing waits for a completion that will not come).
+        for op in [Op::Send, Op::Write] {
+            client.set_write_mode(WriteMode::Direct);
+            client.set_cq_mod(100);
+            let p = client
+                .pump(op, 64, 1, 128, Budget::duration(Duration::from_millis(30)))
+                .unwrap();
+            assert!(p.done > 0, "{op:?}");
+            assert!(p.completions <= p.done / 100 + 1, "{op:?}: {p:?}");
+        }
+        client.stop().unwrap();
+        server.join().unwrap();
+        drop(client);
+        EmuFabric::destroy_in(&dir, "cqmod").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -93,6 +93,10 @@ impl Endpoint {
         let ports = dev.port_count();
         let mut cfg = Config::new(geometry(ports));
         cfg.op_timeout = op_timeout;
+        // Sends complete only when their request asks (verbs' `sq_sig_all`
+        // off): the bandwidth pump signals one in `--cq-mod`, and nothing
+        // else waits for a send's completion.
+        cfg.signal_sends = false;
         let window = dev.mw_geometry(0).map(|g| g.size).unwrap_or(0);
         let mut t = Transport::new(dev, cfg).with_context(|| {
             format!(

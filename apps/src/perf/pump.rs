@@ -35,12 +35,14 @@ pub struct Load {
     /// Most outstanding.
     pub depth: usize,
     /// Completion moderation, as perftest's `--cq-mod`: of the requests to
-    /// each target, every `cq_mod`-th is signaled (and the last one), and
-    /// its completion accounts for those before it. Only sends and
-    /// one-sided writes, which complete once posted, can go unsignaled;
-    /// rendezvous writes and reads are always signaled (1). Clamped so
-    /// that a signaled request always fits in the window:
-    /// [`Load::moderation`].
+    /// each target, every `cq_mod`-th is signaled (and a counted budget's
+    /// last), and its completion accounts for those before it. Only sends
+    /// and one-sided writes, which complete once posted, can go
+    /// unsignaled (the transport must leave sends unsignaled unless asked:
+    /// `Config::signal_sends` off); a timed run counts the unsignaled tail
+    /// it stops with when it stops. Rendezvous writes and reads are always
+    /// signaled (1). Clamped so that a signaled request always fits in the
+    /// window: [`Load::moderation`].
     pub cq_mod: usize,
 }
 
@@ -94,6 +96,9 @@ pub struct Pumped {
     /// Peak message rate, millions per second, over any stretch of
     /// [`PEAK_WINDOW`] completions or more (the average when shorter).
     pub peak_mpps: f64,
+    /// Completions taken for our requests: `done` over the moderation,
+    /// about.
+    pub completions: u64,
 }
 
 /// Posts bursts of `load` to `targets` in turn until `budget` is spent
@@ -192,11 +197,12 @@ pub fn pump(
     };
     let mut signaled_to = vec![0u64; targets.len()];
     let mut accounted = vec![0u64; targets.len()];
-    let (mut posted, mut done) = (0u64, 0u64);
+    let (mut posted, mut done, mut completions) = (0u64, 0u64, 0u64);
     let mut turn = 0usize;
     let mut empty = 0u32;
     let mut last_progress = Instant::now();
     let mut stopping = false;
+    let mut tails_settled = false;
     let mut turn_clock = 0u32;
     loop {
         // The clock is read every 8th turn only: at millions of messages a
@@ -209,32 +215,32 @@ pub fn pump(
         {
             stopping = true;
         }
+        if stopping && !tails_settled {
+            // A timed run stops with each target's requests after its last
+            // signaled one unsignaled. They completed when they were posted
+            // (sends and one-sided writes are done once posted); no
+            // completion will say so, so they are counted here.
+            // (Those up to the last signaled one are its completion's to
+            // count.)
+            done += (0..targets.len())
+                .map(|i| seq[i] - signaled_to[i])
+                .sum::<u64>();
+            tails_settled = true;
+        }
         let outstanding = (posted - done) as usize;
-        // Stopping with a target's last requests unsignaled (a run timed,
-        // not counted): one more, signaled, accounts for them.
-        let flush = if stopping {
-            (0..targets.len()).find(|&i| signaled_to[i] < seq[i])
-        } else {
-            None
-        };
-        if flush.is_some() || (!stopping && outstanding < depth) {
-            let (i, k, last) = match flush {
-                Some(i) => (i, 1, true),
-                None => {
-                    // The next target in turn with requests left to post
-                    // (one has: the budget is not spent).
-                    let mut i = turn % targets.len();
-                    while seq[i] >= quota[i] {
-                        turn += 1;
-                        i = turn % targets.len();
-                    }
-                    turn += 1;
-                    let left = quota[i] - seq[i];
-                    let k = burst.min(depth - outstanding).min(left as usize);
-                    // A target's last request is signaled.
-                    (i, k, left == k as u64)
-                }
-            };
+        if !stopping && outstanding < depth {
+            // The next target in turn with requests left to post (one has:
+            // the budget is not spent).
+            let mut i = turn % targets.len();
+            while seq[i] >= quota[i] {
+                turn += 1;
+                i = turn % targets.len();
+            }
+            turn += 1;
+            let left = quota[i] - seq[i];
+            let k = burst.min(depth - outstanding).min(left as usize);
+            // A target's last request is signaled.
+            let last = left == k as u64;
             let s = &targets[i];
             let remote = start_of(s);
             let first = seq[i] + 1;
@@ -288,6 +294,7 @@ pub fn pump(
                 done,
                 elapsed,
                 peak_mpps: peak,
+                completions,
             });
         }
         let n = ep.t.poll_completions(comps);
@@ -313,9 +320,13 @@ pub fn pump(
                         {
                             done += n - *a;
                             *a = n;
+                            completions += 1;
                         }
                     }
-                    OpKind::Write | OpKind::Read => done += 1,
+                    OpKind::Write | OpKind::Read => {
+                        done += 1;
+                        completions += 1;
+                    }
                     _ => {}
                 }
             }
