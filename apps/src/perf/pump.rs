@@ -1,5 +1,6 @@
 //! The bandwidth engine both sides run: bursts of work requests posted to
-//! one or more peers, at most a window outstanding, completions polled in
+//! one or more peers, at most a window outstanding, one in `cq_mod`
+//! signaled (perftest's completion moderation), completions polled in
 //! bursts. The client runs it to measure; a server runs it too in a
 //! bidirectional test (`-b`), towards the client, until told to stop.
 
