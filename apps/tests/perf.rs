@@ -322,6 +322,13 @@ fn completion_moderation_counts_every_request() {
             &["--op", "send", "-s", "64", "-n", "1000", "-t", "10"][..],
             10,
         ),
+        // Clamped to the window, and still dividing the post list.
+        (
+            &[
+                "--op", "send", "-s", "64", "-n", "960", "-l", "96", "-Q", "96", "-t", "64",
+            ][..],
+            48,
+        ),
         (&["--op", "read", "-s", "64", "-n", "500"][..], 1),
         (
             &["--write-mode", "rendezvous", "-s", "64", "-n", "500"][..],

@@ -116,8 +116,9 @@ struct Args {
     /// accounting for those before it. Default as perftest's: 100 (at most
     /// the tx depth per queue pair), the post list when -l > 1 (which must
     /// then be a multiple of -Q), 1 for one-sided writes of more than 8 KiB
-    /// at one size (not in a sweep). Rendezvous writes and reads complete
-    /// with the server's answer and are always signaled.
+    /// at one size (not in a sweep); at most each queue pair's share of
+    /// -t, and with -l a divisor of the post list. Rendezvous writes and
+    /// reads complete with the server's answer and are always signaled.
     #[arg(short = 'Q', long = "cq-mod", visible_alias = "cq_mod", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
     cq_mod: Option<u64>,
     /// Most bandwidth operations outstanding at once.
@@ -628,7 +629,15 @@ fn cq_mod(args: &Args) -> u64 {
         None if size.is_some_and(|s| s > CQ_MOD_SIZE_LIMIT) => 1,
         None => DEFAULT_CQ_MOD,
     };
-    n.min((args.tx_depth / args.qp).max(1))
+    // At most a queue pair's share of the window; with a post list, still
+    // a divisor of it, so each list ends with its signaled request.
+    let mut m = n.min((args.tx_depth / args.qp).max(1));
+    if args.post_list > 1 {
+        while !args.post_list.is_multiple_of(m) {
+            m -= 1;
+        }
+    }
+    m
 }
 
 fn budget(args: &Args) -> Budget {
