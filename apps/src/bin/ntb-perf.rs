@@ -112,13 +112,13 @@ struct Args {
     #[arg(short = 'l', long = "post_list", visible_alias = "burst", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     post_list: u64,
     /// Completion moderation of bandwidth tests, as perftest's: one send or
-    /// one-sided write in N is signaled (and the last), its completion
-    /// accounting for those before it. Default as perftest's: 100 (at most
-    /// the tx depth per queue pair), the post list when -l > 1 (which must
-    /// then be a multiple of -Q), 1 for one-sided writes of more than 8 KiB
-    /// at one size (not in a sweep); at most each queue pair's share of
-    /// -t, and with -l a divisor of the post list. Rendezvous writes and
-    /// reads complete with the server's answer and are always signaled.
+    /// one-sided write in N is signaled (and each queue pair's last of -n),
+    /// its completion accounting for those before it. Default as
+    /// perftest's: 100, the post list when -l > 1 (which must then be a
+    /// multiple of -Q), 1 for one-sided writes of more than 8 KiB at one
+    /// size (not in a sweep). At most each queue pair's share of -t, and
+    /// with -l a divisor of the post list. Rendezvous writes and reads
+    /// complete with the server's answer and are always signaled.
     #[arg(short = 'Q', long = "cq-mod", visible_alias = "cq_mod", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
     cq_mod: Option<u64>,
     /// Most bandwidth operations outstanding at once.
