@@ -596,14 +596,9 @@ const DEFAULT_CQ_MOD: u64 = 100;
 /// (`MSG_SIZE_CQ_MOD_LIMIT`).
 const CQ_MOD_SIZE_LIMIT: u64 = 8192;
 
-/// Whether the operation can go unsignaled: sends and one-sided writes
-/// (rendezvous writes and reads complete with the server's answer).
+/// Whether the operation can go unsignaled ([`Op::moderable`]).
 fn moderable(args: &Args) -> bool {
-    match args.op {
-        Op::Send => true,
-        Op::Write => args.write_mode.unwrap_or_default() == WriteMode::Direct,
-        Op::Read => false,
-    }
+    args.op.moderable(args.write_mode.unwrap_or_default())
 }
 
 /// The completion moderation the bandwidth test uses: -Q, or perftest's

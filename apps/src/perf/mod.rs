@@ -58,6 +58,18 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether requests of this operation can go unsignaled (completion
+    /// moderation, perftest's `--cq-mod`): sends and one-sided writes,
+    /// which complete once posted; not rendezvous writes or reads, which
+    /// complete with the server's answer.
+    pub fn moderable(self, write_mode: WriteMode) -> bool {
+        match self {
+            Op::Send => true,
+            Op::Write => write_mode == WriteMode::Direct,
+            Op::Read => false,
+        }
+    }
+
     /// `write`, `read`, `send`.
     pub fn name(self) -> &'static str {
         match self {

@@ -51,7 +51,7 @@ impl Load {
     /// Whether this load's requests can go unsignaled: sends and one-sided
     /// writes.
     pub fn moderable(&self) -> bool {
-        self.op == Op::Send || (self.op == Op::Write && self.write_mode == WriteMode::Direct)
+        self.op.moderable(self.write_mode)
     }
 
     /// The moderation used towards `targets` targets: 1 for what cannot go
