@@ -601,23 +601,23 @@ fn moderable(args: &Args) -> bool {
     args.op.moderable(args.write_mode.unwrap_or_default())
 }
 
+/// The one size --run_infinitely measures: -s, or a default at most
+/// `max_size` (the largest the operation can move here).
+fn infinite_size(args: &Args, max_size: u64) -> u64 {
+    args.size.unwrap_or(DEFAULT_INFINITE_SIZE.min(max_size))
+}
+
 /// The completion moderation the bandwidth test uses: -Q, or perftest's
 /// default, at most each queue pair's share of the tx depth (the window
 /// is shared by the servers, where perftest has one per queue pair).
-fn cq_mod(args: &Args) -> u64 {
+/// `max_size`: the largest message of the operation here.
+fn cq_mod(args: &Args, max_size: u64) -> u64 {
     if !moderable(args) {
         return 1;
     }
-    // One size (-s, or --run_infinitely's default; a sweep keeps the
-    // moderation, as perftest's -a does).
-    let size = match (args.size, args.run_infinitely) {
-        (Some(s), _) => Some(s),
-        (None, true) if args.op == Op::Send => {
-            Some(DEFAULT_INFINITE_SIZE.min(u64::from(EAGER_SIZE)))
-        }
-        (None, true) => Some(DEFAULT_INFINITE_SIZE),
-        (None, false) => None,
-    };
+    // One size (-s, or --run_infinitely's; a sweep keeps the moderation,
+    // as perftest's -a does).
+    let size = (args.size.is_some() || args.run_infinitely).then(|| infinite_size(args, max_size));
     let n = match args.cq_mod {
         Some(n) => n,
         None if args.post_list > 1 => args.post_list,
@@ -670,7 +670,8 @@ fn measure(
 ) -> Result<()> {
     let write_mode = args.write_mode.unwrap_or_default();
     client.set_write_mode(write_mode);
-    client.set_cq_mod(cq_mod(args) as usize);
+    let cq_mod = cq_mod(args, client.max_size(args.op));
+    client.set_cq_mod(cq_mod as usize);
     let tests: Vec<Test> = match (args.test, args.run_infinitely) {
         (_, true) => vec![Test::Bw],
         (Some(t), false) => vec![t],
@@ -696,7 +697,7 @@ fn measure(
             (args.op == Op::Write).then_some(write_mode.name()),
         )
         .param("post_list", args.post_list)
-        .param("cq_mod", cq_mod(args))
+        .param("cq_mod", cq_mod)
         .param("tx_depth", args.tx_depth)
         .param("qp", args.qp)
         .param("budget", budget.describe())
@@ -726,6 +727,7 @@ fn measure(
             servers: &servers,
             core,
             budget,
+            cq_mod,
         };
         header.print();
         let r = match test {
@@ -772,6 +774,8 @@ struct Header<'a> {
     servers: &'a [Port],
     core: core_affinity::CoreId,
     budget: Budget,
+    /// The completion moderation of bandwidth tests.
+    cq_mod: u64,
 }
 
 impl Header<'_> {
@@ -802,7 +806,7 @@ impl Header<'_> {
         if self.test == Test::Bw {
             println!(" TX depth        : {}", a.tx_depth);
             println!(" Post List       : {}", a.post_list);
-            println!(" CQ Moderation   : {}", cq_mod(a));
+            println!(" CQ Moderation   : {}", self.cq_mod);
         }
         let budget = if a.run_infinitely {
             format!(
@@ -883,9 +887,7 @@ fn bandwidth(
 
 /// --run_infinitely: one size, a row every interval, until Ctrl-C.
 fn run_forever(args: &Args, client: &mut Client, unit: BwUnit, report: &mut Report) -> Result<()> {
-    let size = args
-        .size
-        .unwrap_or(DEFAULT_INFINITE_SIZE.min(client.max_size(args.op)));
+    let size = infinite_size(args, client.max_size(args.op));
     let every = Budget::duration(Duration::from_secs_f64(
         args.duration.unwrap_or(DEFAULT_INTERVAL),
     ));
