@@ -201,19 +201,21 @@ fn scratchpads_route_to_the_peer_and_a_peer_read_is_counted_non_posted() {
         let p = pair(part, false);
         settle(&p.devs);
         let [a, b] = &p.devs;
-        assert_eq!(a.spad_count(), 2);
+        assert_eq!(a.spad_count(), 6);
         a.peer_spad_write(1, 0, 0xABCD_0001).unwrap();
         a.peer_spad_write(1, 1, 0xABCD_0002).unwrap();
         assert_eq!(b.spad_read(0).unwrap(), 0xABCD_0001, "{part:?}");
         assert_eq!(b.spad_read(1).unwrap(), 0xABCD_0002);
-        // The user's scratchpads are the last two (14, 15) of the 16.
-        assert_eq!(b.registers().read32(regs::spad(14)).unwrap(), 0xABCD_0001);
+        // The user's scratchpads are the last six (10..=15) of the 16.
+        assert_eq!(b.registers().read32(regs::spad(10)).unwrap(), 0xABCD_0001);
+        a.peer_spad_write(1, 5, 0xABCD_0006).unwrap();
+        assert_eq!(b.registers().read32(regs::spad(15)).unwrap(), 0xABCD_0006);
         a.spad_write(1, 77).unwrap();
         assert_eq!(a.spad_read(1).unwrap(), 77);
         assert_eq!(b.peer_spad_read(0, 1).unwrap(), 77);
         assert_eq!(b.counters().non_posted_reads, 1);
         assert_eq!(a.counters().non_posted_reads, 0);
-        assert!(matches!(a.spad_read(2), Err(HwError::NoSuchSpad { .. })));
+        assert!(matches!(a.spad_read(6), Err(HwError::NoSuchSpad { .. })));
         // The peer's scratchpads sit at a per-generation offset of BAR0.
         let peer_off = if part.is_gen4() {
             regs::gen4_peer_spad(3)

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
+use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::run_main;
 use ntbdk_apps::cli::session::{
-    attach_or_create, check_writable, join, open_vfio, pick_core, usable_cores, wait_peers,
-    warn_shared_cores,
+    attach_or_create, check_writable, join, pick_core, usable_cores, wait_peers, warn_shared_cores,
 };
 use ntbdk_apps::cli::units::parse_size;
 use ntbdk_apps::fwd::{
@@ -30,8 +30,8 @@ use ntbdk_apps::fwd::{
 };
 use ntbdk_apps::perf::fabric_config;
 use ntbdk_mempool::ZoneOptions;
+use ntbdk_pmd::hw::Port;
 use ntbdk_pmd::hw::open::DeviceSpec;
-use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::lcore::{PollMode, StopFlag};
 use ntbdk_pmd::mbuf::{MbufPool, MbufRing};
 use ntbdk_pmd::transport::{Config, DataQueue, DataQueues, Transport};
@@ -249,12 +249,10 @@ fn run(args: &Args) -> Result<()> {
         nb_desc: args.nb_desc.unwrap_or(DEFAULT_NB_DESC),
         buf_size: args.buf_size,
     };
-    let (dev, name, _owned) = match (&args.fabric, &args.device) {
-        (_, Some(spec @ DeviceSpec::Vfio(_))) => (
-            Arc::new(open_vfio(spec, args.slot)?),
-            spec.to_string(),
-            None,
-        ),
+    let (host, name, _owned) = match (&args.fabric, &args.device) {
+        (_, Some(spec @ DeviceSpec::Vfio(_))) => {
+            (open_device(spec, args.slot)?, spec.to_string(), None)
+        }
         (Some(name), _) | (None, Some(DeviceSpec::Emu(name))) => {
             let window = window_needed(args.slots as u16, requested)?.next_multiple_of(1 << 20);
             if window > MAX_EMU_WINDOW {
@@ -272,10 +270,11 @@ fn run(args: &Args) -> Result<()> {
                 ..fabric_config(args.slots as usize)
             };
             let (fabric, owned) = attach_or_create(name, &cfg)?;
-            (Arc::new(join(&fabric, args.slot)?), name.clone(), owned)
+            (Host::member(join(&fabric, args.slot)?), name.clone(), owned)
         }
         (None, None) => bail!("give --fabric NAME or --device SPEC"),
     };
+    let dev = host.dev.clone();
     let ports = dev.port_count() as u16;
     let window = dev.mw_geometry(0).map(|g| g.size).unwrap_or(0);
     let shape = Shape {
@@ -307,7 +306,15 @@ fn run(args: &Args) -> Result<()> {
     };
     let hint = start_hint(args, how, &name);
     let want: Vec<Port> = args.peer_slot.into_iter().collect();
-    let peer = wait_peers(&dev, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
+    let peer = wait_peers(
+        &*dev,
+        &host.place,
+        &want,
+        1,
+        Some(timeout),
+        &hint,
+        || Ok(()),
+    )?[0];
     let mut queues: Vec<DataQueue> = Vec::new();
     for q in 0..args.qp {
         let mut dq = t.data_queue(peer, q)?;

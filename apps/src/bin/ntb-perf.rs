@@ -12,18 +12,18 @@
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::error::{ContextKind, ContextValue};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
-use ntbdk_apps::cli::hugepages::{hugepage_pools, windows_by_side};
+use ntbdk_apps::cli::host::{Host, open_device};
+use ntbdk_apps::cli::hugepages::hugepage_pools;
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, publish_stats, usable_cores,
-    wait_peers, warn_shared_cores,
+    die_with_parent, ignore_sigint, join, pick_core, pin, publish_stats, usable_cores, wait_peers,
+    warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
@@ -35,7 +35,7 @@ use ntbdk_apps::perf::{
 use ntbdk_apps::report::{
     BwRow, BwUnit, Progress, RULE, Report, bw_header, bw_line, lat_header, lat_line, write_svg,
 };
-use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric};
+use ntbdk_pmd::hw::emu::EmuFabric;
 use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
@@ -427,22 +427,21 @@ fn run(args: &Args) -> Result<()> {
                 ignore_sigint();
             }
             // `_owned` removes the fabric on exit if we created it.
-            let (dev, _owned) = match &vfio {
-                Some(spec) => (open_vfio(spec, args.slot)?, None),
+            let (host, _owned) = match &vfio {
+                Some(spec) => (open_device(spec, args.slot)?, None),
                 None if args.peer => {
                     let f = attach(name, "the fabric of the run that spawned us is gone")?;
-                    (join(&f, args.slot)?, None)
+                    (Host::member(join(&f, args.slot)?), None)
                 }
                 None => {
                     let (f, owned) = attach_or_create(name, &fabric_config(args.slots as usize))?;
-                    (join(&f, args.slot)?, owned)
+                    (Host::member(join(&f, args.slot)?), owned)
                 }
             };
-            check_hugepages(args, &dev)?;
-            let dev = Arc::new(dev);
-            let mut ctl = ServerControl::new(dev.clone())?;
-            let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
-            publish_stats(TOOL, &mut ep.t, &dev);
+            check_hugepages(args, &host)?;
+            let mut ctl = ServerControl::new(host.dev.clone())?;
+            let mut ep = Endpoint::new(host.dev.clone(), op_timeout)?;
+            publish_host_stats(&mut ep, &host);
             // perftest's server waits for its client as long as it takes.
             let wait = args.timeout.map(Duration::from_secs_f64);
             if !args.peer {
@@ -451,18 +450,16 @@ fn run(args: &Args) -> Result<()> {
                     None => "until Ctrl-C".to_string(),
                 };
                 println!(
-                    "{TOOL}: server on port {} of fabric {name:?}: waiting for a client {until} \
+                    "{TOOL}: server on port {} of {}: waiting for a client {until} \
                      (on the other side run: {TOOL} {how} {name} [-s SIZE ...])",
-                    dev.port()
+                    host.port(),
+                    host.place
                 );
-                println!(
-                    "{TOOL}: server windows: {}",
-                    windows_by_side(&dev, &[dev.port()])
-                );
+                println!("{TOOL}: server windows: {}", host.windows(&[host.port()]));
             }
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the client on the other side ({TOOL} {how} {name})");
-            let client = wait_peers(&dev, &want, 1, wait, &hint, || Ok(()))?[0];
+            let client = wait_peers(&*host.dev, &host.place, &want, 1, wait, &hint, || Ok(()))?[0];
             pin(TOOL, core);
             let stats = serve(&mut ep, &mut ctl, client, op_timeout)?;
             if !args.peer {
@@ -474,44 +471,60 @@ fn run(args: &Args) -> Result<()> {
             Ok(())
         }
         Some(name) => {
-            let dev = match &vfio {
-                Some(spec) => open_vfio(spec, args.slot)?,
+            let host = match &vfio {
+                Some(spec) => open_device(spec, args.slot)?,
                 None => {
                     let fabric = attach(
                         name,
                         &format!("start the server first: {TOOL} --fabric {name} --server"),
                     )?;
-                    join(&fabric, args.slot)?
+                    Host::member(join(&fabric, args.slot)?)
                 }
             };
-            check_hugepages(args, &dev)?;
-            let dev = Arc::new(dev);
-            if args.qp as usize > max_servers(dev.as_ref()) {
+            check_hugepages(args, &host)?;
+            if args.qp as usize > max_servers(&*host.dev) {
                 bail!(
-                    "-q/--qp {}: at most {} servers per client on this fabric",
+                    "-q/--qp {}: at most {} servers per client on {}",
                     args.qp,
-                    max_servers(dev.as_ref())
+                    max_servers(&*host.dev),
+                    host.place
                 );
             }
-            let mut ep = Endpoint::new(dev.clone(), op_timeout)?;
-            publish_stats(TOOL, &mut ep.t, &dev);
+            let mut ep = Endpoint::new(host.dev.clone(), op_timeout)?;
+            publish_host_stats(&mut ep, &host);
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             if !want.is_empty() && args.qp > 1 {
                 bail!("--peer-slot names one server: use it with --qp 1");
             }
             let wait = secs(args.timeout.unwrap_or(DEFAULT_CLIENT_WAIT), "--timeout")?;
             let hint = format!("start the server on the other side ({TOOL} {how} {name} --server)");
-            let servers = wait_peers(&dev, &want, args.qp as usize, Some(wait), &hint, || Ok(()))?;
+            let servers = wait_peers(
+                &*host.dev,
+                &host.place,
+                &want,
+                args.qp as usize,
+                Some(wait),
+                &hint,
+                || Ok(()),
+            )?;
             pin(TOOL, core);
             let client = Client::connect(ep, &servers, op_timeout)?;
-            measure(args, &dev, client, name, core, None)
+            measure(args, &host, client, name, core, None)
         }
     }
 }
 
+/// Publishes the transport's stats page beside a fabric member's fabric,
+/// where `ntb-tool qp` reads it (a bridge has no fabric to put it beside).
+fn publish_host_stats(ep: &mut Endpoint, host: &Host) {
+    if let Some(m) = &host.member {
+        publish_stats(TOOL, &mut ep.t, m);
+    }
+}
+
 /// Refuses to run on 4 KiB pages with --use_hugepages.
-fn check_hugepages(args: &Args, dev: &EmuDevice) -> Result<()> {
-    if args.use_hugepages && !dev.window_is_huge() {
+fn check_hugepages(args: &Args, host: &Host) -> Result<()> {
+    if args.use_hugepages && host.on_small_pages() {
         bail!(
             "--use_hugepages: this side's windows are on 4 KiB pages ({}): reserve hugepages \
              (scripts/setup-hugepages.sh, or echo N > /proc/sys/vm/nr_hugepages) or drop \
@@ -540,11 +553,10 @@ fn self_contained(
     let fabric = EmuFabric::create(&name, &fabric_config(slots))
         .with_context(|| format!("creating the private fabric {name:?}"))?;
     let _fabric_guard = FabricGuard(name.clone());
-    let dev = join(&fabric, Some(0))?;
-    check_hugepages(args, &dev)?;
-    let dev = Arc::new(dev);
-    let mut ep = Endpoint::new(dev.clone(), timeout)?;
-    publish_stats(TOOL, &mut ep.t, &dev);
+    let host = Host::member(join(&fabric, Some(0))?);
+    check_hugepages(args, &host)?;
+    let mut ep = Endpoint::new(host.dev.clone(), timeout)?;
+    publish_host_stats(&mut ep, &host);
 
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let mut children = Children::default();
@@ -562,7 +574,8 @@ fn self_contained(
     }
     let want: Vec<Port> = (1..slots as Port).collect();
     wait_peers(
-        &dev,
+        &*host.dev,
+        &host.place,
         &want,
         want.len(),
         Some(timeout),
@@ -574,7 +587,7 @@ fn self_contained(
     let client = Client::connect(ep, &want, timeout)?;
     measure(
         args,
-        &dev,
+        &host,
         client,
         &name,
         core,
@@ -662,7 +675,7 @@ fn title(op: Op, test: Test, post_list: u64, bidirectional: bool) -> String {
 /// plot (also after Ctrl-C, with what was measured).
 fn measure(
     args: &Args,
-    dev: &EmuDevice,
+    host: &Host,
     mut client: Client,
     fabric: &str,
     core: core_affinity::CoreId,
@@ -721,7 +734,7 @@ fn measure(
         let header = Header {
             args,
             test,
-            dev,
+            host,
             fabric,
             peers: &peer_desc,
             servers: &servers,
@@ -757,7 +770,7 @@ fn measure(
         }
     }
     if result.is_ok() || interrupted {
-        print_counters(&client, dev, took);
+        print_counters(&client, &*host.dev, took);
         save(args, &report)?;
     }
     result
@@ -767,7 +780,7 @@ fn measure(
 struct Header<'a> {
     args: &'a Args,
     test: Test,
-    dev: &'a EmuDevice,
+    host: &'a Host,
     fabric: &'a str,
     peers: &'a str,
     /// The servers' ports (whose windows the header describes too).
@@ -795,7 +808,7 @@ impl Header<'_> {
         }
         println!(
             " Ports           : {} (core {}) -> {}",
-            self.dev.port(),
+            self.host.port(),
             self.core.id,
             self.peers
         );
@@ -817,9 +830,9 @@ impl Header<'_> {
             format!("{} per size", self.budget.describe())
         };
         println!(" Duration        : {budget}");
-        let mut sides = vec![self.dev.port()];
+        let mut sides = vec![self.host.port()];
         sides.extend_from_slice(self.servers);
-        println!(" Windows         : {}", windows_by_side(self.dev, &sides));
+        println!(" Windows         : {}", self.host.windows(&sides));
         if self.test == Test::Lat {
             let what = if a.op == Op::Read {
                 "round trip"
@@ -970,7 +983,7 @@ fn save(args: &Args, report: &Report) -> Result<()> {
 }
 
 /// Queue-pair and device counters of the client, and what they prove.
-fn print_counters(client: &Client, dev: &EmuDevice, took: Duration) {
+fn print_counters(client: &Client, dev: &dyn NtbDevice, took: Duration) {
     println!(
         "\ncounters (client side, {:.1} s of tests):",
         took.as_secs_f64()

@@ -21,15 +21,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
+use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, ignore_sigint, join, open_vfio, pick_core, pin, usable_cores, wait_peers,
+    die_with_parent, ignore_sigint, join, pick_core, pin, usable_cores, wait_peers,
     warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::HEARTBEAT_TIMEOUT;
 use ntbdk_apps::report::{LatRow, Report, lat_table, new_histogram, write_svg};
-use ntbdk_pmd::hw::emu::{EmuDevice, EmuFabric, FabricConfig};
+use ntbdk_pmd::hw::emu::{EmuFabric, FabricConfig};
 use ntbdk_pmd::hw::open::DeviceSpec;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
@@ -188,55 +189,58 @@ fn run(args: &Args) -> Result<()> {
                 ignore_sigint();
             }
             // `_owned` removes the fabric on exit if we created it.
-            let (dev, _owned) = match &args.device {
-                Some(spec) => (open_vfio(spec, args.slot)?, None),
+            let (host, _owned) = match &args.device {
+                Some(spec) => (open_device(spec, args.slot)?, None),
                 None if args.peer => (
-                    join(
+                    Host::member(join(
                         &attach(name, "the fabric of the run that spawned us is gone")?,
                         args.slot,
-                    )?,
+                    )?),
                     None,
                 ),
                 None => {
                     let (fabric, owned) = attach_or_create(name, &fabric_config())?;
-                    (join(&fabric, args.slot)?, owned)
+                    (Host::member(join(&fabric, args.slot)?), owned)
                 }
             };
+            let dev = &*host.dev;
             if !args.peer {
                 println!(
-                    "{TOOL}: echo side on port {} of fabric {name:?}: waiting for the measuring \
-                     side (on the other side run: {TOOL} {how} {name})",
-                    dev.port()
+                    "{TOOL}: echo side on port {} of {}: waiting for the measuring side (on the \
+                     other side run: {TOOL} {how} {name})",
+                    dev.port(),
+                    host.place
                 );
             }
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the measuring side ({TOOL} {how} {name})");
             let wait = args.timeout.map(Duration::from_secs_f64);
-            let peer = wait_peers(&dev, &want, 1, wait, &hint, || Ok(()))?[0];
+            let peer = wait_peers(dev, &host.place, &want, 1, wait, &hint, || Ok(()))?[0];
             pin(TOOL, core);
-            let served = echo(&dev, peer, args.via, timeout)?;
+            let served = echo(dev, peer, args.via, timeout)?;
             if !args.peer {
                 println!("{TOOL}: echoed {served} round trips for port {peer}");
             }
             Ok(())
         }
         Some(name) => {
-            let dev = match &args.device {
-                Some(spec) => open_vfio(spec, args.slot)?,
-                None => join(
+            let host = match &args.device {
+                Some(spec) => open_device(spec, args.slot)?,
+                None => Host::member(join(
                     &attach(
                         name,
                         &format!("start the echo side first: {TOOL} --fabric {name} --server"),
                     )?,
                     args.slot,
-                )?,
+                )?),
             };
+            let dev = &*host.dev;
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the echo side ({TOOL} {how} {name} --server)");
-            let peer = wait_peers(&dev, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
+            let peer = wait_peers(dev, &host.place, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
             pin(TOOL, core);
-            let (rtt, stopped) = measure(&dev, peer, args, timeout)?;
-            finish(args, &dev, peer, name, core, None, &rtt)?;
+            let (rtt, stopped) = measure(dev, peer, args, timeout)?;
+            finish(args, &host, peer, name, core, None, &rtt)?;
             stopped.map_or(Ok(()), Err)
         }
     }
@@ -263,7 +267,8 @@ fn self_contained(
     let fabric = EmuFabric::create(&name, &cfg)
         .with_context(|| format!("creating the private fabric {name:?}"))?;
     let _fabric_guard = FabricGuard(name.clone());
-    let dev = join(&fabric, Some(0))?;
+    let host = Host::member(join(&fabric, Some(0))?);
+    let dev = &*host.dev;
 
     let exe = std::env::current_exe().context("finding this program to start the echo side")?;
     let mut cmd = Command::new(exe);
@@ -290,7 +295,8 @@ fn self_contained(
     children.push(cmd.spawn().context("starting the echo side")?);
     // The echo side is up when its link is.
     wait_peers(
-        &dev,
+        dev,
+        &host.place,
         &[1],
         1,
         Some(timeout),
@@ -299,7 +305,7 @@ fn self_contained(
     )
     .with_context(|| format!("waiting for the echo side to join fabric {name:?}"))?;
     pin(TOOL, core);
-    let (rtt, stopped) = measure(&dev, 1, args, timeout)?;
+    let (rtt, stopped) = measure(dev, 1, args, timeout)?;
     if stopped.is_none() {
         for status in children.wait_all(timeout)? {
             if !status.success() {
@@ -307,14 +313,14 @@ fn self_contained(
             }
         }
     }
-    finish(args, &dev, 1, &name, core, Some(peer_core), &rtt)?;
+    finish(args, &host, 1, &name, core, Some(peer_core), &rtt)?;
     stopped.map_or(Ok(()), Err)
 }
 
 /// Prints the table (and writes `--json` / `--plot`).
 fn finish(
     args: &Args,
-    dev: &EmuDevice,
+    host: &Host,
     peer: Port,
     fabric: &str,
     core: core_affinity::CoreId,
@@ -323,17 +329,18 @@ fn finish(
 ) -> Result<()> {
     let peer_core = peer_core.map_or_else(String::new, |c| format!(" (core {})", c.id));
     println!(
-        "{TOOL}: {} ping-pong, port {} (core {}) <-> port {peer}{peer_core}, fabric {fabric}",
+        "{TOOL}: {} ping-pong, port {} (core {}) <-> port {peer}{peer_core}, {}",
         args.via.describe(),
-        dev.port(),
+        host.port(),
         core.id,
+        host.place,
     );
     println!(
         "round-trip times, {} round trips after {} warm-up:",
         rtt.iterations, args.warmup
     );
     print!("{}", lat_table(std::slice::from_ref(rtt)));
-    let c = dev.counters();
+    let c = host.dev.counters();
     println!(
         "one-way (half round trip): typical {:.3} usec; posted writes {}, non-posted reads {}",
         rtt.t_typical_us / 2.0,
@@ -364,7 +371,7 @@ fn finish(
 /// (Ctrl-C) after some were timed, it returns those with the interrupt, so
 /// what was measured is still printed and saved.
 fn measure(
-    dev: &EmuDevice,
+    dev: &dyn NtbDevice,
     peer: Port,
     args: &Args,
     timeout: Duration,
@@ -414,7 +421,7 @@ fn measure(
 }
 
 /// The echo side: answers pings until told to stop. Returns how many.
-fn echo(dev: &EmuDevice, peer: Port, via: Via, timeout: Duration) -> Result<u64> {
+fn echo(dev: &dyn NtbDevice, peer: Port, via: Via, timeout: Duration) -> Result<u64> {
     let waiter = Waiter::new(dev, peer, timeout);
     let mut served = 0u64;
     match via {
@@ -454,13 +461,13 @@ fn echo(dev: &EmuDevice, peer: Port, via: Via, timeout: Duration) -> Result<u64>
 
 /// Spin-waits with a timeout, watching the peer's link and Ctrl-C.
 struct Waiter<'a> {
-    dev: &'a EmuDevice,
+    dev: &'a dyn NtbDevice,
     peer: Port,
     timeout: Duration,
 }
 
 impl<'a> Waiter<'a> {
-    fn new(dev: &'a EmuDevice, peer: Port, timeout: Duration) -> Self {
+    fn new(dev: &'a dyn NtbDevice, peer: Port, timeout: Duration) -> Self {
         Self { dev, peer, timeout }
     }
 

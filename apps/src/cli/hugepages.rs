@@ -8,11 +8,20 @@ use ntbdk_pmd::hw::emu::EmuDevice;
 /// The kernel's hugepage pools, read now (through the same counters the
 /// zones use): see [`describe_pools`].
 pub fn hugepage_pools() -> String {
-    let pools: Vec<(PageSize, HugepageCounts)> = [PageSize::Huge2M, PageSize::Huge1G]
+    describe_pools(&pools())
+}
+
+/// Whether any of the kernel's hugepage pools holds a page.
+pub fn hugepages_reserved() -> bool {
+    pools().iter().any(|(_, c)| c.total > 0)
+}
+
+/// The kernel's hugepage pools, read now.
+fn pools() -> Vec<(PageSize, HugepageCounts)> {
+    [PageSize::Huge2M, PageSize::Huge1G]
         .into_iter()
         .filter_map(|s| HugepageCounts::read(s).map(|c| (s, c)))
-        .collect();
-    describe_pools(&pools)
+        .collect()
 }
 
 /// `no hugepages reserved` only when no pool has a page; otherwise each

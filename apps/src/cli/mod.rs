@@ -1,7 +1,7 @@
 //! The plumbing every app shares: one [`run_main`] (logging, Ctrl-C, exit
 //! codes, error printing), process [`session`]s (fabrics, devices, cores,
-//! spawned peers, waits that end), and [`units`] (sizes as people type
-//! them).
+//! spawned peers, waits that end), the [`host`] device of either kind, and
+//! [`units`] (sizes as people type them).
 //!
 //! An app's `main` is one line:
 //!
@@ -15,6 +15,7 @@
 //! }
 //! ```
 
+pub mod host;
 pub mod hugepages;
 pub mod session;
 pub mod units;

@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
-use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, open_member};
-use ntbdk_pmd::hw::vfio::ivshmem::IvshmemConfig;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 /// Set by SIGINT / SIGTERM; every wait checks it.
@@ -178,19 +176,6 @@ pub fn attach_or_create(
     }
 }
 
-/// Opens a `vfio:` device (the fabric in its shared memory) at `slot` or
-/// the first free slot.
-pub fn open_vfio(spec: &DeviceSpec, slot: Option<Port>) -> Result<EmuDevice> {
-    let opts = OpenOptions {
-        ivshmem: IvshmemConfig {
-            slot,
-            ..IvshmemConfig::default()
-        },
-        ..OpenOptions::default()
-    };
-    open_member(spec, &opts).with_context(|| format!("opening device {spec}"))
-}
-
 /// Joins `fabric` at `slot` (or the first free slot).
 pub fn join(fabric: &EmuFabric, slot: Option<Port>) -> Result<EmuDevice> {
     if let Some(s) = slot
@@ -210,13 +195,15 @@ pub fn join(fabric: &EmuFabric, slot: Option<Port>) -> Result<EmuDevice> {
     EmuDevice::join(fabric, &cfg).with_context(|| format!("joining fabric {:?}", fabric.name()))
 }
 
-/// Waits until `count` peers' links are up: the ports in `want` if given,
-/// else the first other ports that come up. With a `timeout` it gives up
+/// Waits until `count` peers' links are up on `dev` (`place` names it in
+/// messages: `fabric "NAME"`): the ports in `want` if given, else the first
+/// other ports that come up. With a `timeout` it gives up
 /// after that long, saying `start_hint` (what to run on the other side);
 /// without one it waits until Ctrl-C. `child_alive` is asked now and then
 /// (a spawned peer that exited is an error).
 pub fn wait_peers(
-    dev: &EmuDevice,
+    dev: &dyn NtbDevice,
+    place: &str,
     want: &[Port],
     count: usize,
     timeout: Option<Duration>,
@@ -225,13 +212,10 @@ pub fn wait_peers(
 ) -> Result<Vec<Port>> {
     for &p in want {
         if p == dev.port() {
-            bail!(
-                "--peer-slot {p} is our own slot on fabric {:?}: name the other side's slot",
-                dev.fabric().name()
-            );
+            bail!("--peer-slot {p} is our own slot on {place}: name the other side's slot");
         }
         dev.link(p)
-            .with_context(|| format!("--peer-slot {p} on fabric {:?}", dev.fabric().name()))?;
+            .with_context(|| format!("--peer-slot {p} on {place}"))?;
     }
     let started = Instant::now();
     loop {
@@ -256,10 +240,9 @@ pub fn wait_peers(
             && started.elapsed() >= t
         {
             bail!(
-                "{} of {count} peer(s) joined fabric {:?} within {t:?} (we are port {}): \
+                "{} of {count} peer(s) joined {place} within {t:?} (we are port {}): \
                  {start_hint}, or wait longer (--timeout)",
                 up.len(),
-                dev.fabric().name(),
                 dev.port(),
             );
         }

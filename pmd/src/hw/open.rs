@@ -7,9 +7,10 @@
 //!
 //! [`open`] returns the device as `Arc<dyn NtbDevice>`. The emulated fabric
 //! and ivshmem are fabric members ([`EmuDevice`]); [`open_member`] returns
-//! that type for tools that also show the fabric, and [`attach_fabric`] the
-//! fabric alone, without taking a slot. An Intel NTB is a two-port bridge,
-//! not a fabric: only [`open`] opens it.
+//! that type for tools that also show the fabric, [`open_either`] either
+//! kind as [`Opened`], and [`attach_fabric`] the fabric alone, without
+//! taking a slot. An Intel NTB is a two-port bridge, not a fabric: [`open`]
+//! and [`open_either`] open it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -151,18 +152,43 @@ pub enum OpenError {
     },
 }
 
+/// An opened device, by kind: tools that show a fabric's slots and status
+/// need the member's own type.
+pub enum Opened {
+    /// A member of a fabric (the emulated fabric, ivshmem).
+    Member(EmuDevice),
+    /// A two-port bridge (an Intel NTB): a device, with no fabric.
+    Bridge(Arc<dyn NtbDevice>),
+}
+
+impl Opened {
+    /// The device, whatever its kind.
+    pub fn into_device(self) -> Arc<dyn NtbDevice> {
+        match self {
+            Opened::Member(m) => Arc::new(m),
+            Opened::Bridge(b) => b,
+        }
+    }
+}
+
 /// Opens `spec` as a device.
 pub fn open(spec: &DeviceSpec, opts: &OpenOptions) -> Result<Arc<dyn NtbDevice>, OpenError> {
+    open_either(spec, opts).map(Opened::into_device)
+}
+
+/// Opens `spec`, keeping its kind: a fabric member as [`EmuDevice`], an
+/// Intel NTB as a device.
+pub fn open_either(spec: &DeviceSpec, opts: &OpenOptions) -> Result<Opened, OpenError> {
     if let DeviceSpec::Vfio(bdf) = spec
         && supported(*bdf, &opts.roots)? == PciBackend::IntelNtb
     {
-        return Ok(Arc::new(super::intel::vfio::open(
+        return Ok(Opened::Bridge(Arc::new(super::intel::vfio::open(
             *bdf,
             &opts.roots,
             &opts.intel,
-        )?));
+        )?)));
     }
-    Ok(Arc::new(open_member(spec, opts)?))
+    Ok(Opened::Member(open_member(spec, opts)?))
 }
 
 /// Opens `spec` as a fabric member (both backends so far are).

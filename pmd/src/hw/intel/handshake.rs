@@ -16,7 +16,7 @@
 //! | 6, 7 | the sender's inbound window 0 / 1 size in 4 KiB pages |
 //! | 8 | heartbeat count (written on its own) |
 //! | 9 | checksum of spads 1..=7 (torn announcements are ignored) |
-//! | 14, 15 | left to applications |
+//! | 10..=15 | left to applications (user scratchpads 0..=5) |
 //!
 //! A generation is a random nonzero 64-bit number drawn when the device
 //! opens: a restarted peer announces a new one and is a new incarnation
@@ -41,8 +41,11 @@ pub const SPAD_MAGIC: usize = 1;
 pub const SPAD_HEARTBEAT: usize = 8;
 /// Scratchpad of the checksum.
 pub const SPAD_CHECK: usize = 9;
-/// Scratchpads applications may use freely (the last two, as DPDK).
-pub const SPAD_USER: [usize; 2] = [SPAD_COUNT - 2, SPAD_COUNT - 1];
+/// Scratchpads applications may use freely: the six the handshake leaves
+/// (user scratchpad `i` is register `10 + i`). `ntb-perf`'s control
+/// channel needs five on a client and six on a server.
+pub const SPAD_USER: [usize; 6] = [10, 11, 12, 13, 14, 15];
+const _: () = assert!(SPAD_USER[0] > SPAD_CHECK && SPAD_USER[5] < SPAD_COUNT);
 
 const MAGIC_HELLO: u32 = 0x4E54_4B48; // "NTKH"
 const MAGIC_BYE: u32 = 0x4E54_4B42; // "NTKB"

@@ -1,0 +1,92 @@
+//! The device an app runs on, of either kind: a member of a fabric (the
+//! emulated fabric, ivshmem), which also has a fabric's status page, stats
+//! pages and published window facts, or a two-port bridge (an Intel NTB),
+//! which is a device and nothing more.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use ntbdk_pmd::hw::emu::EmuDevice;
+use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, Opened, open_either};
+use ntbdk_pmd::hw::vfio::ivshmem::IvshmemConfig;
+use ntbdk_pmd::hw::{NtbDevice, Port};
+
+use super::hugepages::{hugepage_pools, hugepages_reserved, windows_by_side};
+
+/// A device and, when it is a fabric member, the member itself.
+pub struct Host {
+    /// The device, for the transport and the control channel.
+    pub dev: Arc<dyn NtbDevice>,
+    /// The same device as a fabric member; `None` for a bridge.
+    pub member: Option<Arc<EmuDevice>>,
+    /// What the device is called in messages: `fabric "NAME"` for a member,
+    /// the spec (`vfio:0000:af:00.0`) for a bridge.
+    pub place: String,
+}
+
+impl Host {
+    /// A fabric member.
+    pub fn member(dev: EmuDevice) -> Host {
+        let place = format!("fabric {:?}", dev.fabric().name());
+        let member = Arc::new(dev);
+        Host {
+            dev: member.clone(),
+            member: Some(member),
+            place,
+        }
+    }
+
+    /// This side's port.
+    pub fn port(&self) -> Port {
+        self.dev.port()
+    }
+
+    /// What backs the windows of `ports`: each member's published page
+    /// size ([`windows_by_side`]); for a bridge, where its inbound memory
+    /// comes from.
+    pub fn windows(&self, ports: &[Port]) -> String {
+        match &self.member {
+            Some(m) => windows_by_side(m, ports),
+            None => format!(
+                "this side's inbound memory on hugepages when reserved, else 4 KiB pages ({}); \
+                 the peer's, as its host has",
+                hugepage_pools()
+            ),
+        }
+    }
+
+    /// Whether this side's windows are on 4 KiB pages for certain: a member
+    /// says so; a bridge's inbound memory is on 4 KiB pages when the kernel
+    /// had no hugepage reserved.
+    pub fn on_small_pages(&self) -> bool {
+        match &self.member {
+            Some(m) => !m.window_is_huge(),
+            None => !hugepages_reserved(),
+        }
+    }
+}
+
+/// Opens `--device SPEC`: a fabric member at `slot` (or the first free
+/// slot), or an Intel NTB, whose port is its side of the link (0 upstream,
+/// 1 downstream) and takes no `--slot`.
+pub fn open_device(spec: &DeviceSpec, slot: Option<Port>) -> Result<Host> {
+    let opts = OpenOptions {
+        ivshmem: IvshmemConfig {
+            slot,
+            ..IvshmemConfig::default()
+        },
+        ..OpenOptions::default()
+    };
+    match open_either(spec, &opts).with_context(|| format!("opening device {spec}"))? {
+        Opened::Member(m) => Ok(Host::member(m)),
+        Opened::Bridge(_) if slot.is_some() => bail!(
+            "--slot: {spec} is an Intel NTB, a two-port bridge whose port is its side of the \
+             link (0 upstream, 1 downstream): drop --slot"
+        ),
+        Opened::Bridge(dev) => Ok(Host {
+            dev,
+            member: None,
+            place: format!("device {spec}"),
+        }),
+    }
+}
