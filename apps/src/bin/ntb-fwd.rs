@@ -67,7 +67,8 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     fabric: Option<String>,
     /// The device to use instead of --fabric: emu:NAME (as --fabric NAME)
-    /// or vfio:BDF (a PCI function bound to vfio-pci; ivshmem).
+    /// or vfio:BDF (a PCI function bound to vfio-pci: ivshmem, or an Intel NTB,
+    /// whose port is its side of the link).
     #[arg(long, value_name = "SPEC", conflicts_with = "fabric")]
     device: Option<DeviceSpec>,
     /// Our slot (default: the first free one).

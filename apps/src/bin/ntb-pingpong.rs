@@ -1,6 +1,6 @@
-//! `ntb-pingpong`: doorbell or scratchpad ping-pong between two peers on an
-//! emulated NTB fabric, like Linux's `ntb_pingpong`, reporting round-trip
-//! times.
+//! `ntb-pingpong`: doorbell or scratchpad ping-pong between two peers (on
+//! an emulated NTB fabric, or a device given with `--device`), like Linux's
+//! `ntb_pingpong`, reporting round-trip times.
 //!
 //! With no role arguments it runs the whole thing by itself: it creates a
 //! private fabric, starts the echo side as a second process (itself, with the
@@ -76,7 +76,7 @@ impl Via {
 }
 
 /// Doorbell and scratchpad ping-pong between two peers on an emulated NTB
-/// fabric, reporting round-trip times.
+/// fabric or a --device, reporting round-trip times.
 ///
 /// With no --fabric it runs both sides itself on a private fabric (the echo
 /// side as a second process, pinned to another core). For two terminals:
@@ -104,7 +104,8 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     fabric: Option<String>,
     /// The device to use instead of a private fabric: emu:NAME (as --fabric
-    /// NAME) or vfio:BDF (a PCI function bound to vfio-pci; ivshmem).
+    /// NAME) or vfio:BDF (a PCI function bound to vfio-pci: ivshmem, or an
+    /// Intel NTB, whose port is its side of the link).
     #[arg(long, value_name = "SPEC", conflicts_with = "fabric")]
     device: Option<DeviceSpec>,
     /// Our slot on --fabric (default: the first free one).
@@ -114,7 +115,7 @@ struct Args {
     /// up).
     #[arg(long, value_name = "N", requires = "shared")]
     peer_slot: Option<Port>,
-    /// Be the echo side (with --fabric); the other side measures.
+    /// Be the echo side (with --fabric or --device); the other side measures.
     #[arg(long, requires = "shared")]
     server: bool,
     /// Core to pin this side to (an index into the usable cores; default 1

@@ -48,7 +48,7 @@ pub use write_mode::WriteMode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Op {
     /// Write into the server's region (`ib_write_*`): one-sided or
-    /// rendezvous, as [`WriteMode`] says.
+    /// rendezvous, as --write-mode says.
     Write,
     /// Read of the server's region into ours (`ib_read_*`).
     Read,

@@ -4,9 +4,10 @@
 /// How a write moves its bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum WriteMode {
-    /// One-sided (`Transport::post_write_direct`): posted writes straight
-    /// into the peer's advertised region, complete once posted; the
-    /// latency test polls the buffer's last byte, as `ib_write_lat` does.
+    /// One-sided (`Transport::post_writes_direct`, a burst per call):
+    /// posted writes straight into the peer's advertised region, complete
+    /// once posted; the latency test polls the buffer's last byte, as
+    /// `ib_write_lat` does.
     #[default]
     Direct,
     /// Rendezvous (`Transport::post_write`): the target resolves the key
