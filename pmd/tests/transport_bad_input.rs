@@ -8,6 +8,7 @@ mod transport_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
@@ -22,6 +23,7 @@ struct Setup {
     _fabric: Arc<LoopbackFabric>,
     ts: Vec<Transport>,
     rogue: Transport,
+    rogue_dev: Arc<LoopbackDevice>,
     inj: Injector,
     protected: RegionKey,
     open: RegionKey,
@@ -62,6 +64,7 @@ fn setup_with(cfg: Config) -> Setup {
         _fabric: fabric,
         ts,
         rogue,
+        rogue_dev,
         inj,
         protected,
         open,
@@ -532,6 +535,101 @@ proptest! {
     }
 }
 
+/// A read of a region, served when the region is deregistered, ends then:
+/// the rest of it is refused, and no byte of a region that reuses the area
+/// reaches the reader.
+#[test]
+fn a_served_read_of_a_deregistered_region_copies_nothing_more() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let secret = s.ts[1]
+        .register_region(4096, Access::LOCAL | Access::REMOTE_READ)
+        .unwrap();
+    s.ts[1].region_write(secret, 0, &[0x11; 4096]).unwrap();
+    let read = Msg::ReadReq {
+        op: 77,
+        rkey: secret.0,
+        roff: 0,
+        len: 4096,
+    };
+    s.inj.push(Ring::Tx, &wire::encode(&read)).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q).serving, 1);
+    s.ts[1].deregister_region(secret).unwrap();
+    assert_eq!(s.ts[1].resources(q).serving, 0, "the read is still served");
+    // The area is reused for private bytes; the rogue's SGL then arrives.
+    let reused = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
+    s.ts[1].region_write(reused, 0, &[0x55; 4096]).unwrap();
+    let dst = 1u64 << 20;
+    let m = Msg::ReadSgl {
+        op: 77,
+        start: 0,
+        n: 1,
+        sges: sgl(0, 0, &[(dst, 4096)]),
+    };
+    s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), 1);
+    let mut got = [0u8; 4096];
+    s.rogue_dev
+        .local_window(0)
+        .unwrap()
+        .read(dst as usize, &mut got)
+        .unwrap();
+    assert!(got.iter().all(|&b| b == 0), "bytes reached the reader");
+    honest_traffic_works(&mut s);
+}
+
+/// A rendezvous write granted before its region is deregistered: the
+/// region's bytes stay out of the area until the writer's `Done` (an
+/// honest writer still writing into them lands in no one else's region),
+/// or until the write expires.
+#[test]
+fn a_region_being_written_keeps_its_bytes_until_the_write_ends() {
+    let mut cfg = Config::new(Geometry::small(3));
+    cfg.op_timeout = Duration::from_millis(200);
+    let mut s = setup_with(cfg);
+    let q = s.ts[1].create_qp(2).unwrap();
+    for (op, ends_by_done) in [(1u64, true), (2, false)] {
+        let free = s.ts[1].region_area_free();
+        // Not advertised (a scattered region never is), so only the served
+        // write holds it: an advertised one also waits for its peers'
+        // acknowledgments of the revocation.
+        let target = s.ts[1]
+            .register_region_scattered(8192, Access::ALL, 8192)
+            .unwrap();
+        let m = Msg::WriteReq {
+            op,
+            rkey: target.0,
+            roff: 0,
+            len: 8192,
+        };
+        s.inj.push(Ring::Rx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+        assert_eq!(s.ts[1].resources(q).serving, 1);
+        s.ts[1].deregister_region(target).unwrap();
+        assert_eq!(
+            s.ts[1].region_area_free(),
+            free - 8192,
+            "write {op}: the bytes were freed under the writer"
+        );
+        if ends_by_done {
+            let done = Msg::Done { op, len: 8192 };
+            s.inj.push(Ring::Cq, &wire::encode(&done)).unwrap();
+            s.ts[1].progress();
+        } else {
+            let end = Instant::now() + Duration::from_secs(5);
+            while s.ts[1].resources(q).serving > 0 {
+                s.ts[1].progress();
+                assert!(Instant::now() < end, "the write never expired");
+            }
+        }
+        assert_eq!(s.ts[1].resources(q).serving, 0);
+        assert_eq!(s.ts[1].region_area_free(), free, "write {op}: bytes lost");
+    }
+    honest_traffic_works(&mut s);
+}
+
 #[test]
 fn a_flood_of_requests_is_refused_past_the_limit() {
     let mut s = setup();
@@ -609,6 +707,68 @@ fn rogue_epoch(s: &Setup) -> u32 {
 /// high half, the index + 1 in the low half.
 fn free_entry(epoch: u32, seq: u64, index: u32) -> u64 {
     (u64::from(epoch.wrapping_add(seq as u32)) << 32) | (u64::from(index) + 1)
+}
+
+/// A rogue that watches the victim's credits (they come back into the
+/// rogue's own window) and keeps the victim's PostQ full of malformed sends
+/// just ahead of it: each poll still takes at most one lap of the ring, so
+/// the rogue cannot hold the victim's progress thread.
+#[test]
+fn a_peer_refilling_the_postq_ahead_of_the_victim_cannot_hold_its_poll() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let rb = s.ts[1].register_region(64, Access::LOCAL).unwrap();
+    let sge = Sge {
+        key: rb,
+        offset: 0,
+        len: 64,
+    };
+    // A posted receive, so the victim drains its PostQ; never consumed,
+    // since nothing the rogue sends is valid.
+    s.ts[1].post_recv(q, sge, 1).unwrap();
+    let depth = u64::from(Geometry::small(3).queue_depth);
+    let layout = *s.ts[1].layout();
+    let e = rogue_epoch(&s);
+    let mut inj = Injector::new(&*s.rogue_dev, 1, layout, e).unwrap();
+    let local = s.rogue_dev.local_window(0).unwrap();
+    let credit = layout.part(1, Part::Credits) + 8 * Ring::PostQ.index();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rogue = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut pushed = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let consumed = local.load_u64(credit).unwrap();
+                while pushed < consumed + depth {
+                    inj.push(Ring::PostQ, &[0xff; 56]).unwrap();
+                    pushed += 1;
+                }
+            }
+            pushed
+        })
+    };
+    // Polls until the rogue got 100 laps in (or 10 s passed: the assert
+    // below then says it barely ran).
+    let (mut most, mut before) = (0, 0);
+    let end = Instant::now() + Duration::from_secs(10);
+    while before < 100 * depth && Instant::now() < end {
+        s.ts[1].progress();
+        let now = s.ts[1].counters(q).dropped_total();
+        most = most.max(now - before);
+        before = now;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let pushed = rogue.join().unwrap();
+    assert!(
+        before > 4 * depth,
+        "the rogue barely ran: {before} dropped, {pushed} pushed"
+    );
+    assert!(
+        most <= depth,
+        "one poll took {most} slots, more than the ring's {depth} (of {pushed} pushed)"
+    );
+    // The receive is still posted, untouched by the flood.
+    assert_eq!(s.ts[1].resources(q).recvs_posted, 1);
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::hw::{Admitted, LocalWindow, PeerWindow, Port, Result as HwResult, Win
 use super::counters::{DropKind, QpCounters};
 use super::error::TransportError;
 use super::geometry::{Layout, Part};
+use super::key::RegionKey;
 use super::ops::InOp;
 use super::queue::{Consumer, Producer, free_entry, parse_free_entry};
 use super::types::SendWr;
@@ -260,11 +261,14 @@ impl Conn {
         self.lend(index)
     }
 
-    /// Takes the eager buffers the peer lent us since the last call.
+    /// Takes the eager buffers the peer lent us since the last call: at
+    /// most one lap of the FreeQ (a peer writing entries as fast as we take
+    /// them, valid or not, cannot keep us here; the rest wait for the next
+    /// call).
     #[inline]
     pub fn poll_freeq(&mut self, local: &LocalWindow, counters: &mut QpCounters) {
         let cap = self.eager_have.len();
-        loop {
+        for _ in 0..cap {
             let off = self.fq_base + self.fq_slot * 8;
             let Ok(raw) = local.load_u64(off) else { return };
             match parse_free_entry(self.epoch, self.fq_seq, raw) {
@@ -461,6 +465,15 @@ impl Conn {
     /// Stops serving `op` (done or failed).
     pub fn unserve(&mut self, op: u64) -> Option<InOp> {
         self.served.remove(&op)
+    }
+
+    /// The reads of region `key` we serve.
+    pub fn served_reads_of(&self, key: RegionKey) -> Vec<u64> {
+        self.served
+            .iter()
+            .filter(|(_, io)| matches!(io, InOp::Read { region, .. } if *region == key))
+            .map(|(&op, _)| op)
+            .collect()
     }
 
     /// Bytes of our region area held as storage for the peer's operations.

@@ -24,7 +24,7 @@ use super::counters::DropKind;
 use super::endpoint::{Transport, random_u64};
 use super::error::Result;
 use super::geometry::{DataPart, HEADER_SIZE, Part};
-use super::ops::{InOp, OutKind};
+use super::ops::OutKind;
 use super::types::Status;
 use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
@@ -338,12 +338,10 @@ impl Transport {
         if p.state == PeerState::Connected {
             p.state = PeerState::Connecting;
         }
-        for op in conn.into_served() {
-            if let InOp::McRecv { region, .. } = op {
-                let _ = self.regions.deregister(region);
-            }
-        }
         let recvs: Vec<_> = p.recvs.drain(..).collect();
+        for io in conn.into_served() {
+            self.served_ended(&io);
+        }
         for r in recvs {
             self.completions.push_back(Completion {
                 peer,

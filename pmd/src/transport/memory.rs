@@ -51,9 +51,14 @@ impl Transport {
 
     /// Deregisters a region. Do not deregister a region that posted work
     /// still uses (as in RDMA verbs): its bytes may be handed out again.
+    /// Peers' operations on it end safely: reads of it we serve are refused
+    /// from now on, and its bytes are not reused while a peer may still
+    /// write into them (a one-sided write before it acknowledged the
+    /// revocation, a rendezvous write we granted before its `Done`).
     pub fn deregister_region(&mut self, key: RegionKey) -> Result<()> {
         let advertised = self.regions.deregister(key)?;
         self.revoke(key, &advertised);
+        self.end_reads_of(key);
         Ok(())
     }
 

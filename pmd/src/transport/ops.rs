@@ -110,6 +110,8 @@ pub(crate) struct McTarget {
 pub(crate) enum InOp {
     /// We granted a write and wait for its Done.
     Write {
+        /// The region written (held until the write ends).
+        region: RegionKey,
         /// Transfer length.
         len: u32,
         /// When we stop waiting.
@@ -117,6 +119,8 @@ pub(crate) enum InOp {
     },
     /// We serve a read: copy from `src` as SGL segments arrive.
     Read {
+        /// The region read (deregistering it ends the read).
+        region: RegionKey,
         /// Our source extents.
         src: ExtentCursor,
         /// Transfer length.

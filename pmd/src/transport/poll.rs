@@ -16,7 +16,7 @@ use super::conn::Conn;
 use super::counters::DropKind;
 use super::endpoint::Transport;
 use super::geometry::{Geometry, Layout};
-use super::ops::{InOp, OutKind};
+use super::ops::OutKind;
 use super::types::{PeerState, Status};
 use super::wire::{self, Limits, Msg, Ring, SGES_PER_MSG, WireError};
 
@@ -188,12 +188,11 @@ impl Transport {
             let Some(c) = self.peers[p as usize].conn.as_mut() else {
                 continue;
             };
-            for op in c.expire_served(now) {
-                if let InOp::McRecv { region, .. } = op {
-                    let _ = self.regions.deregister(region);
-                }
+            let wedge = c.wedged(&self.local, now, timeout);
+            for io in c.expire_served(now) {
+                self.served_ended(&io);
             }
-            if c.wedged(&self.local, now, timeout) {
+            if wedge {
                 wedged.push(p);
             }
         }

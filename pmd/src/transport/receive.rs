@@ -208,20 +208,24 @@ impl Transport {
         if peer.recvs.is_empty() {
             return 0;
         }
-        // The PostQ's slots, checked once for the whole drain.
-        let ring = match peer
-            .conn
-            .as_mut()
-            .map(|c| c.consumer(Ring::PostQ).area(local))
-        {
-            Some(Ok(ring)) => ring,
-            Some(Err(_)) => {
+        // The PostQ's slots, checked once for the whole drain, and its depth.
+        let (ring, lap) = match peer.conn.as_mut().map(|c| {
+            let q = c.consumer(Ring::PostQ);
+            (q.area(local), q.depth())
+        }) {
+            Some((Ok(ring), lap)) => (ring, lap),
+            Some((Err(_), _)) => {
                 sink.doomed.push(p);
                 return 0;
             }
             None => return 0,
         };
-        while !peer.recvs.is_empty() {
+        // At most one lap of slots per call, delivered or dropped: the peer
+        // sees our credits, so it could refill the ring just ahead of us
+        // with sends we drop and keep us here (as `take_control` and
+        // `rx_burst` stop after a lap too).
+        let mut taken = 0u64;
+        while !peer.recvs.is_empty() && taken < lap {
             let Some(c) = peer.conn.as_mut() else { break };
             if c.credit_when_due(Ring::PostQ).is_err() {
                 sink.doomed.push(p);
@@ -241,6 +245,7 @@ impl Transport {
                     Ok(x) => x,
                     Err(e) => {
                         postq.advance();
+                        taken += 1;
                         peer.counters.drop_one(drop_kind(e));
                         continue;
                     }
@@ -262,6 +267,7 @@ impl Transport {
                     break;
                 }
                 postq.advance_by(slots as u64);
+                taken += slots as u64;
                 // The last slot's unused bytes are zero in a valid send
                 // (each word loaded once: the peer may be writing them).
                 let last = at[slots - 1];
@@ -280,6 +286,7 @@ impl Transport {
                 break;
             };
             postq.advance();
+            taken += 1;
             match wire::decode_validated(&b, Ring::PostQ, &limits(layout, &cfg.geometry, c)) {
                 Ok(Msg::SendBuf { buf, len }) => {
                     if c.is_lent(buf) {

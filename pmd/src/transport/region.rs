@@ -129,6 +129,11 @@ pub struct RegionTable {
     /// bytes are not handed out again until the last peer acknowledges or
     /// is gone, so a late one-sided write never lands in reused memory.
     revoking: IdMap<u32, Revoking>,
+    /// Rendezvous writes we granted and serve, per region key: the peer
+    /// writes into the extents we sent it until its `Done` (or the
+    /// operation's deadline, or its end), so a region deregistered meanwhile
+    /// keeps its bytes (in `revoking`) until the last of them ends.
+    writers: IdMap<u32, u32>,
     /// Keys are drawn from a hash keyed with OS randomness (std's
     /// `RandomState`) over a counter: unpredictable to a peer, and a key
     /// once deregistered is not handed out again in practice (a collision
@@ -173,6 +178,7 @@ impl RegionTable {
             free,
             regions: IdMap::default(),
             revoking: IdMap::default(),
+            writers: IdMap::default(),
             keys: RandomState::new(),
             minted: 0,
             granter: None,
@@ -328,7 +334,7 @@ impl RegionTable {
             .regions
             .remove(&key.0)
             .ok_or(TransportError::NoSuchRegion(key))?;
-        if r.advertised.is_empty() {
+        if r.advertised.is_empty() && !self.writers.contains_key(&key.0) {
             self.retire(r.extents, &r.grants);
             return Ok(Vec::new());
         }
@@ -360,8 +366,42 @@ impl RegionTable {
             .partition(|&(p, _)| p == Some(peer));
         *grants = rest;
         self.withdraw(&its);
-        if done && let Some((extents, _, grants)) = self.revoking.remove(&key.0) {
+        if done {
+            self.retire_if_done(key);
+        }
+    }
+
+    /// Retires a deregistered region once no peer is pending and no write
+    /// into it is served.
+    fn retire_if_done(&mut self, key: RegionKey) {
+        let pending = self
+            .revoking
+            .get(&key.0)
+            .is_some_and(|(_, p, _)| !p.is_empty());
+        if pending || self.writers.contains_key(&key.0) {
+            return;
+        }
+        if let Some((extents, _, grants)) = self.revoking.remove(&key.0) {
             self.retire(extents, &grants);
+        }
+    }
+
+    /// A rendezvous write into region `key` is served from now on: its
+    /// bytes stay out of reuse until [`write_ended`](Self::write_ended).
+    pub fn write_served(&mut self, key: RegionKey) {
+        *self.writers.entry(key.0).or_default() += 1;
+    }
+
+    /// A served write into region `key` ended (done, expired or its peer
+    /// gone): a region deregistered meanwhile is retired after its last.
+    pub fn write_ended(&mut self, key: RegionKey) {
+        let Some(n) = self.writers.get_mut(&key.0) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.writers.remove(&key.0);
+            self.retire_if_done(key);
         }
     }
 

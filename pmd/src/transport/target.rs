@@ -43,10 +43,48 @@ impl Transport {
         true
     }
 
-    /// Starts serving `p`'s operation `op`.
+    /// Starts serving `p`'s operation `op` (a write holds its region until
+    /// it ends: see [`served_ended`](Self::served_ended)).
     pub(crate) fn serve(&mut self, p: Port, op: u64, io: InOp) {
-        if let Some(c) = self.peers[p as usize].conn.as_mut() {
-            c.serve(op, io);
+        let Some(c) = self.peers[p as usize].conn.as_mut() else {
+            return;
+        };
+        if let InOp::Write { region, .. } = io {
+            self.regions.write_served(region);
+        }
+        c.serve(op, io);
+    }
+
+    /// A served operation ended (done, refused, expired, or its peer gone):
+    /// what it held is let go. A multicast target's storage is freed; a
+    /// written region's hold is released (a region deregistered while the
+    /// peer could still write into it is retired only now).
+    pub(crate) fn served_ended(&mut self, io: &InOp) {
+        match *io {
+            InOp::McRecv { region, .. } => {
+                let _ = self.regions.deregister(region);
+            }
+            InOp::Write { region, .. } => self.regions.write_ended(region),
+            InOp::Read { .. } => {}
+        }
+    }
+
+    /// Region `key` was deregistered: the reads of it we serve end now,
+    /// refused (as verbs fails an operation on an invalidated region), so no
+    /// byte of the area is copied out for them once it may be reused.
+    pub(crate) fn end_reads_of(&mut self, key: RegionKey) {
+        for i in 0..self.connected.len() {
+            let p = self.connected[i];
+            let Some(c) = self.peers[p as usize].conn.as_mut() else {
+                continue;
+            };
+            let ops = c.served_reads_of(key);
+            for &op in &ops {
+                c.unserve(op);
+            }
+            for op in ops {
+                self.nak(p, op, WireStatus::Access);
+            }
         }
     }
 
@@ -85,7 +123,16 @@ impl Transport {
             }
             Ok(ext) => {
                 let deadline = self.served_deadline();
-                self.serve(p, op, InOp::Write { len, deadline });
+                let region = RegionKey(rkey);
+                self.serve(
+                    p,
+                    op,
+                    InOp::Write {
+                        region,
+                        len,
+                        deadline,
+                    },
+                );
                 self.emit_sgl(p, op, &ext);
             }
         }
@@ -114,6 +161,7 @@ impl Transport {
                     p,
                     op,
                     InOp::Read {
+                        region: RegionKey(rkey),
                         src: ExtentCursor::new(ext),
                         len,
                         delivered: 0,
@@ -137,6 +185,7 @@ impl Transport {
             len,
             delivered,
             deadline,
+            ..
         }) = io
         else {
             return peer.counters.drop_one(DropKind::UnknownOp);
@@ -222,9 +271,10 @@ impl Transport {
         let entry = c.unserve(op);
         let counters = &mut self.peers[origin as usize].counters;
         let reply = match entry {
-            Some(InOp::Write { len: l, .. }) if l == len => {
+            Some(InOp::Write { region, len: l, .. }) if l == len => {
                 counters.served += 1;
                 counters.bytes_in += u64::from(len);
+                self.regions.write_ended(region);
                 WireStatus::Ok
             }
             Some(InOp::McRecv {
@@ -250,9 +300,7 @@ impl Transport {
             }
             Some(other) => {
                 counters.drop_one(DropKind::OutOfRange);
-                if let InOp::McRecv { region, .. } = other {
-                    let _ = self.regions.deregister(region);
-                }
+                self.served_ended(&other);
                 WireStatus::Protocol
             }
             None => return,

@@ -357,7 +357,7 @@ impl EmuDevice {
         {
             return Ok(z.clone());
         }
-        let zone = WindowMem::peer(&self.inner.fabric, peer, r).map_err(|e| {
+        let zone = WindowMem::peer(&self.inner.fabric, peer, r, w.pid).map_err(|e| {
             if r.word.load(Acquire) != raw {
                 HwError::LinkDown { peer }
             } else {

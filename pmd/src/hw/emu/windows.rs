@@ -46,23 +46,41 @@ impl WindowMem {
         let size = fabric.config().window_size;
         check_memory(size)?;
         let zone = Zone::create(
-            &format!("emu-{}-{port}", fabric.name()),
+            &window_zone_name(fabric, port),
             size,
             &ZoneOptions::huge_or_fallback(),
         )?;
         Ok(Self::from_zone(Arc::new(zone)))
     }
 
-    /// Maps `peer`'s window as its slot registers `r` publish it. The
+    /// Maps `peer`'s window as its slot registers `r` publish it: a zone of
+    /// the slot's owner (`owner_pid`, from the slot word) named as
+    /// [`own`](Self::own) names the window of that port. Anything else is
+    /// refused: the control segment is writable by every member, and a
+    /// hostile one could otherwise name another process's file, or one of
+    /// our own private zones, as its window and have us write into it. The
     /// caller checks the slot's word before and after (the owner may leave
     /// meanwhile).
-    pub fn peer(fabric: &EmuFabric, peer: Port, r: &SlotRegs) -> Result<WindowMem> {
+    pub fn peer(fabric: &EmuFabric, peer: Port, r: &SlotRegs, owner_pid: u32) -> Result<WindowMem> {
         if fabric.inner.windows.is_some() {
             return Self::in_region(fabric, peer);
         }
         let pid = r.win_pid.load(Relaxed);
         let fd = r.win_fd.load(Relaxed);
+        if pid != owner_pid {
+            return Err(HwError::Fabric(format!(
+                "port {peer} published a window in process {pid}, not its own ({owner_pid}): \
+                 refused"
+            )));
+        }
         let zone = Zone::open_from_pid(pid as i32, fd as i32)?;
+        let want = window_zone_name(fabric, peer);
+        if zone.name() != want {
+            return Err(HwError::Fabric(format!(
+                "port {peer} published the zone {:?} as its window, not {want:?}: refused",
+                zone.name()
+            )));
+        }
         Ok(Self::from_zone(Arc::new(zone)))
     }
 
@@ -167,4 +185,57 @@ fn mem_available() -> Option<u64> {
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// The name of the zone holding port `port`'s window on `fabric`.
+fn window_zone_name(fabric: &EmuFabric, port: Port) -> String {
+    format!("emu-{}-{port}", fabric.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::NtbDevice;
+    use crate::hw::emu::{DeviceConfig, EmuDevice, FabricConfig};
+
+    /// A member that publishes another file as its window (here one of our
+    /// own private zones, or a zone in another process) is refused; what it
+    /// really owns is mapped.
+    #[test]
+    fn a_window_published_as_another_zone_or_process_is_refused() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-winpub-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = FabricConfig {
+            slots: 2,
+            window_size: 1 << 20,
+            ..FabricConfig::default()
+        };
+        let fabric = EmuFabric::create_in(&dir, "winpub", &cfg).unwrap();
+        let join = |slot| {
+            let dc = DeviceConfig {
+                slot: Some(slot),
+                fabric: cfg.clone(),
+                dir: Some(dir.clone()),
+                ..DeviceConfig::default()
+            };
+            EmuDevice::join(&fabric, &dc).unwrap()
+        };
+        let (a, b) = (join(0), join(1));
+        let secret = Zone::create("private", 1 << 20, &ZoneOptions::no_huge()).unwrap();
+        let regs = fabric.regs_of(1);
+        let (pid, fd) = (regs.win_pid.load(Relaxed), regs.win_fd.load(Relaxed));
+        regs.win_fd
+            .store(secret.as_fd().as_raw_fd() as u32, Relaxed);
+        let e = a.peer_window(1, 0).unwrap_err().to_string();
+        assert!(e.contains("\"private\"") && e.contains("refused"), "{e}");
+        regs.win_fd.store(fd, Relaxed);
+        regs.win_pid.store(1, Relaxed);
+        let e = a.peer_window(1, 0).unwrap_err().to_string();
+        assert!(e.contains("process 1") && e.contains("refused"), "{e}");
+        regs.win_pid.store(pid, Relaxed);
+        a.peer_window(1, 0).unwrap();
+        drop((a, b));
+        EmuFabric::destroy_in(&dir, "winpub").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
