@@ -651,6 +651,37 @@ fn a_flood_of_requests_is_refused_past_the_limit() {
     honest_traffic_works(&mut s);
 }
 
+/// A peer advertising fresh region keys without end: the table of its
+/// regions stops growing at its limit; the rest are refused and counted.
+#[test]
+fn advertisements_past_the_limit_are_refused() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let limit = 1u32 << 16; // MAX_REMOTE_REGIONS
+    let offset = s.ts[1].layout().region_area_start() as u64;
+    for rkey in 1..=limit + 10 {
+        let m = Msg::Advertise {
+            rkey,
+            offset,
+            len: 64,
+        };
+        s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+    }
+    // A key already known is updated, not refused.
+    let again = Msg::Advertise {
+        rkey: 5,
+        offset,
+        len: 128,
+    };
+    s.inj.push(Ring::Tx, &wire::encode(&again)).unwrap();
+    s.ts[1].progress();
+    let c = s.ts[1].counters(q);
+    assert_eq!(c.dropped(DropKind::Overload), 10, "{c:?}");
+    assert_eq!(c.dropped_total(), 10, "{c:?}");
+    honest_traffic_works(&mut s);
+}
+
 #[test]
 fn one_peer_cannot_hold_the_whole_region_area() {
     // The rogue asks the victim for multicast storage, again and again: it

@@ -21,6 +21,11 @@ use super::queue::{Consumer, Producer, free_entry, parse_free_entry};
 use super::types::SendWr;
 use super::wire::{self, Body, Msg, Ring};
 
+/// Regions one peer may have advertised to us at once (each an entry of
+/// [`Conn::learn_region`]'s table); far more than a region area holds at
+/// any useful size.
+pub const MAX_REMOTE_REGIONS: usize = 1 << 16;
+
 /// Most messages waiting for credits towards one ring of a peer.
 pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;
 
@@ -511,10 +516,17 @@ impl Conn {
     // ---- the peer's regions, for one-sided writes ----
 
     /// The peer advertised region `rkey`: `len` bytes at `offset` of its
-    /// window (validated inside its region area by the decoder).
-    pub fn learn_region(&mut self, rkey: u32, offset: u64, len: u32) {
+    /// window (validated inside its region area by the decoder). `false`
+    /// (nothing learnt) when it already has [`MAX_REMOTE_REGIONS`] others
+    /// advertised: the table is our memory, and a peer sending fresh keys
+    /// without end must not grow it without end.
+    pub fn learn_region(&mut self, rkey: u32, offset: u64, len: u32) -> bool {
+        if self.remote.len() >= MAX_REMOTE_REGIONS && !self.remote.contains_key(&rkey) {
+            return false;
+        }
         self.remote_last.set(None);
         self.remote.insert(rkey, (offset, len));
+        true
     }
 
     /// The peer revoked region `rkey`; whether we knew it.

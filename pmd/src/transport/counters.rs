@@ -20,8 +20,9 @@ pub enum DropKind {
     BadBuffer,
     /// A credit word going backwards or beyond what was produced.
     BadCredit,
-    /// The peer started more operations than we serve at once, or stopped
-    /// crediting what we send it (refused, or the connection reset).
+    /// The peer started more operations than we serve at once, advertised
+    /// more regions than we keep, or stopped crediting what we send it
+    /// (refused, or the connection reset).
     Overload,
 }
 

@@ -205,10 +205,13 @@ impl Transport {
         }
     }
 
-    /// `Advertise` from `p`: remember where its region is.
+    /// `Advertise` from `p`: remember where its region is (refused and
+    /// counted as an overload past [`MAX_REMOTE_REGIONS`](super::conn::MAX_REMOTE_REGIONS)).
     pub(crate) fn on_advertise(&mut self, p: Port, rkey: u32, offset: u64, len: u32) {
-        if let Some(c) = self.peers[p as usize].conn.as_mut() {
-            c.learn_region(rkey, offset, len);
+        if let Some(c) = self.peers[p as usize].conn.as_mut()
+            && !c.learn_region(rkey, offset, len)
+        {
+            self.count(p, DropKind::Overload);
         }
     }
 
