@@ -61,11 +61,22 @@
 //! fail, is dropped and counted ([`DropKind`]). Every operation has a
 //! deadline; nothing waits forever.
 //!
-//! A peer can still exhaust only what it is given: at most
-//! `Config::max_outstanding` operations served for it at once (more are
-//! refused with an error `Ack`), a bounded backlog of messages towards it
-//! (a peer that stops crediting is disconnected), storage it asks for only
-//! from the region area and only until its operation's deadline.
+//! A peer can exhaust only what it is given, with the exceptions listed
+//! after: at most `Config::max_outstanding` operations served for it at
+//! once (more are refused with an error `Ack`), a bounded backlog of
+//! messages towards it (a peer that stops crediting is disconnected),
+//! storage it asks for only from the region area and only until its
+//! operation's deadline, at most 65 536 regions of its own advertised to us
+//! at once, and at most one lap of each of its rings per poll (a peer
+//! refilling a ring just ahead of us cannot keep us in one poll). A region
+//! deregistered while a peer works on it ends safely: the reads of it we
+//! serve are refused from then on, and its bytes are not reused while the
+//! peer may still write into them. Not bounded yet, each costing our
+//! memory rather than our safety: the SGL entries a multicast target keeps
+//! (16 bytes per entry, which a peer can make one byte long), the SGL a
+//! request over a region of many small extents (`register_region_scattered`)
+//! makes us build, and write-with-immediate notices queued for an
+//! application that never polls its completions.
 //!
 //! Where the device enforces per-peer translation (the emulated fabric:
 //! [`Transport::peers_isolated`]), a peer's raw stores reach only its own
