@@ -592,9 +592,10 @@ fn a_region_being_written_keeps_its_bytes_until_the_write_ends() {
     let q = s.ts[1].create_qp(2).unwrap();
     for (op, ends_by_done) in [(1u64, true), (2, false)] {
         let free = s.ts[1].region_area_free();
-        // Not advertised (a scattered region never is), so only the served
-        // write holds it: an advertised one also waits for its peers'
-        // acknowledgments of the revocation.
+        // Registered scattered, so not advertised (only `register_region`
+        // advertises at registration; no reconnect happens here): only the
+        // served write holds it. An advertised one also waits for its
+        // peers' acknowledgments of the revocation.
         let target = s.ts[1]
             .register_region_scattered(8192, Access::ALL, 8192)
             .unwrap();
@@ -679,6 +680,23 @@ fn advertisements_past_the_limit_are_refused() {
     let c = s.ts[1].counters(q);
     assert_eq!(c.dropped(DropKind::Overload), 10, "{c:?}");
     assert_eq!(c.dropped_total(), 10, "{c:?}");
+    // Revoking a refused region is acknowledged all the same (the peer
+    // holds its bytes until then), and counted as an unknown key.
+    let refused = limit + 5;
+    s.inj
+        .push(Ring::Tx, &wire::encode(&Msg::Revoke { rkey: refused }))
+        .unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), 1);
+    let layout = *s.ts[1].layout();
+    let cq = layout.part(1, Part::Cq);
+    let local = s.rogue_dev.local_window(0).unwrap();
+    let acked = (0..layout.geometry().queue_depth as usize).any(|k| {
+        let mut body = [0u8; wire::BODY];
+        local.read(cq + k * wire::SLOT, &mut body).unwrap();
+        wire::decode(&body) == Ok(Msg::RevokeAck { rkey: refused })
+    });
+    assert!(acked, "no RevokeAck for the refused region");
     honest_traffic_works(&mut s);
 }
 

@@ -11,7 +11,7 @@ use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, Opened, open_either};
 use ntbdk_pmd::hw::vfio::ivshmem::IvshmemConfig;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
-use super::hugepages::{hugepage_pools, hugepages_reserved, windows_by_side};
+use super::hugepages::{hugepage_pools, windows_by_side};
 
 /// A device and, when it is a fabric member, the member itself.
 pub struct Host {
@@ -19,6 +19,9 @@ pub struct Host {
     pub dev: Arc<dyn NtbDevice>,
     /// The same device as a fabric member; `None` for a bridge.
     pub member: Option<Arc<EmuDevice>>,
+    /// For a bridge, whether its inbound windows are on hugepages, when it
+    /// can say.
+    pub bridge_hugepages: Option<bool>,
     /// What the device is called in messages: `fabric "NAME"` for a member,
     /// the spec (`vfio:0000:af:00.0`) for a bridge.
     pub place: String,
@@ -32,6 +35,7 @@ impl Host {
         Host {
             dev: member.clone(),
             member: Some(member),
+            bridge_hugepages: None,
             place,
         }
     }
@@ -42,26 +46,26 @@ impl Host {
     }
 
     /// What backs the windows of `ports`: each member's published page
-    /// size ([`windows_by_side`]); for a bridge, where its inbound memory
-    /// comes from.
+    /// size ([`windows_by_side`]); for a bridge, what its inbound memory
+    /// got (the peer's is its own host's business).
     pub fn windows(&self, ports: &[Port]) -> String {
-        match &self.member {
-            Some(m) => windows_by_side(m, ports),
-            None => format!(
-                "this side's inbound memory on hugepages when reserved, else 4 KiB pages ({}); \
-                 the peer's, as its host has",
+        match (&self.member, self.bridge_hugepages) {
+            (Some(m), _) => windows_by_side(m, ports),
+            (None, Some(true)) => "this side's inbound memory on hugepages".into(),
+            (None, Some(false)) => format!(
+                "this side's inbound memory on 4 KiB pages ({})",
                 hugepage_pools()
             ),
+            (None, None) => "this side's inbound memory as the device allocated it".into(),
         }
     }
 
-    /// Whether this side's windows are on 4 KiB pages for certain: a member
-    /// says so; a bridge's inbound memory is on 4 KiB pages when the kernel
-    /// had no hugepage reserved.
+    /// Whether this side's windows are on 4 KiB pages, as far as the device
+    /// can say (a bridge that cannot say counts as not).
     pub fn on_small_pages(&self) -> bool {
         match &self.member {
             Some(m) => !m.window_is_huge(),
-            None => !hugepages_reserved(),
+            None => self.bridge_hugepages == Some(false),
         }
     }
 }
@@ -79,13 +83,14 @@ pub fn open_device(spec: &DeviceSpec, slot: Option<Port>) -> Result<Host> {
     };
     match open_either(spec, &opts).with_context(|| format!("opening device {spec}"))? {
         Opened::Member(m) => Ok(Host::member(m)),
-        Opened::Bridge(_) if slot.is_some() => bail!(
+        Opened::Bridge { .. } if slot.is_some() => bail!(
             "--slot: {spec} is an Intel NTB, a two-port bridge whose port is its side of the \
              link (0 upstream, 1 downstream): drop --slot"
         ),
-        Opened::Bridge(dev) => Ok(Host {
+        Opened::Bridge { dev, hugepages } => Ok(Host {
             dev,
             member: None,
+            bridge_hugepages: hugepages,
             place: format!("device {spec}"),
         }),
     }

@@ -11,11 +11,6 @@ pub fn hugepage_pools() -> String {
     describe_pools(&pools())
 }
 
-/// Whether any of the kernel's hugepage pools holds a page.
-pub fn hugepages_reserved() -> bool {
-    pools().iter().any(|(_, c)| c.total > 0)
-}
-
 /// The kernel's hugepage pools, read now.
 fn pools() -> Vec<(PageSize, HugepageCounts)> {
     [PageSize::Huge2M, PageSize::Huge1G]

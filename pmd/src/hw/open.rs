@@ -158,7 +158,12 @@ pub enum Opened {
     /// A member of a fabric (the emulated fabric, ivshmem).
     Member(EmuDevice),
     /// A two-port bridge (an Intel NTB): a device, with no fabric.
-    Bridge(Arc<dyn NtbDevice>),
+    Bridge {
+        /// The device.
+        dev: Arc<dyn NtbDevice>,
+        /// Whether its inbound windows are on hugepages, when it can say.
+        hugepages: Option<bool>,
+    },
 }
 
 impl Opened {
@@ -166,7 +171,7 @@ impl Opened {
     pub fn into_device(self) -> Arc<dyn NtbDevice> {
         match self {
             Opened::Member(m) => Arc::new(m),
-            Opened::Bridge(b) => b,
+            Opened::Bridge { dev, .. } => dev,
         }
     }
 }
@@ -182,11 +187,12 @@ pub fn open_either(spec: &DeviceSpec, opts: &OpenOptions) -> Result<Opened, Open
     if let DeviceSpec::Vfio(bdf) = spec
         && supported(*bdf, &opts.roots)? == PciBackend::IntelNtb
     {
-        return Ok(Opened::Bridge(Arc::new(super::intel::vfio::open(
-            *bdf,
-            &opts.roots,
-            &opts.intel,
-        )?)));
+        let dev = super::intel::vfio::open(*bdf, &opts.roots, &opts.intel)?;
+        let hugepages = dev.inbound_on_hugepages();
+        return Ok(Opened::Bridge {
+            dev: Arc::new(dev),
+            hugepages,
+        });
     }
     Ok(Opened::Member(open_member(spec, opts)?))
 }

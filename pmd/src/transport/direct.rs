@@ -216,13 +216,16 @@ impl Transport {
     }
 
     /// `Revoke` from `p`: forget the region, then acknowledge (our later
-    /// writes can no longer name it).
+    /// writes can no longer name it). A key we do not know (one we refused
+    /// past [`MAX_REMOTE_REGIONS`](super::conn::MAX_REMOTE_REGIONS), or
+    /// nonsense) is counted and acknowledged all the same: we write nothing
+    /// to it, and the peer holds the region's bytes until we say so.
     pub(crate) fn on_revoke(&mut self, p: Port, rkey: u32) {
         let Some(c) = self.peers[p as usize].conn.as_mut() else {
             return;
         };
         if !c.forget_region(rkey) {
-            return self.count(p, DropKind::UnknownOp);
+            self.count(p, DropKind::UnknownOp);
         }
         self.emit(p, Ring::Cq, &Msg::RevokeAck { rkey });
     }

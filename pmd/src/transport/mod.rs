@@ -70,13 +70,17 @@
 //! at once, and at most one lap of each of its rings per poll (a peer
 //! refilling a ring just ahead of us cannot keep us in one poll). A region
 //! deregistered while a peer works on it ends safely: the reads of it we
-//! serve are refused from then on, and its bytes are not reused while the
-//! peer may still write into them. Not bounded yet, each costing our
-//! memory rather than our safety: the SGL entries a multicast target keeps
-//! (16 bytes per entry, which a peer can make one byte long), the SGL a
-//! request over a region of many small extents (`register_region_scattered`)
-//! makes us build, and write-with-immediate notices queued for an
-//! application that never polls its completions.
+//! serve are refused from then on, and its bytes are not reused before the
+//! peer acknowledged the revocation (one-sided writes) or the rendezvous
+//! writes we granted into it end (their `Done`, or our deadline for them:
+//! a writer slower than our `op_timeout` is outside this).
+//!
+//! Not bounded yet, each costing our memory rather than our safety: the
+//! SGL entries a multicast target keeps (16 bytes per entry, which a peer
+//! can make one byte long), the SGL a request over a region of many small
+//! extents (`register_region_scattered`) makes us build, and
+//! write-with-immediate notices queued for an application that never polls
+//! its completions.
 //!
 //! Where the device enforces per-peer translation (the emulated fabric:
 //! [`Transport::peers_isolated`]), a peer's raw stores reach only its own

@@ -71,7 +71,9 @@ impl Transport {
 
     /// Region `key` was deregistered: the reads of it we serve end now,
     /// refused (as verbs fails an operation on an invalidated region), so no
-    /// byte of the area is copied out for them once it may be reused.
+    /// byte of the area is copied out for them once it may be reused. The
+    /// reader's segments still on their way are then counted as unknown
+    /// operations when they arrive.
     pub(crate) fn end_reads_of(&mut self, key: RegionKey) {
         for i in 0..self.connected.len() {
             let p = self.connected[i];

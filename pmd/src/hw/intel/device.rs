@@ -87,6 +87,8 @@ struct State {
     beat_sent: Instant,
     peer_beat: u32,
     peer_beat_at: Instant,
+    /// Whether a peer of an older scratchpad layout was reported.
+    warned_older: bool,
 }
 
 /// An Intel Xeon NTB driven through its registers.
@@ -174,11 +176,18 @@ impl<M: Mmio> IntelNtb<M> {
                 beat_sent: now,
                 peer_beat: 0,
                 peer_beat_at: now,
+                warned_older: false,
             }),
         };
         dev.bring_up()?;
         tracing::debug!(part = part.name(), port = side.port(), "Intel NTB up");
         Ok(dev)
+    }
+
+    /// Whether our inbound windows are on hugepages (`None`: the memory
+    /// cannot say, as the register model's).
+    pub fn inbound_on_hugepages(&self) -> Option<bool> {
+        self.inbound.on_hugepages()
     }
 
     /// The part.
@@ -467,6 +476,14 @@ impl<M: Mmio> IntelNtb<M> {
             }
             if let Some(a) = Announcement::decode(&spads) {
                 self.on_announcement(st, a)?;
+            } else if Announcement::is_older_layout(&spads) && !st.warned_older {
+                st.warned_older = true;
+                tracing::warn!(
+                    port = self.side.port(),
+                    "the peer's ntbdk announces the first scratchpad layout (user \
+                     scratchpads 14 and 15): not bringing the link up; run the same ntbdk \
+                     version on both hosts"
+                );
             }
         }
         if let Some(timeout) = self.cfg.heartbeat_timeout {

@@ -43,11 +43,17 @@ pub const SPAD_HEARTBEAT: usize = 8;
 pub const SPAD_CHECK: usize = 9;
 /// Scratchpads applications may use freely: the six the handshake leaves
 /// (user scratchpad `i` is register `10 + i`). `ntb-perf`'s control
-/// channel needs five on a client and six on a server.
+/// channel uses the last as each side's role register, 0..=3 on a server
+/// for commands, and two per server on a client for answers.
 pub const SPAD_USER: [usize; 6] = [10, 11, 12, 13, 14, 15];
 const _: () = assert!(SPAD_USER[0] > SPAD_CHECK && SPAD_USER[5] < SPAD_COUNT);
 
-const MAGIC_HELLO: u32 = 0x4E54_4B48; // "NTKH"
+/// The hello of this scratchpad layout (user scratchpads 10..=15).
+const MAGIC_HELLO: u32 = 0x4E54_4B32; // "NTK2"
+/// The hello of the first layout (user scratchpads 14 and 15 only), which
+/// this one cannot talk to: an application's control channel would land in
+/// the other side's handshake registers.
+const MAGIC_HELLO_V1: u32 = 0x4E54_4B48; // "NTKH"
 const MAGIC_BYE: u32 = 0x4E54_4B42; // "NTKB"
 
 /// What an announcement says.
@@ -108,8 +114,14 @@ impl Announcement {
         ]
     }
 
+    /// Whether `spads` hold a hello of the first scratchpad layout: a peer
+    /// running an older ntbdk, which is not brought up (say so).
+    pub fn is_older_layout(spads: &[u32; SPAD_COUNT]) -> bool {
+        spads[SPAD_MAGIC] == MAGIC_HELLO_V1
+    }
+
     /// Decodes our scratchpads `spads` (all 16); `None` when they hold no
-    /// complete, consistent announcement.
+    /// complete, consistent announcement (or one of an older layout).
     pub fn decode(spads: &[u32; SPAD_COUNT]) -> Option<Announcement> {
         let kind = match spads[SPAD_MAGIC] {
             MAGIC_HELLO => Kind::Hello,
@@ -186,5 +198,27 @@ mod tests {
         assert_eq!(Announcement::decode(&spads).unwrap().kind, Kind::Bye);
         const { assert!(DB_CTRL & DB_USER_MASK == 0 && DB_CTRL < 1 << 31) };
         assert_ne!(new_generation(), 0);
+    }
+
+    #[test]
+    fn a_hello_of_the_first_layout_is_recognised_and_not_taken() {
+        let a = Announcement {
+            kind: Kind::Hello,
+            generation: 7,
+            ack: 0,
+            inbound_pages: [1, 1],
+        };
+        let mut spads = [0u32; SPAD_COUNT];
+        for (i, v) in a.writes() {
+            spads[i] = v;
+        }
+        assert!(!Announcement::is_older_layout(&spads));
+        // The same announcement as the first layout wrote it.
+        spads[SPAD_MAGIC] = MAGIC_HELLO_V1;
+        let mut w = [0u32; 7];
+        w.copy_from_slice(&spads[1..=7]);
+        spads[SPAD_CHECK] = checksum(&w);
+        assert_eq!(Announcement::decode(&spads), None);
+        assert!(Announcement::is_older_layout(&spads));
     }
 }

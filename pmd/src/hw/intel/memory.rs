@@ -96,4 +96,10 @@ pub trait InboundMemory: Send + Sync {
     /// `size` bytes of memory at a bus address that is a multiple of
     /// `align` (a power of two), mapped for the device to write.
     fn allocate(&self, size: usize, align: u64) -> Result<LocalWindow, IntelError>;
+
+    /// Whether what it allocated so far is all on hugepages (`None`: it
+    /// cannot say, or allocated nothing yet).
+    fn on_hugepages(&self) -> Option<bool> {
+        None
+    }
 }

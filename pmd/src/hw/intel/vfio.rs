@@ -20,6 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use ntbdk_mempool::{Zone, ZoneOptions};
 use pci_driver::device::PciDevice;
@@ -149,12 +150,21 @@ impl Drop for DmaZone {
 struct VfioInbound {
     function: Arc<VfioFunction>,
     iova: IovaAllocator,
+    /// The pages of the zones allocated so far: `NONE_YET`, `ALL_HUGE` or
+    /// `SOME_SMALL` (a zone that fell back to 4 KiB pages).
+    pages: AtomicU8,
 }
+
+const NONE_YET: u8 = 0;
+const ALL_HUGE: u8 = 1;
+const SOME_SMALL: u8 = 2;
 
 impl InboundMemory for VfioInbound {
     fn allocate(&self, size: usize, align: u64) -> Result<LocalWindow, IntelError> {
         let zone = Zone::create("intel-ntb-window", size, &ZoneOptions::huge_or_fallback())
             .map_err(HwError::from)?;
+        let pages = if zone.is_huge() { ALL_HUGE } else { SOME_SMALL };
+        self.pages.fetch_max(pages, Ordering::Relaxed);
         let iova = self.iova.alloc(size, align)?;
         // SAFETY: `size` bytes at the zone's start are ours, mapped and
         // locked for as long as the `DmaZone` below (which unmaps the IOVA
@@ -179,6 +189,13 @@ impl InboundMemory for VfioInbound {
         // SAFETY: the zone maps at least `size` bytes at `base`, page aligned,
         // kept (and DMA-mapped) by `keep`.
         Ok(unsafe { LocalWindow::from_raw(base, size, iova, keep) })
+    }
+
+    fn on_hugepages(&self) -> Option<bool> {
+        match self.pages.load(Ordering::Relaxed) {
+            NONE_YET => None,
+            p => Some(p == ALL_HUGE),
+        }
     }
 }
 
@@ -238,6 +255,7 @@ pub fn open(
     let inbound = VfioInbound {
         function: f.clone(),
         iova: IovaAllocator::new(range.start.max(1 << 20), range.end),
+        pages: AtomicU8::new(NONE_YET),
     };
     IntelNtb::new(
         bar0,
