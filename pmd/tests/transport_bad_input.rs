@@ -700,6 +700,72 @@ fn advertisements_past_the_limit_are_refused() {
     honest_traffic_works(&mut s);
 }
 
+/// A multicast target answering with storage entries no region of its
+/// own could make (shorter than the area's grain before the end of the
+/// transfer), in its first segment or a later one, fails its part of the
+/// put: the initiator does not keep 16 bytes per byte.
+#[test]
+fn a_multicast_target_sending_crumbs_of_storage_fails_its_part() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let layout = *s.ts[1].layout();
+    let area = layout.region_area_start() as u64;
+    let src = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
+    let local = s.rogue_dev.local_window(0).unwrap();
+    let rx = layout.part(1, Part::Rx);
+    let depth = layout.geometry().queue_depth as usize;
+    // Each case: its segments, as (transfer offset, entries).
+    type Segment<'a> = (u32, &'a [(u64, u32)]);
+    let cases: [&[Segment]; 2] = [
+        &[(0, &[(area, 64), (area + 64, 1), (area + 128, 64)])],
+        &[
+            (0, &[(area, 128)]),
+            (128, &[(area + 128, 32), (area + 192, 64)]),
+        ],
+    ];
+    for (cookie, segments) in cases.into_iter().enumerate() {
+        let sge = Sge {
+            key: src,
+            offset: 0,
+            len: 4096,
+        };
+        s.ts[1]
+            .post_multicast_put(&[q], &[sge], cookie as u64)
+            .unwrap();
+        s.ts[1].progress();
+        // The request to send, as the rogue finds it in its window.
+        let op = (0..depth)
+            .filter_map(|k| {
+                let mut body = [0u8; wire::BODY];
+                local.read(rx + k * wire::SLOT, &mut body).unwrap();
+                match wire::decode(&body) {
+                    Ok(Msg::Rts { op, len: 4096 }) => Some(op),
+                    _ => None,
+                }
+            })
+            .max()
+            .expect("no Rts in the rogue's window");
+        for &(start, entries) in segments {
+            let m = Msg::Sgl {
+                op,
+                start,
+                n: entries.len() as u8,
+                sges: sgl(op, start, entries),
+            };
+            s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+            s.ts[1].progress();
+        }
+        let c = collect(&mut s.ts[1..2], 0, 1);
+        assert_eq!(
+            (c[0].cookie, c[0].status),
+            (cookie as u64, Status::Protocol),
+            "{segments:?}: {c:?}"
+        );
+    }
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::OutOfRange), 2);
+    honest_traffic_works(&mut s);
+}
+
 #[test]
 fn one_peer_cannot_hold_the_whole_region_area() {
     // The rogue asks the victim for multicast storage, again and again: it

@@ -75,12 +75,14 @@
 //! writes we granted into it end (their `Done`, or our deadline for them:
 //! a writer slower than our `op_timeout` is outside this).
 //!
-//! Not bounded yet, each costing our memory rather than our safety: the
-//! SGL entries a multicast target keeps (16 bytes per entry, which a peer
-//! can make one byte long), the SGL a request over a region of many small
-//! extents (`register_region_scattered`) makes us build, and
-//! write-with-immediate notices queued for an application that never polls
-//! its completions.
+//! The storage lists a multicast keeps (16 bytes per SGL entry) hold only
+//! entries a region could make: at least a grain (64 bytes) each but the
+//! one ending the transfer, so at most a quarter of the transfer.
+//!
+//! Not bounded yet, each costing our memory rather than our safety: the SGL
+//! a request over a region of many small extents
+//! (`register_region_scattered`) makes us build, and write-with-immediate
+//! notices queued for an application that never polls its completions.
 //!
 //! Where the device enforces per-peer translation (the emulated fabric:
 //! [`Transport::peers_isolated`]), a peer's raw stores reach only its own

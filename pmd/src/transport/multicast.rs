@@ -25,6 +25,7 @@ use super::error::{Result, TransportError};
 use super::initiator::status_of;
 use super::key::{Access, RegionKey};
 use super::ops::{ChainLink, EarlySgl, InOp, McTarget, OutKind};
+use super::region::GRAIN;
 use super::sgl::{ExtentCursor, Sge};
 use super::types::{Qp, Status};
 use super::wire::{self, Msg, Ring, WireSge, WireStatus};
@@ -325,7 +326,10 @@ impl Transport {
                 deadline,
                 ..
             }) if ch.next == Some(s) && !ch.cts_sent => {
-                if start != ch.next_got || u64::from(start) + total > u64::from(*len) {
+                if start != ch.next_got
+                    || u64::from(start) + total > u64::from(*len)
+                    || !storage_entries(start, sges, *len)
+                {
                     if let Some(InOp::McRecv { region, .. }) = c.unserve(op) {
                         let _ = self.regions.deregister(region);
                     }
@@ -387,7 +391,10 @@ impl Transport {
             return self.count(p, DropKind::UnknownOp);
         };
         let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
-        if start != t.got || u64::from(start) + total > u64::from(*len) {
+        if start != t.got
+            || u64::from(start) + total > u64::from(*len)
+            || !storage_entries(start, sges, *len)
+        {
             self.count(p, DropKind::OutOfRange);
             return self.mc_target_failed(op, p, Status::Protocol);
         }
@@ -519,4 +526,19 @@ impl Transport {
             self.finish(op, worst, bytes);
         }
     }
+}
+
+/// Whether SGL entries `sges`, continuing at transfer offset `start` a
+/// multicast of `len` bytes, are as a target's storage makes them: whole
+/// extents of a fresh region, each at least [`GRAIN`] bytes but the one
+/// that ends the transfer (the decoder already refused empty ones). We keep
+/// these lists until the put, 16 bytes an entry: shorter entries would let
+/// a peer make us hold up to 16 times the transfer.
+fn storage_entries(start: u32, sges: &[WireSge], len: u32) -> bool {
+    let (mut at, len) = (u64::from(start), u64::from(len));
+    sges.iter().all(|s| {
+        let l = u64::from(s.len);
+        at += l;
+        l >= GRAIN || at >= len
+    })
 }
