@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole ntbdk test suite: every crate's unit, integration,
 # multi-process and property tests, the doc examples, the bad-input tests
-# once more with debug assertions and overflow checks on, then the loom
-# model checks (which need their own build with `--cfg loom`).
+# and the pmd unit tests once more with debug assertions and overflow
+# checks on, then the loom model checks (which need their own build with
+# `--cfg loom`).
 #
 # Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
@@ -12,7 +13,7 @@ echo "== cargo test --workspace (release: the multi-process stress tests need re
 cargo test --workspace --release "$@"
 
 echo "== the never-panics tests again with debug assertions and overflow checks (dev profile)"
-cargo test -p ntbdk-pmd --test transport_bad_input --test transport_wire_prop \
+cargo test -p ntbdk-pmd --lib --test transport_bad_input --test transport_wire_prop \
     --test transport_isolation "$@"
 
 echo "== the ring under Miri (where a nightly toolchain with Miri is installed)"

@@ -567,3 +567,34 @@ fn a_silent_peer_is_declared_down_by_its_heartbeat_and_a_new_incarnation_comes_u
         assert!(Instant::now() < end);
     }
 }
+
+/// A peer that comes back again and again (each time a new generation)
+/// beside a side that never asks for its link events: the list they wait in
+/// stays bounded, and the link state stays current.
+#[test]
+fn link_events_nobody_asks_for_are_bounded() {
+    let mem = ModelMemory::create(IntelPart::Gen3Skx, BAR, DRAM).unwrap();
+    let ma = IntelNtbModel::attach(&mem, B2bSide::Usd);
+    let a = ma.device(IntelConfig::default(), false).unwrap();
+    let mut last = 0;
+    for _ in 0..100 {
+        let mb = IntelNtbModel::attach(&mem, B2bSide::Dsd);
+        let b = mb.device(IntelConfig::default(), false).unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while a.link(1).unwrap().generation != b.generation() {
+            b.service().unwrap();
+            assert!(Instant::now() < end, "no handshake");
+        }
+        last = b.generation();
+    }
+    assert_eq!(a.link(1).unwrap().generation, last);
+    let mut ev = Vec::new();
+    let n = a.poll_link_events(&mut ev);
+    assert!(n <= 64, "{n} link events kept");
+    // The newest is kept: the current generation's coming up.
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, LinkEvent::Up { generation, .. } if *generation == last)),
+        "{ev:?}"
+    );
+}

@@ -13,6 +13,9 @@ pub const MAX_SLOTS: usize = 4096;
 pub const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Largest window.
 pub const MAX_WINDOW: usize = 1 << 40;
+/// Longest emulated non-posted read latency (a read stalls its reader that
+/// long: a header asking for more is corrupt or hostile).
+pub const MAX_READ_LATENCY: Duration = Duration::from_secs(1);
 
 /// The geometry and timing of an emulated fabric, fixed by its creator.
 ///
@@ -91,6 +94,12 @@ impl FabricConfig {
             return bad(format!(
                 "heartbeat timeout must be 1 ms..={MAX_HEARTBEAT_TIMEOUT:?}, not {:?}",
                 self.heartbeat_timeout
+            ));
+        }
+        if self.read_latency > MAX_READ_LATENCY {
+            return bad(format!(
+                "read latency must be at most {MAX_READ_LATENCY:?}, not {:?}",
+                self.read_latency
             ));
         }
         if self.window_size > MAX_WINDOW {

@@ -455,7 +455,12 @@ impl EmuFabric {
             Liveness::HeartbeatOnly => &self.inner.last_scan_ns,
         };
         let last = last_scan.load(Relaxed);
-        if now.saturating_sub(last) < self.inner.timeout_ns / 4 {
+        // A last scan in the future (every member can write the word) is
+        // due, so that no one can switch scanning off.
+        if now
+            .checked_sub(last)
+            .is_some_and(|d| d < self.inner.timeout_ns / 4)
+        {
             return;
         }
         if last_scan
@@ -557,5 +562,121 @@ impl EmuFabric {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::NtbDevice;
+
+    fn fabric(dir: &Path, name: &str) -> (EmuFabric, FabricConfig) {
+        std::fs::create_dir_all(dir).unwrap();
+        let cfg = FabricConfig {
+            slots: 2,
+            window_size: 1 << 20,
+            ..FabricConfig::default()
+        };
+        (EmuFabric::create_in(dir, name, &cfg).unwrap(), cfg)
+    }
+
+    /// Every member can write the header: what it writes after we attached
+    /// is never read again (no slot index past the real slots, no
+    /// scratchpad past the real ones), and attaching to a header it broke
+    /// is an error, not a panic.
+    #[test]
+    fn a_header_rewritten_after_attach_changes_nothing_and_a_broken_one_is_refused() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-hdr-{}", std::process::id()));
+        let (f, cfg) = fabric(&dir, "hdr");
+        let dc = DeviceConfig {
+            slot: Some(0),
+            fabric: cfg.clone(),
+            dir: Some(dir.clone()),
+            ..DeviceConfig::default()
+        };
+        let a = EmuDevice::join(&f, &dc).unwrap();
+        let h = f.inner.seg.header();
+        h.slots.store(4000, Relaxed);
+        h.spads.store(200, Relaxed);
+        h.heartbeat_timeout_ns.store(0, Relaxed);
+        assert_eq!(f.status().slots.len(), 2);
+        assert_eq!(a.spad_count(), cfg.spads);
+        assert!(a.spad_read(cfg.spads).is_err());
+        a.service().unwrap();
+        let e = EmuFabric::attach_in(&dir, "hdr").unwrap_err().to_string();
+        assert!(e.contains("corrupt header"), "{e}");
+        h.slots.store(2, Relaxed);
+        h.spads.store(cfg.spads as u32, Relaxed);
+        h.heartbeat_timeout_ns
+            .store(cfg.heartbeat_timeout.as_nanos() as u64, Relaxed);
+        h.read_latency_ns.store(u64::MAX, Relaxed);
+        let e = EmuFabric::attach_in(&dir, "hdr").unwrap_err().to_string();
+        assert!(e.contains("read latency"), "{e}");
+        drop(a);
+        drop(f);
+        EmuFabric::destroy_in(&dir, "hdr").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A member flipping the header's slot count while we attach: we use
+    /// the one value we read and validated, or refuse; never a mix of two
+    /// reads (which made `status` index past the mapped slots).
+    #[test]
+    fn attaching_while_a_member_flips_the_header_uses_one_read() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-flip-{}", std::process::id()));
+        let (f, _) = fabric(&dir, "flip");
+        /// Stops the flipper however the loop ends (a failed assertion
+        /// included, or the scope would wait for it forever).
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (mut ok, mut refused) = (0, 0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let h = f.inner.seg.header();
+                while !stop.load(Relaxed) {
+                    h.slots.store(4000, Relaxed);
+                    h.slots.store(2, Relaxed);
+                }
+            });
+            let _stop = StopOnDrop(&stop);
+            for _ in 0..3000 {
+                match EmuFabric::attach_in(&dir, "flip") {
+                    Ok(g) => {
+                        assert_eq!(g.status().slots.len(), 2);
+                        ok += 1;
+                    }
+                    Err(_) => refused += 1,
+                }
+            }
+        });
+        assert!(
+            ok > 0 && refused > 0,
+            "no race: {ok} attached, {refused} refused"
+        );
+        f.inner.seg.header().slots.store(2, Relaxed);
+        drop(f);
+        EmuFabric::destroy_in(&dir, "flip").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A last scan a member dated in the future is due at once: no member
+    /// can switch the scan for dead slots off.
+    #[test]
+    fn a_last_scan_in_the_future_is_due() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-scan-{}", std::process::id()));
+        let (f, _) = fabric(&dir, "scan");
+        let last = &f.inner.seg.header().last_scan_ns;
+        last.store(u64::MAX, Relaxed);
+        let now = now_ns();
+        f.maybe_scan(now);
+        assert_eq!(last.load(Relaxed), now);
+        drop(f);
+        EmuFabric::destroy_in(&dir, "scan").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

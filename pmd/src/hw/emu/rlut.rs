@@ -17,7 +17,7 @@ pub(crate) fn tag(port: u16, generation: u64) -> u32 {
 }
 
 /// Takes a free entry of `target` (one of its first `entries`) for `tag`;
-/// `None` when all are in use.
+/// `None` when all are in use (or the map kept changing under us).
 pub(crate) fn take(target: &SlotRegs, entries: usize, tag: u32) -> Option<usize> {
     let valid = if entries >= 64 {
         u64::MAX
@@ -25,7 +25,9 @@ pub(crate) fn take(target: &SlotRegs, entries: usize, tag: u32) -> Option<usize>
         (1u64 << entries) - 1
     };
     let mut map = target.rlut_map.load(Relaxed);
-    loop {
+    // A bounded number of tries: every member can store to the map, and one
+    // storing without pause must not keep a reader here (it is refused).
+    for _ in 0..TAKE_TRIES {
         let free = !map & valid;
         if free == 0 {
             return None;
@@ -42,7 +44,11 @@ pub(crate) fn take(target: &SlotRegs, entries: usize, tag: u32) -> Option<usize>
             Err(m) => map = m,
         }
     }
+    None
 }
+
+/// Compare-and-swap attempts [`take`] makes before it gives up.
+const TAKE_TRIES: usize = 64;
 
 /// Gives entry `bit` of `target` back.
 pub(crate) fn release(target: &SlotRegs, bit: usize) {

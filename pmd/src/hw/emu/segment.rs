@@ -87,7 +87,10 @@ enum Extent {
 /// A mapped control segment.
 pub(crate) struct Segment {
     region: SharedRegion,
-    slots: usize,
+    /// The header's configuration, read once and validated when the
+    /// segment was created or attached: every member can write the header,
+    /// so it is never read again.
+    cfg: FabricConfig,
     path: PathBuf,
 }
 
@@ -126,7 +129,7 @@ impl Segment {
             }
             Ok(Segment {
                 region,
-                slots: cfg.slots,
+                cfg: cfg.clone(),
                 path: path.to_owned(),
             })
         })();
@@ -184,8 +187,9 @@ impl Segment {
         if let Some(cfg) = cfg {
             cfg.validate()?;
             let need = region_len(cfg.slots, cfg.window_size).unwrap_or(usize::MAX);
+            let fits = need <= region.len();
             let magic = region.u64_at(0)?.load(Acquire);
-            if magic == 0 && need > region.len() {
+            if magic == 0 && !fits {
                 return Err(HwError::Invalid(format!(
                     "{label} is {} bytes; {} slots of {}-byte windows need {need}: use fewer \
                      slots or smaller windows, or give the shared memory more room",
@@ -194,10 +198,12 @@ impl Segment {
                     cfg.window_size
                 )));
             }
-            if init_header(&region, cfg) {
+            // Only a geometry that fits is ever laid out (the magic may have
+            // been zeroed since we looked); else we attach to what is there.
+            if fits && init_header(&region, cfg) {
                 return Ok(Segment {
                     region,
-                    slots: cfg.slots,
+                    cfg: cfg.clone(),
                     path,
                 });
             }
@@ -259,18 +265,13 @@ impl Segment {
                  stop its users, destroy it (ntb-tool destroy {name}) and create it again"
             )));
         }
-        let slots = h.slots.load(Relaxed) as usize;
-        let size = region.len();
-        let seg = Segment {
-            region,
-            slots: 0,
-            path: path.to_owned(),
-        };
-        let cfg = seg
-            .config()
-            .validate()
-            .map(|()| seg.config())
+        // One read of the header, validated and kept: what a member writes
+        // there later (every member can) is never looked at again.
+        let cfg = read_config(h);
+        cfg.validate()
             .map_err(|e| HwError::Fabric(format!("fabric {name:?} has a corrupt header: {e}")))?;
+        let slots = cfg.slots;
+        let size = region.len();
         match extent {
             Extent::ControlOnly if size != segment_len(slots) => {
                 return Err(HwError::Fabric(format!(
@@ -293,7 +294,11 @@ impl Segment {
             }
             Extent::ControlOnly => {}
         }
-        Ok(Segment { slots, ..seg })
+        Ok(Segment {
+            region,
+            cfg,
+            path: path.to_owned(),
+        })
     }
 
     /// The header.
@@ -305,7 +310,7 @@ impl Segment {
 
     /// Slot `i`'s registers. Panics if `i` is out of range (callers check).
     pub fn slot(&self, i: usize) -> &SlotRegs {
-        assert!(i < self.slots, "slot {i} out of range");
+        assert!(i < self.cfg.slots, "slot {i} out of range");
         // SAFETY: in range (asserted), so inside the region (its size was
         // checked against the slot count); the offset is a multiple of 64
         // from a page-aligned base, SlotRegs' alignment; the type is all
@@ -324,18 +329,23 @@ impl Segment {
         &self.path
     }
 
-    /// The fabric's configuration as recorded in the header.
+    /// The fabric's configuration, as the header held it when the segment
+    /// was created or attached (validated then).
     pub fn config(&self) -> FabricConfig {
-        let h = self.header();
-        FabricConfig {
-            slots: h.slots.load(Relaxed) as usize,
-            window_size: h.window_size.load(Relaxed) as usize,
-            spads: h.spads.load(Relaxed) as usize,
-            db_bits: h.db_bits.load(Relaxed),
-            rlut_entries: h.rlut_entries.load(Relaxed) as usize,
-            heartbeat_timeout: Duration::from_nanos(h.heartbeat_timeout_ns.load(Relaxed)),
-            read_latency: Duration::from_nanos(h.read_latency_ns.load(Relaxed)),
-        }
+        self.cfg.clone()
+    }
+}
+
+/// The configuration recorded in header `h`, each field read once.
+fn read_config(h: &Header) -> FabricConfig {
+    FabricConfig {
+        slots: h.slots.load(Relaxed) as usize,
+        window_size: h.window_size.load(Relaxed) as usize,
+        spads: h.spads.load(Relaxed) as usize,
+        db_bits: h.db_bits.load(Relaxed),
+        rlut_entries: h.rlut_entries.load(Relaxed) as usize,
+        heartbeat_timeout: Duration::from_nanos(h.heartbeat_timeout_ns.load(Relaxed)),
+        read_latency: Duration::from_nanos(h.read_latency_ns.load(Relaxed)),
     }
 }
 

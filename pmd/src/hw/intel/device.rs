@@ -91,6 +91,21 @@ struct State {
     warned_older: bool,
 }
 
+/// Link events kept for [`NtbDevice::poll_link_events`]; past that the
+/// oldest go (a peer announcing new generations without end, to an
+/// application that never asks, must not grow the list without end; the
+/// link state itself is always current).
+const MAX_PENDING_EVENTS: usize = 64;
+
+impl State {
+    fn push_event(&mut self, e: LinkEvent) {
+        if self.events.len() >= MAX_PENDING_EVENTS {
+            self.events.remove(0);
+        }
+        self.events.push(e);
+    }
+}
+
 /// An Intel Xeon NTB driven through its registers.
 pub struct IntelNtb<M: Mmio> {
     bar0: M,
@@ -439,7 +454,7 @@ impl<M: Mmio> IntelNtb<M> {
     fn peer_ended(&self, st: &mut State) {
         if let Some(p) = st.peer.take() {
             st.last_generation = p.generation;
-            st.events.push(LinkEvent::Down {
+            st.push_event(LinkEvent::Down {
                 peer: self.peer_port(),
                 generation: p.generation,
             });
@@ -503,7 +518,7 @@ impl<M: Mmio> IntelNtb<M> {
                         inbound_pages: a.inbound_pages,
                     });
                     st.peer_beat_at = Instant::now();
-                    st.events.push(LinkEvent::Up {
+                    st.push_event(LinkEvent::Up {
                         peer: self.peer_port(),
                         generation: a.generation,
                     });
