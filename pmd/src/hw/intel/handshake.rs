@@ -161,6 +161,13 @@ pub fn new_generation() -> u64 {
 mod tests {
     use super::*;
 
+    /// Makes `a`'s scratchpad writes into `spads`.
+    fn write(spads: &mut [u32; SPAD_COUNT], a: &Announcement) {
+        for (i, v) in a.writes() {
+            spads[i] = v;
+        }
+    }
+
     #[test]
     fn announcements_round_trip_and_torn_ones_are_ignored() {
         let a = Announcement {
@@ -171,11 +178,8 @@ mod tests {
         };
         let mut spads = [0u32; SPAD_COUNT];
         assert_eq!(Announcement::decode(&spads), None);
-        let writes = a.writes();
-        assert_eq!(writes.last().unwrap().0, SPAD_MAGIC, "magic last");
-        for (i, v) in writes {
-            spads[i] = v;
-        }
+        assert_eq!(a.writes().last().unwrap().0, SPAD_MAGIC, "magic last");
+        write(&mut spads, &a);
         assert_eq!(Announcement::decode(&spads), Some(a));
         // A newer announcement half written over it: rejected.
         let b = Announcement {
@@ -184,17 +188,13 @@ mod tests {
         };
         spads[2] = b.writes()[0].1;
         assert_eq!(Announcement::decode(&spads), None);
-        for (i, v) in b.writes() {
-            spads[i] = v;
-        }
+        write(&mut spads, &b);
         assert_eq!(Announcement::decode(&spads), Some(b));
         let bye = Announcement {
             kind: Kind::Bye,
             ..b
         };
-        for (i, v) in bye.writes() {
-            spads[i] = v;
-        }
+        write(&mut spads, &bye);
         assert_eq!(Announcement::decode(&spads).unwrap().kind, Kind::Bye);
         const { assert!(DB_CTRL & DB_USER_MASK == 0 && DB_CTRL < 1 << 31) };
         assert_ne!(new_generation(), 0);
@@ -209,9 +209,7 @@ mod tests {
             inbound_pages: [1, 1],
         };
         let mut spads = [0u32; SPAD_COUNT];
-        for (i, v) in a.writes() {
-            spads[i] = v;
-        }
+        write(&mut spads, &a);
         assert!(!Announcement::is_older_layout(&spads));
         // The same announcement as the first layout wrote it.
         spads[SPAD_MAGIC] = MAGIC_HELLO_V1;
