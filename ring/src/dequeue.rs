@@ -3,18 +3,27 @@
 
 use crate::burst::Burst;
 use crate::headtail::{Amount, Reservation};
+use crate::mode::SyncMode;
 use crate::ring::Ring;
 use crate::slots;
 
 impl<T: Copy> Ring<T> {
     /// Reserves up to `want` filled slots, copies them to `dst` and releases
-    /// them to the producers.
+    /// them to the producers; with `CHECK`, through the one-thread check of
+    /// a `Single` side (without it, the caller vouches for it).
     ///
     /// # Safety
     ///
     /// `dst` is valid for writes of `want` elements.
     #[inline(always)]
-    unsafe fn dequeue_n(&self, dst: *mut T, want: usize, amount: Amount) -> Reservation {
+    unsafe fn dequeue_n<const CHECK: bool>(
+        &self,
+        dst: *mut T,
+        want: usize,
+        amount: Amount,
+    ) -> Reservation {
+        let _one_thread = (CHECK && self.mode.consumer == SyncMode::Single)
+            .then(|| self.cons_guard.enter("consumer"));
         let side = self.consumers();
         let r = side.reserve(want, amount);
         if r.n > 0 {
@@ -22,7 +31,8 @@ impl<T: Copy> Ring<T> {
             // below `capacity`; `r.n <= capacity` (reserve clamps every
             // count); the slots `head .. head + n` are ours: a Multi side won
             // them with its CAS on the head, a Single side is used by one
-            // thread at a time (the mode's contract); the producers wrote
+            // thread at a time (this handle's guard, above, in this process;
+            // the mode's contract across handles); the producers wrote
             // them before publishing their tail, which we acquired, and will
             // not reuse them before we publish ours; `dst` holds
             // `want >= r.n` elements (our caller's promise) and, being the
@@ -59,7 +69,7 @@ impl<T: Copy> Ring<T> {
     pub fn dequeue(&self) -> Option<T> {
         let mut out = core::mem::MaybeUninit::<T>::uninit();
         // SAFETY: `out` is valid for writes of one `T`.
-        let r = unsafe { self.dequeue_n(out.as_mut_ptr(), 1, Amount::Exactly) };
+        let r = unsafe { self.dequeue_n::<true>(out.as_mut_ptr(), 1, Amount::Exactly) };
         if r.n == 1 {
             // SAFETY: `dequeue_n` moved one element into `out`.
             Some(unsafe { out.assume_init() })
@@ -91,7 +101,7 @@ impl<T: Copy> Ring<T> {
     #[inline]
     pub fn dequeue_bulk(&self, out: &mut [T]) -> Result<usize, usize> {
         // SAFETY: `out` is valid for writes of `out.len()` elements.
-        let r = unsafe { self.dequeue_n(out.as_mut_ptr(), out.len(), Amount::Exactly) };
+        let r = unsafe { self.dequeue_n::<true>(out.as_mut_ptr(), out.len(), Amount::Exactly) };
         if r.n == out.len() {
             Ok(r.available - r.n)
         } else {
@@ -117,7 +127,26 @@ impl<T: Copy> Ring<T> {
     #[inline]
     pub fn dequeue_burst(&self, out: &mut [T]) -> Burst {
         // SAFETY: `out` is valid for writes of `out.len()` elements.
-        let r = unsafe { self.dequeue_n(out.as_mut_ptr(), out.len(), Amount::UpTo) };
+        let r = unsafe { self.dequeue_n::<true>(out.as_mut_ptr(), out.len(), Amount::UpTo) };
+        Burst {
+            n: r.n,
+            left: r.available - r.n,
+        }
+    }
+
+    /// [`dequeue_burst`](Self::dequeue_burst) without the check that keeps
+    /// a `Single` consumer side to one thread at a time (see
+    /// [`enqueue_burst_unchecked`](Self::enqueue_burst_unchecked)).
+    ///
+    /// # Safety
+    ///
+    /// On a `Single` consumer side, no other thread dequeues through this
+    /// handle while the call runs.
+    #[inline]
+    pub unsafe fn dequeue_burst_unchecked(&self, out: &mut [T]) -> Burst {
+        // SAFETY: `out` is valid for writes of `out.len()` elements; the
+        // caller vouches for the side.
+        let r = unsafe { self.dequeue_n::<false>(out.as_mut_ptr(), out.len(), Amount::UpTo) };
         Burst {
             n: r.n,
             left: r.available - r.n,

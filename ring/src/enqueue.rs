@@ -3,14 +3,18 @@
 
 use crate::burst::Burst;
 use crate::headtail::{Amount, Reservation};
+use crate::mode::SyncMode;
 use crate::ring::Ring;
 use crate::slots;
 
 impl<T: Copy> Ring<T> {
     /// Reserves slots for up to `items.len()` elements, copies them in and
-    /// publishes them.
+    /// publishes them; with `CHECK`, through the one-thread check of a
+    /// `Single` side (without it, the caller vouches for it).
     #[inline(always)]
-    fn enqueue_n(&self, items: &[T], amount: Amount) -> Reservation {
+    fn enqueue_n<const CHECK: bool>(&self, items: &[T], amount: Amount) -> Reservation {
+        let _one_thread = (CHECK && self.mode.producer == SyncMode::Single)
+            .then(|| self.prod_guard.enter("producer"));
         let side = self.producers();
         let r = side.reserve(items.len(), amount);
         if r.n > 0 {
@@ -18,7 +22,8 @@ impl<T: Copy> Ring<T> {
             // below `capacity`; `r.n <= capacity` (reserve clamps every
             // count); the slots `head .. head + n` are ours: a Multi side won
             // them with its CAS on the head, a Single side is used by one
-            // thread at a time (the mode's contract), and the consumers
+            // thread at a time (this handle's guard, above, in this process;
+            // the mode's contract across handles), and the consumers
             // released them (we acquired their tail) and will not read them
             // before we publish.
             // SAFETY: holds for the reasons given just above.
@@ -50,7 +55,7 @@ impl<T: Copy> Ring<T> {
     #[inline]
     pub fn enqueue(&self, item: T) -> Result<(), T> {
         if self
-            .enqueue_n(core::slice::from_ref(&item), Amount::Exactly)
+            .enqueue_n::<true>(core::slice::from_ref(&item), Amount::Exactly)
             .n
             == 1
         {
@@ -79,7 +84,7 @@ impl<T: Copy> Ring<T> {
     /// ```
     #[inline]
     pub fn enqueue_bulk(&self, items: &[T]) -> Result<usize, usize> {
-        let r = self.enqueue_n(items, Amount::Exactly);
+        let r = self.enqueue_n::<true>(items, Amount::Exactly);
         if r.n == items.len() {
             Ok(r.available - r.n)
         } else {
@@ -100,7 +105,26 @@ impl<T: Copy> Ring<T> {
     /// ```
     #[inline]
     pub fn enqueue_burst(&self, items: &[T]) -> Burst {
-        let r = self.enqueue_n(items, Amount::UpTo);
+        let r = self.enqueue_n::<true>(items, Amount::UpTo);
+        Burst {
+            n: r.n,
+            left: r.available - r.n,
+        }
+    }
+
+    /// [`enqueue_burst`](Self::enqueue_burst) without the check that keeps
+    /// a `Single` producer side to one thread at a time (one atomic swap,
+    /// which also waits for the thread's earlier stores: on a burst of one,
+    /// most of the operation's cost).
+    ///
+    /// # Safety
+    ///
+    /// On a `Single` producer side, no other thread enqueues through this
+    /// handle while the call runs (for example: the caller is the only
+    /// holder of a `&mut` to the wrapper that owns the side).
+    #[inline]
+    pub unsafe fn enqueue_burst_unchecked(&self, items: &[T]) -> Burst {
+        let r = self.enqueue_n::<false>(items, Amount::UpTo);
         Burst {
             n: r.n,
             left: r.available - r.n,

@@ -92,8 +92,12 @@
 //!
 //! A `Single` side is a promise by the caller, as in DPDK: at most one thread
 //! at a time uses that side (handing the role to another thread needs the
-//! usual synchronisation, such as a join or a channel). Breaking it makes two
-//! threads copy the same slots at once.
+//! usual synchronisation, such as a join or a channel). Through one `Ring`
+//! handle (shared, say, in an `Arc`) the promise is checked: an operation on
+//! a `Single` side holds a flag of the handle for its duration, and a second
+//! thread that finds it held panics instead of copying the same slots at
+//! once. Across processes, and across handles made with the `unsafe`
+//! [`Ring::attach`], it stays a promise.
 //!
 //! Every count is clamped to the capacity and every slot index is masked with
 //! the handle's own copy of the mask, so even a header corrupted by another
@@ -222,6 +226,7 @@ mod burst;
 mod dequeue;
 mod enqueue;
 mod error;
+mod exclusive;
 mod handle;
 mod header;
 mod headtail;

@@ -13,12 +13,18 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncMode {
     /// At most one thread at a time uses this side. Reserving slots needs no
-    /// atomic read-modify-write and publishing them is one store: the
-    /// cheapest mode.
+    /// atomic read-modify-write on the shared indices and publishing them is
+    /// one store: the cheapest mode.
     ///
-    /// This is a promise by the caller, as in DPDK: two threads enqueueing
-    /// (or dequeueing) at once on a `Single` side race on the slots and lose
-    /// or duplicate items.
+    /// This is a promise by the caller, as in DPDK. Through one
+    /// [`Ring`](crate::Ring) handle it is checked: a second thread entering
+    /// the side while another is in it panics (each operation holds a flag
+    /// of the handle, one uncontended swap). Across processes, or handles on
+    /// one region made with the `unsafe` [`attach`](crate::Ring::attach),
+    /// it is not: two threads enqueueing (or dequeueing) at once race on the
+    /// slots and lose or duplicate items. The split handles
+    /// ([`Producer`](crate::Producer), [`Consumer`](crate::Consumer)) take
+    /// `&mut self` and need no check.
     Single,
     /// Any number of threads (or processes) may use this side at once. Each
     /// operation reserves its slots with a compare-and-swap on the side's

@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use crate::error::RingError;
+use crate::exclusive::SideGuard;
 use crate::header::{self, Header};
 use crate::headtail::SideRef;
 use crate::mode::RingMode;
@@ -69,6 +70,10 @@ pub struct Ring<T: Copy> {
     pub(crate) capacity: usize,
     /// The ring's modes, this handle's own copy.
     pub(crate) mode: RingMode,
+    /// One thread at a time in a `Single` producer side, through this handle.
+    pub(crate) prod_guard: SideGuard,
+    /// One thread at a time in a `Single` consumer side, through this handle.
+    pub(crate) cons_guard: SideGuard,
     /// What to free on drop: `None` for a handle on a caller's region.
     owned: Option<Owned>,
     /// The ring holds `T`s.
@@ -82,7 +87,10 @@ pub struct Ring<T: Copy> {
 // the head/tail scheme.
 unsafe impl<T: Copy + Send> Send for Ring<T> {}
 // SAFETY: as for `Send`: every `&self` operation synchronises through the
-// header's atomics; the slots one thread copies are reserved for it.
+// header's atomics; the slots one thread copies are reserved for it (a
+// Multi side wins them with a CAS; a Single side admits one thread at a
+// time through this handle, `exclusive.rs`, and the handle is the only way
+// safe code reaches the region).
 unsafe impl<T: Copy + Send> Sync for Ring<T> {}
 
 impl<T: Copy> Ring<T> {
@@ -331,6 +339,8 @@ impl<T: Copy> Ring<T> {
             mask: capacity as u64 - 1,
             capacity,
             mode,
+            prod_guard: SideGuard::new(),
+            cons_guard: SideGuard::new(),
             owned: None,
             _elems: PhantomData,
         }

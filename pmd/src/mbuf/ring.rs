@@ -59,6 +59,13 @@ impl MbufRing {
     /// returns how many (they are removed from `mbufs`, the rest stay in
     /// order).
     pub fn enqueue_burst(&self, mbufs: &mut Vec<Mbuf>) -> usize {
+        self.enqueue_in(mbufs, false)
+    }
+
+    /// [`enqueue_burst`](Self::enqueue_burst); `sole` when the caller is
+    /// the side's one user (an [`MbufProducer`], through `&mut`), which
+    /// skips the ring's one-thread check.
+    fn enqueue_in(&self, mbufs: &mut Vec<Mbuf>, sole: bool) -> usize {
         let mut raw = [RawMbuf::EMPTY; CHUNK];
         let mut total = 0;
         while !mbufs.is_empty() {
@@ -66,7 +73,12 @@ impl MbufRing {
             for (slot, m) in raw.iter_mut().zip(mbufs.drain(..k)) {
                 *slot = m.into_raw();
             }
-            let n = self.ring.enqueue_burst(&raw[..k]).n;
+            let n = if sole {
+                // SAFETY: the caller is the side's only user (`sole`).
+                unsafe { self.ring.enqueue_burst_unchecked(&raw[..k]) }.n
+            } else {
+                self.ring.enqueue_burst(&raw[..k]).n
+            };
             let back = raw[n..k].iter().map(|r| {
                 // SAFETY: the ones the ring did not take are still only
                 // ours, each taken back once.
@@ -84,11 +96,22 @@ impl MbufRing {
     /// Moves up to `max` mbufs out of the ring onto the end of `out`;
     /// returns how many.
     pub fn dequeue_burst(&self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        self.dequeue_in(out, max, false)
+    }
+
+    /// [`dequeue_burst`](Self::dequeue_burst); `sole` as in
+    /// [`enqueue_in`](Self::enqueue_in), for an [`MbufConsumer`].
+    fn dequeue_in(&self, out: &mut Vec<Mbuf>, max: usize, sole: bool) -> usize {
         let mut raw = [RawMbuf::EMPTY; CHUNK];
         let mut total = 0;
         while total < max {
             let k = (max - total).min(CHUNK);
-            let n = self.ring.dequeue_burst(&mut raw[..k]).n;
+            let n = if sole {
+                // SAFETY: the caller is the side's only user (`sole`).
+                unsafe { self.ring.dequeue_burst_unchecked(&mut raw[..k]) }.n
+            } else {
+                self.ring.dequeue_burst(&mut raw[..k]).n
+            };
             // SAFETY: each slot dequeued held an mbuf given up by
             // `enqueue_burst`, and the ring hands each slot out once.
             out.extend(raw[..n].iter().map(|r| unsafe { Mbuf::from_raw(*r) }));
@@ -119,7 +142,8 @@ impl MbufRing {
 impl MbufProducer {
     /// See [`MbufRing::enqueue_burst`].
     pub fn enqueue_burst(&mut self, mbufs: &mut Vec<Mbuf>) -> usize {
-        self.0.enqueue_burst(mbufs)
+        // The one producer (not `Clone`, the ring private), borrowed `&mut`.
+        self.0.enqueue_in(mbufs, true)
     }
 
     /// Mbufs in the ring now.
@@ -136,7 +160,9 @@ impl MbufProducer {
 impl MbufConsumer {
     /// See [`MbufRing::dequeue_burst`].
     pub fn dequeue_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        self.0.dequeue_burst(out, max)
+        // The one consumer (not `Clone`, the ring private), borrowed `&mut`;
+        // the ring's own drop runs only once both sides are gone.
+        self.0.dequeue_in(out, max, true)
     }
 
     /// Mbufs in the ring now.
