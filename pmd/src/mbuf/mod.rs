@@ -12,9 +12,12 @@
 //!   sent into it.
 //!
 //! A received mbuf's bytes lie in memory the peer can write at any time, so
-//! nobody gets a slice over them: [`read`](Mbuf::read), [`to_vec`](Mbuf::to_vec)
-//! and [`load_u8`](Mbuf::load_u8) copy or load through raw
-//! pointers (rust-vmm/vm-memory's rule). Mbufs of a private pool also give
+//! nobody gets a slice over them (rust-vmm/vm-memory's rule):
+//! [`read`](Mbuf::read) and [`to_vec`](Mbuf::to_vec) copy out through raw
+//! pointers (a `memcpy`, as every bulk read of a window in ntbdk is; a
+//! byte the peer changes during the copy may be either value, and nothing
+//! is ever read through a reference), and [`load_u8`](Mbuf::load_u8) is a
+//! volatile load, for polling. Mbufs of a private pool also give
 //! [`data_mut`](Mbuf::data_mut).
 //!
 //! An mbuf returns its object to its pool when dropped, from any thread;
