@@ -22,8 +22,9 @@ impl<T: Copy> Ring<T> {
         want: usize,
         amount: Amount,
     ) -> Reservation {
-        let _one_thread = (CHECK && self.mode.consumer == SyncMode::Single)
-            .then(|| self.cons_guard.enter("consumer"));
+        if CHECK && self.mode.consumer == SyncMode::Single {
+            self.cons_guard.enter("consumer");
+        }
         let side = self.consumers();
         let r = side.reserve(want, amount);
         if r.n > 0 {

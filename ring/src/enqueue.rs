@@ -13,8 +13,9 @@ impl<T: Copy> Ring<T> {
     /// `Single` side (without it, the caller vouches for it).
     #[inline(always)]
     fn enqueue_n<const CHECK: bool>(&self, items: &[T], amount: Amount) -> Reservation {
-        let _one_thread = (CHECK && self.mode.producer == SyncMode::Single)
-            .then(|| self.prod_guard.enter("producer"));
+        if CHECK && self.mode.producer == SyncMode::Single {
+            self.prod_guard.enter("producer");
+        }
         let side = self.producers();
         let r = side.reserve(items.len(), amount);
         if r.n > 0 {
@@ -113,15 +114,16 @@ impl<T: Copy> Ring<T> {
     }
 
     /// [`enqueue_burst`](Self::enqueue_burst) without the check that keeps
-    /// a `Single` producer side to one thread at a time (one atomic swap,
-    /// which also waits for the thread's earlier stores: on a burst of one,
-    /// most of the operation's cost).
+    /// a `Single` producer side to one thread (which would refuse a thread
+    /// other than the side's holder; see
+    /// [`release_producer`](Self::release_producer)).
     ///
     /// # Safety
     ///
     /// On a `Single` producer side, no other thread enqueues through this
     /// handle while the call runs (for example: the caller is the only
-    /// holder of a `&mut` to the wrapper that owns the side).
+    /// holder of a `&mut` to the wrapper that owns the side, whichever
+    /// thread it moved to).
     #[inline]
     pub unsafe fn enqueue_burst_unchecked(&self, items: &[T]) -> Burst {
         let r = self.enqueue_n::<false>(items, Amount::UpTo);

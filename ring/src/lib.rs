@@ -93,11 +93,12 @@
 //! A `Single` side is a promise by the caller, as in DPDK: at most one thread
 //! at a time uses that side (handing the role to another thread needs the
 //! usual synchronisation, such as a join or a channel). Through one `Ring`
-//! handle (shared, say, in an `Arc`) the promise is checked: an operation on
-//! a `Single` side holds a flag of the handle for its duration, and a second
-//! thread that finds it held panics instead of copying the same slots at
-//! once. Across processes, and across handles made with the `unsafe`
-//! [`Ring::attach`], it stays a promise.
+//! handle (shared, say, in an `Arc`) the promise is checked: the first
+//! thread to use a `Single` side holds it, another thread's operation on it
+//! panics instead of copying the same slots at once, and the holder hands
+//! the side over with [`Ring::release_producer`] /
+//! [`Ring::release_consumer`]. Across processes, and across handles made
+//! with the `unsafe` [`Ring::attach`], it stays a promise.
 //!
 //! Every count is clamped to the capacity and every slot index is masked with
 //! the handle's own copy of the mask, so even a header corrupted by another

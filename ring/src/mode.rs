@@ -17,14 +17,17 @@ pub enum SyncMode {
     /// one store: the cheapest mode.
     ///
     /// This is a promise by the caller, as in DPDK. Through one
-    /// [`Ring`](crate::Ring) handle it is checked: a second thread entering
-    /// the side while another is in it panics (each operation holds a flag
-    /// of the handle, one uncontended swap). Across processes, or handles on
-    /// one region made with the `unsafe` [`attach`](crate::Ring::attach),
-    /// it is not: two threads enqueueing (or dequeueing) at once race on the
-    /// slots and lose or duplicate items. The split handles
-    /// ([`Producer`](crate::Producer), [`Consumer`](crate::Consumer)) take
-    /// `&mut self` and need no check.
+    /// [`Ring`](crate::Ring) handle it is checked: the first thread to use
+    /// the side holds it, another thread's operation on it panics, and the
+    /// holder hands it over with
+    /// [`release_producer`](crate::Ring::release_producer) /
+    /// [`release_consumer`](crate::Ring::release_consumer) (the check is a
+    /// compare with the holder, no atomic read-modify-write). Across
+    /// processes, or handles on one region made with the `unsafe`
+    /// [`attach`](crate::Ring::attach), it is not checked: two threads
+    /// enqueueing (or dequeueing) at once race on the slots and lose or
+    /// duplicate items. The split handles ([`Producer`](crate::Producer),
+    /// [`Consumer`](crate::Consumer)) take `&mut self` and need no check.
     Single,
     /// Any number of threads (or processes) may use this side at once. Each
     /// operation reserves its slots with a compare-and-swap on the side's

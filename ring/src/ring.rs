@@ -70,9 +70,9 @@ pub struct Ring<T: Copy> {
     pub(crate) capacity: usize,
     /// The ring's modes, this handle's own copy.
     pub(crate) mode: RingMode,
-    /// One thread at a time in a `Single` producer side, through this handle.
+    /// The thread that uses a `Single` producer side through this handle.
     pub(crate) prod_guard: SideGuard,
-    /// One thread at a time in a `Single` consumer side, through this handle.
+    /// The thread that uses a `Single` consumer side through this handle.
     pub(crate) cons_guard: SideGuard,
     /// What to free on drop: `None` for a handle on a caller's region.
     owned: Option<Owned>,
@@ -88,9 +88,9 @@ pub struct Ring<T: Copy> {
 unsafe impl<T: Copy + Send> Send for Ring<T> {}
 // SAFETY: as for `Send`: every `&self` operation synchronises through the
 // header's atomics; the slots one thread copies are reserved for it (a
-// Multi side wins them with a CAS; a Single side admits one thread at a
-// time through this handle, `exclusive.rs`, and the handle is the only way
-// safe code reaches the region).
+// Multi side wins them with a CAS; a Single side admits only the thread
+// that holds it through this handle, `exclusive.rs`, and the handle is the
+// only way safe code reaches the region).
 unsafe impl<T: Copy + Send> Sync for Ring<T> {}
 
 impl<T: Copy> Ring<T> {
@@ -400,6 +400,36 @@ impl<T: Copy> Ring<T> {
         let cons = h.cons.tail.load(Ordering::Acquire);
         let prod = h.prod.tail.load(Ordering::Acquire);
         prod.wrapping_sub(cons).min(self.capacity as u64) as usize
+    }
+
+    /// Hands a `Single` producer side over: called by the thread that used
+    /// it through this handle, it lets the next thread to enqueue claim it
+    /// (a `Single` side is otherwise kept to the first thread that used it:
+    /// another thread's enqueue panics). Does nothing on a `Multi` side, or
+    /// in a thread that does not hold the side.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ntbdk_ring::{Ring, RingMode};
+    ///
+    /// let ring = Arc::new(Ring::<u64>::new(4, RingMode::SPSC)?);
+    /// ring.enqueue(1).unwrap(); // this thread holds the producer side
+    /// ring.release_producer();
+    /// let r = ring.clone();
+    /// std::thread::spawn(move || r.enqueue(2).unwrap()).join().unwrap();
+    /// assert_eq!(ring.len(), 2);
+    /// # Ok::<(), ntbdk_ring::RingError>(())
+    /// ```
+    pub fn release_producer(&self) {
+        self.prod_guard.release();
+    }
+
+    /// Hands a `Single` consumer side over, as
+    /// [`release_producer`](Self::release_producer) does the producer side.
+    pub fn release_consumer(&self) {
+        self.cons_guard.release();
     }
 
     /// Number of free slots: `capacity() - len()`. A snapshot.

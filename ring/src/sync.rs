@@ -7,9 +7,9 @@
 //! [`Ring::new`](crate::Ring::new) exists).
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// How many times a waiter spins (with the CPU's spin-loop hint) before it
 /// starts yielding its time slice to the scheduler.

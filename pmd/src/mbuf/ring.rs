@@ -190,8 +190,10 @@ impl std::fmt::Debug for MbufConsumer {
 
 impl Drop for MbufRing {
     fn drop(&mut self) {
+        // `&mut`: no other user is left, whichever thread drops it (a
+        // Single side's holder may be another thread).
         let mut left = Vec::new();
-        while self.dequeue_burst(&mut left, CHUNK) > 0 {
+        while self.dequeue_in(&mut left, CHUNK, true) > 0 {
             Mbuf::free_bulk(&mut left);
         }
     }
