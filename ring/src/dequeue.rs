@@ -141,8 +141,9 @@ impl<T: Copy> Ring<T> {
     ///
     /// # Safety
     ///
-    /// On a `Single` consumer side, no other thread dequeues through this
-    /// handle while the call runs.
+    /// As for [`enqueue_burst_unchecked`](Self::enqueue_burst_unchecked),
+    /// on the consumer side: this call and every other dequeue on that side
+    /// are ordered by happens-before.
     #[inline]
     pub unsafe fn dequeue_burst_unchecked(&self, out: &mut [T]) -> Burst {
         // SAFETY: `out` is valid for writes of `out.len()` elements; the

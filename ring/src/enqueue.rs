@@ -120,10 +120,13 @@ impl<T: Copy> Ring<T> {
     ///
     /// # Safety
     ///
-    /// On a `Single` producer side, no other thread enqueues through this
-    /// handle while the call runs (for example: the caller is the only
-    /// holder of a `&mut` to the wrapper that owns the side, whichever
-    /// thread it moved to).
+    /// On a `Single` producer side, this call and every other enqueue on
+    /// that side (through any handle or process, checked or not) are
+    /// ordered by happens-before: not at the same time, and not merely one
+    /// after the other without synchronisation. For example: the caller
+    /// holds the only `&mut` to a wrapper that owns the side, and moving the
+    /// wrapper between threads orders them. A checked enqueue after
+    /// unchecked ones claims the side as if no thread had used it.
     #[inline]
     pub unsafe fn enqueue_burst_unchecked(&self, items: &[T]) -> Burst {
         let r = self.enqueue_n::<false>(items, Amount::UpTo);

@@ -1,4 +1,4 @@
-//! A `Single` side used by one thread at a time, enforced in this process.
+//! A `Single` side used by one thread at a time, enforced per `Ring` handle.
 //!
 //! A `Single` side runs the head/tail scheme without read-modify-writes (see
 //! `headtail.rs`): two threads in it at once would both reserve the same
@@ -13,7 +13,10 @@
 //! instead of racing. A thread hands the side over with
 //! [`Ring::release_producer`](crate::Ring::release_producer) /
 //! [`release_consumer`](crate::Ring::release_consumer); the next thread to
-//! use it claims it.
+//! use it claims it. A join alone does not hand it over: a side stays held
+//! by a thread that ended (or panicked) without releasing it, until someone
+//! with `&mut` to the handle (after moving it, or `Arc::get_mut`) calls
+//! [`Ring::release_sides`](crate::Ring::release_sides).
 //!
 //! The record is the handle's own, not in the shared region: other
 //! processes, and other handles on the same region (made with the `unsafe`
@@ -51,7 +54,11 @@ fn thread_token() -> usize {
     }
     TOKEN.with(|t| match t.get() {
         0 => {
-            let v = NEXT.fetch_add(1, Ordering::Relaxed);
+            // Never wraps (a reused token could pass for another thread's),
+            // even where `usize` is 32 bits.
+            let v = NEXT
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
+                .expect("more threads than ring thread tokens");
             t.set(v);
             v
         }
@@ -109,6 +116,16 @@ impl SideGuard {
         }
     }
 
+    /// Forgets the holder: `&mut` proves no other thread uses the handle,
+    /// and whatever gave us `&mut` (a move, `Arc::get_mut`) ordered their
+    /// operations before ours.
+    pub(crate) fn forget(&mut self) {
+        #[cfg(not(loom))]
+        {
+            *self.owner.get_mut() = 0;
+        }
+    }
+
     /// Gives the side up, if this thread holds it: the next thread to use it
     /// claims it.
     pub(crate) fn release(&self) {
@@ -162,6 +179,11 @@ mod tests {
         // That thread still holds them (it ended without releasing).
         let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ring.dequeue()));
         assert!(again.is_err());
+        // With `&mut` back, the holders are forgotten.
+        let mut ring = Arc::try_unwrap(ring).unwrap();
+        ring.release_sides();
+        assert_eq!(ring.dequeue(), Some(3));
+        ring.enqueue(4).unwrap();
         // Multi sides are not recorded.
         let mpmc = Arc::new(Ring::<u64>::new(8, RingMode::MPMC).unwrap());
         mpmc.enqueue(1).unwrap();

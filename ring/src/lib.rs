@@ -97,8 +97,10 @@
 //! thread to use a `Single` side holds it, another thread's operation on it
 //! panics instead of copying the same slots at once, and the holder hands
 //! the side over with [`Ring::release_producer`] /
-//! [`Ring::release_consumer`]. Across processes, and across handles made
-//! with the `unsafe` [`Ring::attach`], it stays a promise.
+//! [`Ring::release_consumer`] (a join alone does not; with `&mut` to the
+//! handle, [`Ring::release_sides`] forgets the holders). Across processes,
+//! and across handles made with the `unsafe` [`Ring::attach`], it stays a
+//! promise.
 //!
 //! Every count is clamped to the capacity and every slot index is masked with
 //! the handle's own copy of the mask, so even a header corrupted by another

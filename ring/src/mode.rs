@@ -21,8 +21,10 @@ pub enum SyncMode {
     /// the side holds it, another thread's operation on it panics, and the
     /// holder hands it over with
     /// [`release_producer`](crate::Ring::release_producer) /
-    /// [`release_consumer`](crate::Ring::release_consumer) (the check is a
-    /// compare with the holder, no atomic read-modify-write). Across
+    /// [`release_consumer`](crate::Ring::release_consumer) (a join alone does
+    /// not; see [`release_sides`](crate::Ring::release_sides)). The check is
+    /// one compare-and-swap on a thread's first operation, then a compare
+    /// with the holder, no atomic read-modify-write. Across
     /// processes, or handles on one region made with the `unsafe`
     /// [`attach`](crate::Ring::attach), it is not checked: two threads
     /// enqueueing (or dequeueing) at once race on the slots and lose or

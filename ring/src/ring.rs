@@ -405,8 +405,9 @@ impl<T: Copy> Ring<T> {
     /// Hands a `Single` producer side over: called by the thread that used
     /// it through this handle, it lets the next thread to enqueue claim it
     /// (a `Single` side is otherwise kept to the first thread that used it:
-    /// another thread's enqueue panics). Does nothing on a `Multi` side, or
-    /// in a thread that does not hold the side.
+    /// another thread's enqueue panics, even after that thread was joined;
+    /// see also [`release_sides`](Self::release_sides)). Does nothing on a
+    /// `Multi` side, or in a thread that does not hold the side.
     ///
     /// # Examples
     ///
@@ -430,6 +431,34 @@ impl<T: Copy> Ring<T> {
     /// [`release_producer`](Self::release_producer) does the producer side.
     pub fn release_consumer(&self) {
         self.cons_guard.release();
+    }
+
+    /// Forgets which threads held this handle's `Single` sides, with
+    /// exclusive access: after moving the ring to another thread, or once
+    /// [`Arc::get_mut`](std::sync::Arc::get_mut) gives it back, the next
+    /// thread to use each side claims it. (A join alone does not hand a
+    /// side over: a thread that ended, or panicked, without
+    /// [`release_producer`](Self::release_producer) still holds it.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ntbdk_ring::{Ring, RingMode};
+    ///
+    /// let ring = Ring::<u64>::new(4, RingMode::SPSC)?;
+    /// ring.enqueue(1).unwrap(); // prefilled here: this thread holds the producer side
+    /// let t = std::thread::spawn(move || {
+    ///     let mut ring = ring;
+    ///     ring.release_sides();
+    ///     ring.enqueue(2).unwrap();
+    ///     ring.len()
+    /// });
+    /// assert_eq!(t.join().unwrap(), 2);
+    /// # Ok::<(), ntbdk_ring::RingError>(())
+    /// ```
+    pub fn release_sides(&mut self) {
+        self.prod_guard.forget();
+        self.cons_guard.forget();
     }
 
     /// Number of free slots: `capacity() - len()`. A snapshot.
