@@ -144,10 +144,10 @@ impl Client {
     }
 
     /// Completion moderation of bandwidth tests from now on, as perftest's
-    /// `--cq-mod` (default 1: every request signaled): see
-    /// [`Load::cq_mod`](super::pump::Load::cq_mod). Applies to sends and
-    /// one-sided writes, and to what the servers post in a bidirectional
-    /// test.
+    /// `--cq-mod` (default 1: every request signaled): one request in
+    /// `cq_mod` is signaled, and each queue pair's last. Applies to sends
+    /// and one-sided writes, and to what the servers post in a
+    /// bidirectional test.
     pub fn set_cq_mod(&mut self, cq_mod: usize) {
         self.cq_mod = cq_mod.max(1);
     }
