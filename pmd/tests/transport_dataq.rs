@@ -721,3 +721,40 @@ fn receive_all_rx(q: &mut ntbdk_pmd::transport::RxQueue, count: u64, max: usize,
         assert!(Instant::now() < end, "received {next} of {count}");
     }
 }
+
+/// One transport per window in a process: a second transport on the same
+/// device is refused while the first lives, and after it, while an mbuf it
+/// received (its buffer lies in the window) is alive; then it may start.
+#[test]
+fn a_window_runs_one_transport_and_outlives_it_in_its_received_mbufs() {
+    let g = geometry(1, 16, 128);
+    let (mut hosts, mut tx, mut rx) = pair("dataq-claim", g);
+    let dev = hosts.ts[1].device().clone();
+    let in_use = |dev: &Arc<dyn ntbdk_pmd::hw::NtbDevice>| {
+        matches!(
+            Transport::new(dev.clone(), Config::new(g)),
+            Err(TransportError::WindowInUse { mw: 0 })
+        )
+    };
+    assert!(in_use(&dev), "a second transport on a live one's window");
+    let txp = pool("dataq-claim-tx", 16, 128);
+    let mut m = txp.alloc().unwrap();
+    m.append(&[0x22; 64]).unwrap();
+    let (mut one, mut got) = (vec![m], Vec::new());
+    let end = Instant::now() + LONG;
+    while got.is_empty() {
+        tx.tx_burst(&mut one);
+        rx.rx_burst(&mut got, 1);
+        for t in hosts.ts.iter_mut() {
+            t.progress();
+        }
+        assert!(Instant::now() < end);
+    }
+    // The receiving transport and its queue go; the mbuf stays.
+    drop(rx);
+    drop(hosts.ts.pop());
+    assert!(in_use(&dev), "a new transport while a received mbuf lives");
+    assert_eq!(got[0].to_vec(), vec![0x22; 64]);
+    drop(got);
+    Transport::new(dev, Config::new(g)).expect("the window is free again");
+}

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::hw::{LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
 
+use super::claim::WindowClaim;
 use super::completion_queue::CompletionQueue;
 use super::config::{Config, saturating_after};
 use super::counters::QpCounters;
@@ -134,6 +135,9 @@ pub struct Transport {
     /// Where our counters are published for other processes, if anywhere
     /// (see [`publish_stats`](Transport::publish_stats)).
     pub(crate) stats_page: Option<StatsPage>,
+    /// Our claim on the local window (one transport per window in this
+    /// process; released after everything else, the goodbye included).
+    pub(crate) claim: Arc<WindowClaim>,
 }
 
 /// The parts of a transport that moving data touches, borrowed apart: the
@@ -198,6 +202,7 @@ impl Transport {
                 needed: layout.window_size_for(4096),
             });
         }
+        let claim = WindowClaim::take(&local, cfg.mw)?;
         let me = dev.port();
         let incarnation = random_u64(dev.generation());
         let regions = RegionTable::new(layout.region_area_start() as u64, local.len() as u64)
@@ -236,6 +241,7 @@ impl Transport {
             isolated: false,
             lost: false,
             stats_page: None,
+            claim,
         };
         // Per-peer translation: each peer may write its own mailbox and
         // section, and the regions registered for it (granted one by one

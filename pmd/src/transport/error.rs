@@ -35,6 +35,18 @@ pub enum TransportError {
         /// What did not match.
         reason: String,
     },
+    /// Another transport of this process runs on this window (the same
+    /// device opened twice), or mbufs an earlier one received are still
+    /// alive: their buffers lie in it.
+    #[error(
+        "memory window {mw} of this device is in use by another transport of this process, or \
+         by mbufs one received that are still alive: drop it (and free them) before creating \
+         another"
+    )]
+    WindowInUse {
+        /// The memory window.
+        mw: usize,
+    },
     /// No such peer port, or our own port.
     #[error("no such peer: port {peer}")]
     NoSuchPeer {

@@ -125,6 +125,7 @@
 //! back once per quarter ring. All progress happens in
 //! [`Transport::poll_completions`] / [`Transport::progress`]: no threads.
 
+mod claim;
 mod completion_queue;
 mod config;
 mod conn;

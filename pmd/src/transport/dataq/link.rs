@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::hw::{LocalWindow, NtbDevice, PeerWindow, Port};
 
+use super::super::claim::WindowClaim;
 use super::super::watch::{ConnWatch, epoch_of};
 use super::DataQueueStats;
 
@@ -28,6 +29,8 @@ pub(super) struct Link {
     pub queue: u16,
     /// Our window (we read what the peer writes).
     pub local: LocalWindow,
+    /// The transport's claim on it (kept by the receive pool over it).
+    pub claim: Arc<WindowClaim>,
     dev: Arc<dyn NtbDevice>,
     mw: usize,
     watch: Arc<ConnWatch>,
@@ -43,7 +46,7 @@ impl Link {
     pub fn new(
         peer: Port,
         queue: u16,
-        local: LocalWindow,
+        (local, claim): (LocalWindow, Arc<WindowClaim>),
         (dev, mw): (Arc<dyn NtbDevice>, usize),
         watch: Arc<ConnWatch>,
     ) -> Self {
@@ -51,6 +54,7 @@ impl Link {
             peer,
             queue,
             local,
+            claim,
             dev,
             mw,
             watch,

@@ -63,6 +63,7 @@ use std::sync::Arc;
 use crate::hw::{LocalWindow, NtbDevice, Port};
 use crate::mbuf::Mbuf;
 
+use super::claim::WindowClaim;
 use super::geometry::Layout;
 use super::watch::ConnWatch;
 use super::wire::{BODY, Words};
@@ -177,7 +178,7 @@ impl DataQueue {
         me: Port,
         peer: Port,
         queue: u16,
-        local: LocalWindow,
+        local: (LocalWindow, Arc<WindowClaim>),
         dev: (Arc<dyn NtbDevice>, usize),
         watch: Arc<ConnWatch>,
     ) -> super::error::Result<DataQueue> {
@@ -331,7 +332,7 @@ impl super::Transport {
             self.me,
             peer,
             queue,
-            self.local.clone(),
+            (self.local.clone(), self.claim.clone()),
             (self.dev.clone(), self.cfg.mw),
             watch.clone(),
         )

@@ -59,10 +59,12 @@ impl RxQueue {
         };
         let objects = std::ptr::NonNull::new(ptr).expect("a window pointer is not null");
         let name = format!("ntbdk-rxq-{me}-{peer}-{queue}");
-        let keep = Arc::new(link.local.clone());
+        let keep = Arc::new((link.local.clone(), link.claim.clone()));
         // SAFETY: the buffers lie in our window (checked by `ptr_at`), which
-        // the `LocalWindow` clone passed as `keep` keeps mapped; only this
-        // queue (taken once per peer and queue) hands them out.
+        // the `LocalWindow` clone passed in `keep` keeps mapped; only this
+        // queue hands them out: it is taken once per peer and queue of this
+        // transport, and no other transport of this process can run on the
+        // window while `keep` holds the transport's claim (`claim.rs`).
         let pool = unsafe { Pool::create_over(&name, &opts, objects, bytes, keep) }
             .map_err(|e| TransportError::DataQueuePool(e.to_string()))?;
         let pool = PoolRef::new(pool);
