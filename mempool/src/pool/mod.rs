@@ -54,9 +54,13 @@ use layout::{Layout, POOL_ALIGN};
 /// has a state byte: free, out as a raw handle, or owned by an `Obj`.
 /// [`put_checked`](Pool::put_checked) then rejects a double put, a handle of
 /// another pool and a handle still owned by an `Obj` with an error, exactly
-/// even when threads race, and debug builds assert on the same misuse in the
-/// unchecked [`put`](Pool::put). Without it the data path touches no
-/// per-object byte, and only foreign handles are caught.
+/// even when threads race on one handle's state, and debug builds assert on
+/// the same misuse in the unchecked [`put`](Pool::put). One case it cannot
+/// tell: a stale copy of a raw handle put back after the object was freed
+/// and handed out again as a raw handle (the state byte records an object's
+/// state, not who holds it), so a raw handle must be put once, by its
+/// holder. Without it the data path touches no per-object byte, and only
+/// foreign handles are caught.
 ///
 /// **Caches hold objects.** [`available`](Pool::available) counts the ring
 /// plus this process's thread caches; a thread's cache returns to the ring
