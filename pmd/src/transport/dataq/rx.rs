@@ -65,6 +65,7 @@ impl RxQueue {
         // queue hands them out: it is taken once per peer and queue of this
         // transport, and no other transport of this process can run on the
         // window while `keep` holds the transport's claim (`claim.rs`).
+        // SAFETY: holds for the reasons given just above.
         let pool = unsafe { Pool::create_over(&name, &opts, objects, bytes, keep) }
             .map_err(|e| TransportError::DataQueuePool(e.to_string()))?;
         let pool = PoolRef::new(pool);
