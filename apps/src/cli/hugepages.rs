@@ -8,15 +8,11 @@ use ntbdk_pmd::hw::emu::EmuDevice;
 /// The kernel's hugepage pools, read now (through the same counters the
 /// zones use): see [`describe_pools`].
 pub fn hugepage_pools() -> String {
-    describe_pools(&pools())
-}
-
-/// The kernel's hugepage pools, read now.
-fn pools() -> Vec<(PageSize, HugepageCounts)> {
-    [PageSize::Huge2M, PageSize::Huge1G]
+    let pools: Vec<(PageSize, HugepageCounts)> = [PageSize::Huge2M, PageSize::Huge1G]
         .into_iter()
         .filter_map(|s| HugepageCounts::read(s).map(|c| (s, c)))
-        .collect()
+        .collect();
+    describe_pools(&pools)
 }
 
 /// `no hugepages reserved` only when no pool has a page; otherwise each
