@@ -6,8 +6,9 @@
 //! over the model's registers.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ntbdk_apps::cli::session::wait_peers;
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::{Budget, Client, Endpoint, Op, WriteMode, serve};
 use ntbdk_pmd::hw::NtbDevice;
@@ -18,14 +19,19 @@ const BAR: [usize; 2] = [8 << 20, 1 << 20];
 const DRAM: usize = 16 << 20;
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Waits until `dev` sees its peer's link up (each look services the
-/// device, which runs the scratchpad handshake).
+/// Waits until `dev` sees its peer's link up, as the apps do (each look
+/// services the device, which runs the scratchpad handshake).
 fn wait_link(dev: &dyn NtbDevice, peer: u16) {
-    let end = Instant::now() + TIMEOUT;
-    while !dev.link(peer).unwrap().up {
-        assert!(Instant::now() < end, "no link to port {peer}");
-        std::thread::yield_now();
-    }
+    wait_peers(
+        dev,
+        "the Intel model",
+        &[peer],
+        1,
+        Some(TIMEOUT),
+        "no peer",
+        || Ok(()),
+    )
+    .unwrap();
 }
 
 #[test]
