@@ -276,12 +276,12 @@ impl Transport {
             return self.emit_sgl(origin, op, &ext);
         }
         if self.peers[prev as usize].conn.is_none() {
-            if let Some(InOp::McRecv { region, .. }) = self.peers[origin as usize]
+            if let Some(io) = self.peers[origin as usize]
                 .conn
                 .as_mut()
                 .and_then(|c| c.unserve(op))
             {
-                let _ = self.regions.deregister(region);
+                self.served_ended(&io);
             }
             return self.nak(origin, op, WireStatus::Protocol);
         }
@@ -330,8 +330,8 @@ impl Transport {
                     || u64::from(start) + total > u64::from(*len)
                     || !storage_entries(start, sges, *len)
                 {
-                    if let Some(InOp::McRecv { region, .. }) = c.unserve(op) {
-                        let _ = self.regions.deregister(region);
+                    if let Some(io) = c.unserve(op) {
+                        self.served_ended(&io);
                     }
                     self.count(s, DropKind::OutOfRange);
                     return self.nak(origin, op, WireStatus::Protocol);
