@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DirectWr, Geometry, OpKind, RegionKey, RemoteAddr, Status,
-    Transport, TransportError,
+    Access, Completion, Config, DirectWr, DropKind, Geometry, OpKind, RegionKey, RemoteAddr,
+    Status, Transport, TransportError,
 };
 use transport_common::{Rng, TestDir};
 
@@ -20,13 +20,18 @@ const LONG: Duration = Duration::from_secs(20);
 
 /// `n` transports on one emulated fabric, connected all to all.
 fn hosts(dir: &TestDir, name: &str, n: u16) -> (EmuFabric, Vec<Transport>) {
+    hosts_with(dir, name, Config::new(Geometry::small(n)))
+}
+
+/// The same with `cfg` on every host (its geometry's port count).
+fn hosts_with(dir: &TestDir, name: &str, cfg: Config) -> (EmuFabric, Vec<Transport>) {
+    let n = cfg.geometry.ports;
     let fc = FabricConfig {
         slots: n as usize,
         window_size: 1 << 20,
         ..Default::default()
     };
     let fabric = EmuFabric::create_in(dir.path(), name, &fc).unwrap();
-    let cfg = Config::new(Geometry::small(n));
     let mut ts: Vec<Transport> = (0..n)
         .map(|slot| {
             let d = fabric
@@ -351,4 +356,78 @@ fn a_revoked_region_keeps_its_memory_until_the_peer_acknowledges() {
     ));
     drop(ts);
     EmuFabric::destroy_in(dir.path(), "revoke").unwrap();
+}
+
+/// A peer's notices come unasked: an application that runs `progress` but
+/// never polls its completions holds at most `cq_depth` of them. Past it
+/// they are refused and counted, the data still lands, nothing of the
+/// initiator fails, and polling makes room again.
+#[test]
+fn notices_stop_at_the_completion_queue_depth_and_resume_after_a_poll() {
+    const DEPTH: usize = 100;
+    let dir = TestDir::new("cq-depth");
+    let mut cfg = Config::new(Geometry::small(2));
+    cfg.cq_depth = DEPTH;
+    let (_f, mut ts) = hosts_with(&dir, "cq-depth", cfg);
+    let region = ts[1].register_region(64 * 1024, Access::ALL).unwrap();
+    learn(&mut ts, 0, 1, region);
+    let qp = ts[0].create_qp(1).unwrap();
+    let to = |offset| RemoteAddr {
+        key: region,
+        offset,
+    };
+    let mut done = [Completion::default(); 256];
+    let back = ts[1].create_qp(0).unwrap();
+    let overloads = |t: &Transport| t.counters(back).dropped(DropKind::Overload);
+    let before = overloads(&ts[1]);
+    for i in 0..250u64 {
+        let byte = [i as u8 + 1; 64];
+        ts[0]
+            .post_write_direct(qp, &byte, to(i * 64), Some(i), i)
+            .unwrap();
+        // The target moves its rings along but never polls completions.
+        ts[1].progress();
+    }
+    assert_eq!(ts[0].poll_completions(&mut done), 250);
+    assert!(done[..250].iter().all(|c| c.status.is_ok()));
+    let end = Instant::now() + LONG;
+    while overloads(&ts[1]) - before < 150 {
+        ts[1].progress();
+        assert!(Instant::now() < end, "the overrun was never counted");
+    }
+    for _ in 0..1000 {
+        ts[1].progress();
+    }
+    assert_eq!(
+        overloads(&ts[1]) - before,
+        150,
+        "refused more than the excess"
+    );
+    // Every byte landed, notice or not.
+    let view = ts[1].region_view(region).unwrap();
+    for i in 0..250u64 {
+        assert_eq!(view.load_u8(i * 64 + 63), Some(i as u8 + 1), "write {i}");
+    }
+    // The first DEPTH notices wait, in order, and nothing else.
+    assert_eq!(ts[1].poll_completions(&mut done), DEPTH);
+    for (i, c) in done[..DEPTH].iter().enumerate() {
+        assert_eq!((c.op, c.cookie), (OpKind::WriteImm, i as u64));
+    }
+    assert_eq!(ts[1].poll_completions(&mut done), 0);
+    // Polled, the queue takes notices again.
+    ts[0]
+        .post_write_direct(qp, &[7; 64], to(0), Some(999), 0)
+        .unwrap();
+    let end = Instant::now() + LONG;
+    loop {
+        let n = ts[1].poll_completions(&mut done);
+        if n > 0 {
+            assert_eq!((n, done[0].op, done[0].cookie), (1, OpKind::WriteImm, 999));
+            break;
+        }
+        assert!(Instant::now() < end, "no notice after the poll");
+    }
+    assert_eq!(overloads(&ts[1]) - before, 150);
+    drop(ts);
+    EmuFabric::destroy_in(dir.path(), "cq-depth").unwrap();
 }

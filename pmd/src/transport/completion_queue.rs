@@ -37,7 +37,7 @@ impl CompletionQueue {
     }
 
     /// How many wait.
-    #[cfg(test)]
+    #[inline]
     pub fn len(&self) -> usize {
         self.items.len() - self.head
     }

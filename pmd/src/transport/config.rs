@@ -38,6 +38,15 @@ pub struct Config {
     /// Ring the peer's doorbell (bit 0) after each batch of posts, for peers
     /// that sleep on doorbells instead of polling.
     pub doorbell: bool,
+    /// Most completions waiting in the completion queue before a peer's
+    /// write-with-immediate notice ([`OpKind::WriteImm`](super::OpKind)) is
+    /// refused (its data is in place regardless; the notice is counted as
+    /// [`DropKind::Overload`](super::DropKind) of that peer), as a verbs
+    /// completion queue overruns at its depth. Peers send notices
+    /// unasked, so an application that does not poll its completions
+    /// would otherwise hold them without bound. Our own operations'
+    /// completions are never refused. Default 65 536.
+    pub cq_depth: usize,
 }
 
 impl Config {
@@ -53,6 +62,7 @@ impl Config {
             signal_sends: true,
             nt_threshold: default_nt_threshold(),
             doorbell: false,
+            cq_depth: 65_536,
         }
     }
 }

@@ -21,8 +21,9 @@ pub enum DropKind {
     /// A credit word going backwards or beyond what was produced.
     BadCredit,
     /// The peer started more operations than we serve at once, advertised
-    /// more regions than we keep, or stopped crediting what we send it
-    /// (refused, or the connection reset).
+    /// more regions than we keep, sent a write-with-immediate notice while
+    /// our completion queue was at its depth, or stopped crediting what we
+    /// send it (refused, or the connection reset).
     Overload,
 }
 

@@ -236,9 +236,14 @@ impl Transport {
     }
 
     /// `WriteImm` from `p`: its one-sided write is in our region; tell the
-    /// application, if the region is one `p` may write.
+    /// application, if the region is one `p` may write and the completion
+    /// queue is not at its depth (`Config::cq_depth`: notices come unasked,
+    /// so they are the one completion a peer could pile up without bound).
     pub(crate) fn on_write_imm(&mut self, p: Port, rkey: u32, roff: u64, len: u32, imm: u64) {
         let key = RegionKey(rkey);
+        if self.completions.len() >= self.cfg.cq_depth {
+            return self.notice_overrun(p);
+        }
         if self
             .regions
             .resolve_remote(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
@@ -257,6 +262,23 @@ impl Transport {
             cookie: imm,
             region: Some(key),
         });
+    }
+
+    /// A notice from `p` found the completion queue at its depth: counted,
+    /// and said once per overrun (until the application polls again).
+    #[cold]
+    fn notice_overrun(&mut self, p: Port) {
+        self.count(p, DropKind::Overload);
+        if !self.cq_overrun {
+            self.cq_overrun = true;
+            tracing::warn!(
+                peer = p,
+                depth = self.cfg.cq_depth,
+                "completion queue full: write-with-immediate notices are dropped \
+                 until the application polls its completions (raise Config::cq_depth, \
+                 or poll more often)"
+            );
+        }
     }
 }
 

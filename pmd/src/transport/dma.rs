@@ -5,7 +5,7 @@
 
 use crate::hw::{LocalWindow, PeerWindow, Result};
 
-use super::sgl::ExtentCursor;
+use super::sgl::ExtentPos;
 use super::wire::WireSge;
 
 /// Copies bytes from our window into a peer's window (or within ours).
@@ -128,21 +128,23 @@ impl DmaEngine for CpuEngine {
     }
 }
 
-/// Copies transfer bytes `start..` of `src` (extents of our window) to the
-/// entries of `sges` (a peer's SGL into its window), in order, with
-/// `engine`. `false` if a piece failed or `src` does not cover the range.
+/// Copies transfer bytes `start..` of `src` (extents of our window, walked
+/// on from `at`) to the entries of `sges` (a peer's SGL into its window),
+/// in order, with `engine`. `false` if a piece failed or `src` does not
+/// cover the range.
 pub(crate) fn copy_to_sgl(
     engine: &mut dyn DmaEngine,
     local: &LocalWindow,
     win: &PeerWindow,
-    src: &mut ExtentCursor,
+    src: &[(u64, u64)],
+    at: &mut ExtentPos,
     start: u64,
     sges: &[WireSge],
 ) -> bool {
     let mut pos = start;
     for s in sges {
         let mut d = s.offset as usize;
-        let ok = src.for_range(pos, u64::from(s.len), |so, sl| {
+        let ok = at.walk(src, pos, u64::from(s.len), |so, sl| {
             let r = engine
                 .copy_to_peer(local, so as usize, win, d, sl as usize)
                 .is_ok();

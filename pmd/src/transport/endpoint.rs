@@ -101,6 +101,9 @@ pub struct Transport {
     pub(crate) next_op: u64,
     /// Completions not yet polled by the application.
     pub(crate) completions: CompletionQueue,
+    /// A notice was refused at `Config::cq_depth` since the application
+    /// last polled (so the warning is said once per overrun).
+    pub(crate) cq_overrun: bool,
     /// The data mover for payloads.
     pub(crate) engine: Box<dyn DmaEngine>,
     /// Polls so far (the clock is read for the slow path every 64th, or
@@ -225,6 +228,7 @@ impl Transport {
             ops: IdMap::default(),
             next_op: 1,
             completions: CompletionQueue::default(),
+            cq_overrun: false,
             engine: Box::new(CpuEngine {
                 nt_threshold: cfg.nt_threshold,
             }),
@@ -418,6 +422,7 @@ impl Transport {
         if self.completions.is_empty() {
             return 0;
         }
+        self.cq_overrun = false;
         self.completions.take_into(out)
     }
 

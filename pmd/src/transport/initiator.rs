@@ -111,7 +111,8 @@ impl Transport {
         let Some(c) = peers[p as usize].conn.as_ref() else {
             return;
         };
-        if !copy_to_sgl(engine, local, c.win(), src, u64::from(start), sges) {
+        let (src, at) = src.parts();
+        if !copy_to_sgl(engine, local, c.win(), src, at, u64::from(start), sges) {
             self.doomed.push(p);
             return;
         }

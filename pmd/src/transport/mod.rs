@@ -79,10 +79,12 @@
 //! entries a region could make: at least a grain (64 bytes) each but the
 //! one ending the transfer, so at most a quarter of the transfer.
 //!
-//! Not bounded yet, each costing our memory rather than our safety: the SGL
-//! a request over a region of many small extents
-//! (`register_region_scattered`) makes us build, and write-with-immediate
-//! notices queued for an application that never polls its completions.
+//! A served operation keeps no copy of its region's extents (a read walks
+//! the region's own as the reader's SGL arrives), so a region of many small
+//! extents (`register_region_scattered`) costs nothing per request. The
+//! write-with-immediate notices a peer sends unasked wait for the
+//! application up to `Config::cq_depth` completions; past that they are
+//! dropped and counted (`Overload`), their data in place.
 //!
 //! Where the device enforces per-peer translation (the emulated fabric:
 //! [`Transport::peers_isolated`]), a peer's raw stores reach only its own

@@ -26,7 +26,7 @@ use super::initiator::status_of;
 use super::key::{Access, RegionKey};
 use super::ops::{ChainLink, EarlySgl, InOp, McTarget, OutKind};
 use super::region::GRAIN;
-use super::sgl::{ExtentCursor, Sge};
+use super::sgl::{ExtentPos, Sge};
 use super::types::{Qp, Status};
 use super::wire::{self, Msg, Ring, WireSge, WireStatus};
 
@@ -186,8 +186,8 @@ impl Transport {
         let Some(c) = peers[next as usize].conn.as_ref() else {
             return;
         };
-        let mut cur = ExtentCursor::new(src);
-        if copy_to_sgl(engine, local, c.win(), &mut cur, 0, &to_wire(&ch.next_sgl)) {
+        let at = &mut ExtentPos::default();
+        if copy_to_sgl(engine, local, c.win(), &src, at, 0, &to_wire(&ch.next_sgl)) {
             peers[next as usize].counters.bytes_out += u64::from(len);
             self.emit(next, Ring::Cq, &Msg::ChainDone { op, origin, len });
         } else {
@@ -496,8 +496,8 @@ impl Transport {
                     t.status = Some(Status::PeerDown);
                     continue;
                 };
-                let mut cur = ExtentCursor::new(src.clone());
-                if copy_to_sgl(engine, local, c.win(), &mut cur, 0, &to_wire(&t.sgl)) {
+                let at = &mut ExtentPos::default();
+                if copy_to_sgl(engine, local, c.win(), src, at, 0, &to_wire(&t.sgl)) {
                     peers[t.peer as usize].counters.bytes_out += u64::from(len);
                     dones.push(t.peer);
                 } else {

@@ -11,7 +11,7 @@ use crate::hw::Port;
 
 use super::key::RegionKey;
 use super::region::Extents;
-use super::sgl::ExtentCursor;
+use super::sgl::{ExtentCursor, ExtentPos};
 use super::types::Status;
 use super::wire::WireSge;
 
@@ -117,12 +117,15 @@ pub(crate) enum InOp {
         /// When we stop waiting.
         deadline: Instant,
     },
-    /// We serve a read: copy from `src` as SGL segments arrive.
+    /// We serve a read: copy from the region as SGL segments arrive.
     Read {
-        /// The region read (deregistering it ends the read).
+        /// The region read (deregistering it ends the read, so its extents
+        /// stay as they are while this lives).
         region: RegionKey,
-        /// Our source extents.
-        src: ExtentCursor,
+        /// The region offset of the transfer's first byte.
+        roff: u64,
+        /// Where the copy is in the region's extents (region offsets).
+        at: ExtentPos,
         /// Transfer length.
         len: u32,
         /// Bytes copied so far.

@@ -490,6 +490,23 @@ impl RegionTable {
         Ok(r.slice(off, len))
     }
 
+    /// Whether `peer` may access `off..off+len` of region `key` as `need`
+    /// says, without resolving the range's extents (a served read walks the
+    /// region's own).
+    pub fn check_remote(
+        &self,
+        peer: Port,
+        key: RegionKey,
+        off: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<()> {
+        if !self.check(key, off, len, need)?.admits(peer) {
+            return Err(TransportError::NotInDomain { key, peer });
+        }
+        Ok(())
+    }
+
     /// Resolves `off..off+len` of region `key` for an access needing
     /// `need`: the window extents, or why not.
     pub fn resolve(

@@ -16,7 +16,7 @@ use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
 use super::key::{Access, RegionKey};
 use super::ops::InOp;
-use super::sgl::ExtentCursor;
+use super::sgl::ExtentPos;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
 
@@ -146,7 +146,9 @@ impl Transport {
         if !self.fresh(p, Ring::Tx, op) {
             return;
         }
-        match self.regions.resolve_remote(
+        // Checked as a write is, but the extents are not copied out: the
+        // read walks the region's own as the reader's SGL arrives.
+        match self.regions.check_remote(
             p,
             RegionKey(rkey),
             roff,
@@ -157,14 +159,15 @@ impl Transport {
                 self.count(p, DropKind::Access);
                 self.nak(p, op, WireStatus::Access);
             }
-            Ok(ext) => {
+            Ok(()) => {
                 let deadline = self.served_deadline();
                 self.serve(
                     p,
                     op,
                     InOp::Read {
                         region: RegionKey(rkey),
-                        src: ExtentCursor::new(ext),
+                        roff,
+                        at: ExtentPos::default(),
                         len,
                         delivered: 0,
                         deadline,
@@ -178,12 +181,22 @@ impl Transport {
     /// serve straight into the reader's window; `Ack` once all of it is there.
     pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
         let deadline_now = self.cfg.op_deadline();
-        let Movers(_, peers, engine, local) = self.movers();
+        // `movers()`'s fields, spelled out so the region table can be read
+        // beside them.
+        let Movers(_, peers, engine, local) = Movers(
+            &mut self.ops,
+            &mut self.peers,
+            self.engine.as_mut(),
+            &self.local,
+        );
+        let regions = &self.regions;
         let peer = &mut peers[p as usize];
         let Some(c) = peer.conn.as_mut() else { return };
         let (win, io) = c.served_with_win(op);
         let Some(InOp::Read {
-            src,
+            region,
+            roff,
+            at,
             len,
             delivered,
             deadline,
@@ -198,7 +211,21 @@ impl Transport {
             peer.counters.drop_one(DropKind::OutOfRange);
             return self.nak(p, op, WireStatus::Protocol);
         }
-        if !copy_to_sgl(engine, local, win, src, u64::from(start), sges) {
+        // Registered while the read is served (deregistering ends it).
+        let Some(r) = regions.get(*region) else {
+            c.unserve(op);
+            peer.counters.drop_one(DropKind::UnknownOp);
+            return self.nak(p, op, WireStatus::Protocol);
+        };
+        if !copy_to_sgl(
+            engine,
+            local,
+            win,
+            &r.extents,
+            at,
+            *roff + u64::from(start),
+            sges,
+        ) {
             self.doomed.push(p);
             return;
         }
