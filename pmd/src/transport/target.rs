@@ -97,13 +97,9 @@ impl Transport {
 
     /// Sends `ext` (our storage) to `p` as the SGL of its operation `op`.
     pub(crate) fn emit_sgl(&mut self, p: Port, op: u64, ext: &[(u64, u64)]) {
-        let mut msgs = Vec::new();
         super::wire::chunk_sgl(ext, |start, n, sges| {
-            msgs.push(Msg::Sgl { op, start, n, sges })
+            self.emit(p, Ring::Tx, &Msg::Sgl { op, start, n, sges })
         });
-        for m in &msgs {
-            self.emit(p, Ring::Tx, m);
-        }
     }
 
     /// `WriteReq` (EP 3025241, write step 2): grant the write with the
