@@ -44,8 +44,9 @@ make_dev() {
         ln -s "../../../bus/pci/drivers/$5" "$d/driver"
     fi
     if [ -n "${6:-}" ]; then
-        mkdir -p "$SYS/kernel/iommu_groups/$6"
+        mkdir -p "$SYS/kernel/iommu_groups/$6/devices"
         ln -s "../../../kernel/iommu_groups/$6" "$d/iommu_group"
+        ln -s "../../../../bus/pci/devices/$1" "$SYS/kernel/iommu_groups/$6/devices/$1"
     fi
 }
 
@@ -60,7 +61,11 @@ make_fake() {
     SYS=$TMP/fake/sys
     DEV=$TMP/fake/dev
     MOD=$TMP/fake/modules
-    mkdir -p "$SYS/bus/pci/devices" "$SYS/class/iommu/dmar0" "$DEV/vfio" "$MOD"
+    PROC=$TMP/fake/proc
+    mkdir -p "$SYS/bus/pci/devices" "$SYS/class/iommu/dmar0" "$DEV/vfio" "$MOD" "$PROC/1/fd"
+    # a process holding something else open
+    ln -s /dev/null "$PROC/1/fd/0"
+    echo init >"$PROC/1/comm"
     : >"$SYS/bus/pci/drivers_probe"
     make_dev 0000:00:04.0 0x1af4 0x1110 0x050000 '' 3
     make_dev 0000:00:05.0 0x1af4 0x1110 0x050000 vfio-pci 5
@@ -90,7 +95,7 @@ EOF
 # run ARGS...: runs the script on the fake; sets OUT, ERR, RC
 run() {
     # shellcheck disable=SC2086 # SHELL_CMD may be "busybox sh"
-    NTBDK_SYSFS=$SYS NTBDK_DEV=$DEV NTBDK_MODULES=$MOD NTBDK_MODPROBE=${MODPROBE_CMD:-false} \
+    NTBDK_SYSFS=$SYS NTBDK_DEV=$DEV NTBDK_MODULES=$MOD NTBDK_PROC=$PROC NTBDK_MODPROBE=${MODPROBE_CMD:-false} \
         NTBDK_SETTLE=0 $SHELL_CMD "$DEVBIND" "$@" >"$TMP/out" 2>"$TMP/err"
     RC=$?
     OUT=$(cat "$TMP/out")
@@ -237,15 +242,91 @@ suite() {
     expect_err 'is in use'
     nothing_written
 
-    CASE='a function that is not NTB or ivshmem is refused without --force'
-    run --bind=vfio-pci 00:01.0 --force
-    # with --force it passes the check and only fails at the (fake) bind
-    expect_err 'did not bind'
-    make_fake
+    CASE='a function that is not NTB or ivshmem is refused without --any-device'
     run --bind=vfio-pci 00:01.0
     expect_rc 1
-    expect_err '0000:00:01.0 \(8086:10d3\) is not a known NTB or ivshmem function'
+    expect_err '0000:00:01.0 \(8086:10d3\) is not a known NTB or ivshmem function; use --any-device'
     nothing_written
+    # --force does not stand for --any-device, nor the other way round
+    run --bind=vfio-pci 00:01.0 --force
+    expect_rc 1
+    expect_err 'use --any-device'
+    run --bind=vfio-pci 00:01.0 --any-device
+    expect_rc 1
+    expect_err '0000:00:01.0 is in use: bound to kernel driver e1000e;'
+    nothing_written
+    # with both it passes the checks, says why it was in use, and only
+    # fails at the (fake) bind
+    mkdir -p "$SYS/bus/pci/devices/0000:00:01.0/net/eth0"
+    run --bind=vfio-pci 00:01.0 --any-device --force
+    expect_err 'is in use: bound to kernel driver e1000e; interface eth0; .*going on \(--force\)'
+    expect_err 'did not bind'
+
+    CASE='an address is taken literally, never as a glob or a list'
+    make_fake
+    : >"$TMP/00:04.0"
+    cd "$TMP" || exit 1
+    run -u '00:0?.0'
+    cd - >/dev/null || exit 1
+    expect_rc 2
+    expect_err "'00:0\?.0' is not a PCI address"
+    run -u '00:04.0 00:05.0'
+    expect_rc 2
+    run -b --force 00:04.0
+    expect_rc 2
+    expect_err 'needs a driver name, not the option'
+    nothing_written
+
+    CASE='a device a process holds open through vfio-pci is not taken from it'
+    make_fake
+    mkdir -p "$PROC/4242/fd"
+    echo ntb-perf >"$PROC/4242/comm"
+    ln -s "$DEV/vfio/5" "$PROC/4242/fd/7"
+    for args in '-u 00:05.0' '-b ntb_hw_intel 00:05.0'; do
+        # shellcheck disable=SC2086 # split the form on purpose
+        run $args
+        expect_rc 1
+        expect_err '0000:00:05.0 is open through vfio-pci in process 4242 \(ntb-perf\): unbinding it waits'
+        nothing_written
+    done
+    run -u 00:05.0 --force
+    expect_err 'in process 4242 \(ntb-perf\).*going on \(--force\)'
+    expect_file "$SYS/bus/pci/drivers/vfio-pci/unbind" 0000:00:05.0
+    # the iommufd character device counts too
+    make_fake
+    mkdir -p "$SYS/bus/pci/devices/0000:00:05.0/vfio-dev/vfio0" "$PROC/77/fd"
+    echo app >"$PROC/77/comm"
+    ln -s "$DEV/vfio/devices/vfio0" "$PROC/77/fd/3"
+    run -u 00:05.0
+    expect_rc 1
+    expect_err 'in process 77 \(app\)'
+    nothing_written
+
+    CASE='an IOMMU group shared with a device on a kernel driver'
+    make_fake
+    make_dev 0000:00:06.0 0x8086 0x10d3 0x020000 e1000e 3
+    make_dev 0000:00:07.0 0x8086 0x2f0d 0x068000 '' 3
+    run --bind=vfio-pci 00:04.0
+    expect_rc 1
+    expect_err 'IOMMU group 3 of 0000:00:04.0 also holds 0000:00:06.0 \(e1000e\): vfio-pci cannot use a group'
+    nothing_written
+    # a port or an unbound device does not count, nor one named too
+    make_fake
+    make_dev 0000:00:06.0 0x8086 0x2f0d 0x068000 pcieport 3
+    make_dev 0000:00:07.0 0x8086 0x2f0d 0x068000 '' 3
+    run --bind=vfio-pci 00:04.0
+    expect_err 'did not bind'
+    expect_no_out 'also holds'
+    make_fake
+    make_dev 0000:00:06.0 0x1af4 0x1110 0x050000 ntb_hw_intel 3
+    run --bind=vfio-pci 00:04.0 00:06.0 --force
+    if printf '%s\n' "$ERR" | grep -q 'also holds'; then bad "a device named on the command line blocked its group"; else ok; fi
+    # --user says what else the group node gives
+    make_fake
+    make_dev 0000:00:09.0 0x1af4 0x1110 0x050000 vfio-pci 5
+    run --user root 00:05.0
+    expect_rc 0
+    expect_err "$DEV/vfio/5 also gives root the other devices of IOMMU group 5: 0000:00:09.0"
 
     CASE='no IOMMU: refused, with the kernel command-line fix'
     rm -rf "$SYS/class/iommu/dmar0"

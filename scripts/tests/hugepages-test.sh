@@ -2,7 +2,9 @@
 # Tests of scripts/setup-hugepages.sh --setup against a fake sysfs tree
 # (NTBDK_HUGEPAGES_SYSFS): a full reservation, a partial one rolled back to
 # what was there, a partial one that cannot be rolled back (said exactly),
-# a missing 1 GiB pool, and a pool it may not write.
+# a missing 1 GiB pool, a pool it may not write, counts that are sizes or
+# more than the machine holds, and --unmount of a filesystem that is not
+# hugetlbfs.
 #
 # The fake kernel is a FIFO in place of nr_hugepages served by a loop that,
 # like the kernel, answers each read with the pool size and caps each write
@@ -86,7 +88,15 @@ check "a rollback that does not take is said exactly" 1 4 \
 
 fake_pool 0 100
 check "no 1 GiB pool" 1 0 "use --size 2M" -- --setup 1 --size 1G
-check "not a number" 1 0 "needs a number of pages" -- --setup lots
+check "not a number" 2 0 "needs a number of pages" -- --setup lots
+check "a size is not a count" 2 0 "1 GiB of 2M pages is --setup 512" -- --setup 2G
+check "more pages than memory" 1 0 "more than this machine's memory" -- --setup 99999999
+check "far more" 2 0 "needs a number of pages" -- --setup 99999999999999999999
+check "leading zeros" 0 10 "reserved 10 2M hugepages" -- --setup 0010
+if [ "$(id -u)" -eq 0 ]; then
+    check "--unmount leaves a filesystem that is not hugetlbfs" 1 10 \
+        "is not a hugetlbfs mount (nothing unmounted)" -- --unmount /
+fi
 
 kill "$KERNEL" 2>/dev/null
 KERNEL=""
