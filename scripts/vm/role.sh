@@ -112,6 +112,22 @@ ntbdk-devbind --bind=vfio-pci "$BDF" || fail "second bind of $BDF failed"
 ntbdk-devbind --user ntb "$BDF" || fail "ntbdk-devbind --user ntb failed"
 owner=$(stat -c %U "/dev/vfio/$GROUP")
 [ "$owner" = ntb ] || fail "/dev/vfio/$GROUP is owned by $owner after --user ntb"
+# a process holding the group open keeps its device: the unbind is refused
+# (it would wait in the kernel until the process lets go), naming the process
+sleep 600 9<"/dev/vfio/$GROUP" &
+holder=$!
+sleep 1
+if ntbdk-devbind --unbind "$BDF" 2>/tmp/held.err; then
+    fail "ntbdk-devbind --unbind took $BDF from process $holder, which holds /dev/vfio/$GROUP"
+fi
+grep -q "in process $holder (sleep)" /tmp/held.err ||
+    fail "the refusal does not name process $holder: $(cat /tmp/held.err)"
+kill "$holder"
+wait "$holder" 2>/dev/null
+case "$(readlink "/sys/bus/pci/devices/$BDF/driver")" in
+    */vfio-pci) say "a held device is not taken: $(cat /tmp/held.err)" ;;
+    *) fail "$BDF left vfio-pci while a process held it" ;;
+esac
 
 # ---- workload
 case "$WORKLOAD" in
