@@ -389,3 +389,13 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+#[test]
+fn a_peak_below_the_average_is_raised_to_it() {
+    // 1 MB in 1 ms is 1 GB/s; a window-measured peak of 0.9 cannot be right.
+    let row = BwRow::new(1000, 1000, Duration::from_millis(1)).with_peak(0.9);
+    assert!((row.gb_per_s - 1.0).abs() < 1e-9, "{row:?}");
+    assert_eq!(row.peak_gb_per_s, row.gb_per_s);
+    let row = BwRow::new(1000, 1000, Duration::from_millis(1)).with_peak(1.5);
+    assert_eq!(row.peak_gb_per_s, 1.5);
+}

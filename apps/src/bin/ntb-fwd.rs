@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::host::{Host, open_device};
-use ntbdk_apps::cli::run_main;
 use ntbdk_apps::cli::session::{
     attach_or_create, check_writable, join, pick_core, usable_cores, wait_peers, warn_shared_cores,
 };
 use ntbdk_apps::cli::units::parse_size;
+use ntbdk_apps::cli::{run_main, usage_error};
 use ntbdk_apps::fwd::{
     DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, StatsPrinter, TOOL, TxOnly,
     iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file, txonly,
@@ -129,9 +129,10 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=16))]
     slots: u64,
     /// The first lcore's core (an index into the usable cores); the others
-    /// take the next ones, wrapping around.
-    #[arg(long, value_name = "CORE", default_value_t = 0)]
-    lcore: usize,
+    /// take the next ones, wrapping around. Default: this host's port, so
+    /// that two hosts on one machine spin on different cores.
+    #[arg(long, value_name = "CORE")]
+    lcore: Option<usize>,
     /// Seconds to wait for the peer, and for any message, before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     timeout: f64,
@@ -240,9 +241,11 @@ fn run(args: &Args) -> Result<()> {
         .duration
         .map(|d| secs(d, "-D/--duration"))
         .transpose()?;
-    check_args(args)?;
+    check_args(args).map_err(usage_error)?;
     let cores = usable_cores();
-    pick_core(&cores, args.lcore, "--lcore")?;
+    if let Some(l) = args.lcore {
+        pick_core(&cores, l, "--lcore")?;
+    }
 
     // The device: a fabric we create gets windows that fit the queues.
     let requested = DataQueues {
@@ -339,8 +342,9 @@ fn run(args: &Args) -> Result<()> {
 
     // One lcore per queue (two with --pipeline), on consecutive cores.
     let per_queue = if args.pipeline { 2 } else { 1 };
+    let first = args.lcore.unwrap_or(usize::from(dev.port()));
     let core_of = |k: usize| -> Option<usize> {
-        (!cores.is_empty()).then(|| cores[(args.lcore + k) % cores.len()].id)
+        (!cores.is_empty()).then(|| cores[(first + k) % cores.len()].id)
     };
     let mut spinners = Vec::new();
     for k in 0..queues.len() * per_queue {

@@ -22,10 +22,10 @@ use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::hugepages::hugepage_pools;
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, ignore_sigint, join, pick_core, pin, publish_stats, usable_cores, wait_peers,
-    warn_shared_cores,
+    die_with_parent, join, leave_signals_to_parent, pick_core, pin, publish_stats, usable_cores,
+    wait_peers, warn_shared_cores,
 };
-use ntbdk_apps::cli::{is_interrupted, run_main};
+use ntbdk_apps::cli::{is_interrupted, run_main, usage_error};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::perftest::{self, Invocation};
 use ntbdk_apps::perf::{
@@ -126,7 +126,9 @@ struct Args {
     tx_depth: u64,
     /// Queue pairs (one per server: the transport has one per peer). The
     /// private fabric gets one server process per queue pair; with --fabric,
-    /// the client uses the first N servers whose links are up.
+    /// the client uses the first N servers whose links are up. -n counts
+    /// operations over all queue pairs (perftest's counts per queue pair);
+    /// latency runs over the first queue pair only.
     #[arg(short = 'q', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     qp: u64,
     /// Bidirectional bandwidth, as perftest's -b: every server posts the
@@ -177,7 +179,8 @@ struct Args {
     /// for --server when there are two or more, else 0).
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
-    /// Core to pin the spawned server(s) to (without --fabric).
+    /// Core to pin the spawned server to (without --fabric); with -q N, the
+    /// other servers take the next cores, wrapping around.
     #[arg(
         long,
         value_name = "CORE",
@@ -322,6 +325,13 @@ fn check_args(args: &Args) -> Result<()> {
     {
         bail!("-D/--duration must be a number of seconds in (0, 3600], not {d}");
     }
+    if args.qp > 1 && args.test == Some(Test::Lat) {
+        bail!(
+            "-q {}: a latency test runs over one queue pair (as perftest's): drop -q, or use \
+             --test bw",
+            args.qp
+        );
+    }
     if args.write_mode.is_some() && args.op != Op::Write {
         bail!(
             "--write-mode says how --op write writes: drop it, or use --op write (not --op {})",
@@ -403,7 +413,7 @@ fn json_path(args: &Args) -> Option<PathBuf> {
 }
 
 fn run(args: &Args) -> Result<()> {
-    check_args(args)?;
+    check_args(args).map_err(usage_error)?;
     let op_timeout = secs(args.timeout.unwrap_or(DEFAULT_OP_TIMEOUT), "--timeout")?;
     let cores = usable_cores();
     // A server defaults to the second usable core, so that a client on the
@@ -425,7 +435,7 @@ fn run(args: &Args) -> Result<()> {
         Some(name) if args.peer || args.server => {
             if args.peer {
                 die_with_parent();
-                ignore_sigint();
+                leave_signals_to_parent();
             }
             // `_owned` removes the fabric on exit if we created it.
             let (host, _owned) = match &vfio {
@@ -543,12 +553,21 @@ fn self_contained(
     core: core_affinity::CoreId,
     timeout: Duration,
 ) -> Result<()> {
-    let peer_core = pick_core(cores, args.peer_lcore, "--peer-lcore")?;
+    pick_core(cores, args.peer_lcore, "--peer-lcore")?;
+    // Server i takes the i-th core from --peer-lcore on, wrapping around.
+    let server_index = |i: usize| (args.peer_lcore + i) % cores.len().max(1);
+    let server_cores: Vec<core_affinity::CoreId> = (0..args.qp as usize)
+        .map(|i| pick_core(cores, server_index(i), "--peer-lcore"))
+        .collect::<Result<_>>()?;
     let mut spinners = vec![("the client".to_string(), core)];
-    for i in 1..=args.qp {
-        spinners.push((format!("server {i}"), peer_core));
+    for (i, c) in server_cores.iter().enumerate() {
+        spinners.push((format!("server {}", i + 1), *c));
     }
-    warn_shared_cores(TOOL, &spinners, "--lcore, --peer-lcore");
+    warn_shared_cores(
+        TOOL,
+        &spinners,
+        "--lcore, and --peer-lcore for the first server: the others take the next cores",
+    );
     let name = format!("perf-{}", std::process::id());
     let slots = args.qp as usize + 1;
     let fabric = EmuFabric::create(&name, &fabric_config(slots))
@@ -565,7 +584,7 @@ fn self_contained(
         let child = Command::new(&exe)
             .args(["--peer", "--fabric", &name, "--peer-slot", "0"])
             .args(["--slot", &slot.to_string()])
-            .args(["--lcore", &args.peer_lcore.to_string()])
+            .args(["--lcore", &server_index(slot - 1).to_string()])
             .args(["--timeout", &timeout.as_secs_f64().to_string()])
             .args(args.use_hugepages.then_some("--use_hugepages"))
             .stdin(Stdio::null())
@@ -592,7 +611,7 @@ fn self_contained(
         client,
         &name,
         core,
-        Some((peer_core, &mut children)),
+        Some((server_cores, &mut children)),
     )
 }
 
@@ -680,7 +699,7 @@ fn measure(
     mut client: Client,
     fabric: &str,
     core: core_affinity::CoreId,
-    spawned: Option<(core_affinity::CoreId, &mut Children)>,
+    spawned: Option<(Vec<core_affinity::CoreId>, &mut Children)>,
 ) -> Result<()> {
     let write_mode = args.write_mode.unwrap_or_default();
     client.set_write_mode(write_mode);
@@ -699,7 +718,11 @@ fn measure(
     let budget = budget(args);
     let servers = client.server_ports();
     let peer_desc = match &spawned {
-        Some((c, _)) => format!("port(s) {servers:?} (core {})", c.id),
+        Some((cs, _)) if cs.len() == 1 => format!("port(s) {servers:?} (core {})", cs[0].id),
+        Some((cs, _)) => format!(
+            "port(s) {servers:?} (cores {:?})",
+            cs.iter().map(|c| c.id).collect::<Vec<_>>()
+        ),
         None => format!("port(s) {servers:?}"),
     };
     let mut report = Report::new(TOOL);

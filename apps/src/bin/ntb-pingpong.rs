@@ -24,7 +24,7 @@ use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, ignore_sigint, join, pick_core, pin, usable_cores, wait_peers,
+    die_with_parent, join, leave_signals_to_parent, pick_core, pin, usable_cores, wait_peers,
     warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main};
@@ -187,7 +187,7 @@ fn run(args: &Args) -> Result<()> {
         Some(name) if args.peer || args.server => {
             if args.peer {
                 die_with_parent();
-                ignore_sigint();
+                leave_signals_to_parent();
             }
             // `_owned` removes the fabric on exit if we created it.
             let (host, _owned) = match &args.device {

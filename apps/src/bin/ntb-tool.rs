@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use ntbdk_apps::cli::session::check_interrupted;
 use ntbdk_apps::tool::hexdump::{hexdump, parse_hex_bytes};
-use ntbdk_apps::tool::qp::{find_pages, render_qps};
+use ntbdk_apps::tool::qp::{find_pages, remove_pages, render_qps};
 use ntbdk_apps::tool::watch::Watch;
 use ntbdk_apps::tool::{dead_owners, fmt_size, parse_size, parse_u32, parse_u64, render_status};
 use ntbdk_pmd::hw::NtbDevice;
@@ -471,9 +471,7 @@ fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("destroying fabric {name:?}"))?;
             // Stats pages left by hosts that died without dropping their
             // transport go with the fabric.
-            for page in find_pages(&dir, &name).unwrap_or_default() {
-                let _ = std::fs::remove_file(&page.path);
-            }
+            remove_pages(&dir, &name);
             println!("destroyed fabric {name}");
         }
         Cmd::List => {

@@ -28,9 +28,25 @@ pub use session::Interrupted;
 
 /// Exit status after Ctrl-C (SIGINT), as shells report `128 + 2`.
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// Exit status of a command line that cannot run (clap's own, for a bad
+/// option or value, and [`UsageError`]'s, for options that do not go
+/// together).
+pub const EXIT_USAGE: u8 = 2;
 /// Exit status after stdout was closed under us (`ntb-perf | head`), as
 /// shells report a process killed by SIGPIPE (`128 + 13`).
 pub const EXIT_BROKEN_PIPE: u8 = 141;
+
+/// A command line whose options parse but do not go together (found by an
+/// app's own checks, after clap's): [`run_main`] exits with
+/// [`EXIT_USAGE`], as for clap's errors.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(String);
+
+/// Marks `e` (an app's check of its options failing) as a [`UsageError`].
+pub fn usage_error(e: anyhow::Error) -> anyhow::Error {
+    UsageError(format_error(&e)).into()
+}
 
 /// Installs the `tracing` subscriber every app uses: `RUST_LOG` chooses what
 /// is shown (default: warnings and errors, so the library's warnings — a
@@ -55,6 +71,8 @@ pub fn init_logging() {
 ///   with a one-line note (what was measured before is the body's to
 ///   print or save before returning);
 /// - stdout closed by the reader (`| head`): 141, silently;
+/// - options that do not go together ([`UsageError`]): 2, printed as
+///   `TOOL: error: …` with a pointer to `--help`, as clap prints its own;
 /// - any other error: 1, printed once as `TOOL: error: …` (see
 ///   [`format_error`]).
 ///
@@ -80,6 +98,13 @@ pub fn run_main(tool: &str, body: impl FnOnce() -> anyhow::Result<()>) -> ExitCo
             ExitCode::from(EXIT_INTERRUPTED)
         }
         Ok(Err(e)) if is_broken_pipe(&e) => ExitCode::from(EXIT_BROKEN_PIPE),
+        Ok(Err(e)) if e.chain().any(|c| c.is::<UsageError>()) => {
+            eprintln!(
+                "{tool}: error: {}\n\nFor more information, try '--help'.",
+                format_error(&e)
+            );
+            ExitCode::from(EXIT_USAGE)
+        }
         Ok(Err(e)) => {
             eprintln!("{tool}: error: {}", format_error(&e));
             ExitCode::FAILURE

@@ -38,10 +38,11 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-/// Ctrl-C and SIGTERM set a flag that every wait checks, so a run ends
-/// through its normal path: fabric removed, children reaped.
+/// Ctrl-C, SIGTERM and SIGHUP (the terminal closed) set a flag that every
+/// wait checks, so a run ends through its normal path: fabric removed,
+/// children reaped.
 pub fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: `on_signal` is async-signal-safe (one atomic store) and
         // has the signature `signal` expects.
         unsafe {
@@ -256,6 +257,9 @@ pub struct FabricGuard(pub String);
 impl Drop for FabricGuard {
     fn drop(&mut self) {
         let _ = EmuFabric::destroy(&self.0);
+        // With the stats pages of hosts that died before removing theirs
+        // (a killed peer).
+        crate::tool::qp::remove_pages(&ntbdk_pmd::hw::emu::shm_dir(), &self.0);
     }
 }
 
@@ -364,14 +368,19 @@ pub fn completion_error(c: &ntbdk_pmd::transport::Completion) -> anyhow::Error {
     }
 }
 
-/// A spawned peer leaves Ctrl-C to the process that spawned it (which
-/// ends the run and tells the peer to stop): it ignores SIGINT, so one
-/// Ctrl-C in a terminal does not kill both at once.
-pub fn ignore_sigint() {
-    // SAFETY: SIG_IGN for SIGINT only changes how the signal is delivered;
-    // no handler code runs.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
+/// A spawned peer leaves the signals that end a run to the process that
+/// spawned it (which ends the run and tells the peer to stop): it ignores
+/// SIGINT, SIGTERM and SIGHUP, so one Ctrl-C in a terminal, a `timeout`, a
+/// `kill` of the process group or a closed terminal does not kill it
+/// before its spawner is done with it. It still dies with its spawner
+/// ([`die_with_parent`]).
+pub fn leave_signals_to_parent() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: SIG_IGN only changes how the signal is delivered; no
+        // handler code runs.
+        unsafe {
+            libc::signal(sig, libc::SIG_IGN);
+        }
     }
 }
 

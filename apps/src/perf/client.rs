@@ -427,11 +427,17 @@ impl Client {
         let mut served = self.ep.t.counters(qp).served;
         let warm_end = Instant::now() + Duration::from_millis(50);
         let mut i = 0u64;
-        let t_start = Instant::now();
+        // A timed run's clock starts when the warm-up ends: the warm-up
+        // does not eat the budget (a short -D would otherwise measure
+        // nothing).
+        let mut t_start = None;
         loop {
             let warming = i < warmup && Instant::now() < warm_end;
-            if !warming && budget.reached(hist.len(), t_start.elapsed()) {
-                break;
+            if !warming {
+                let since = t_start.get_or_insert_with(Instant::now).elapsed();
+                if budget.reached(hist.len(), since) {
+                    break;
+                }
             }
             let t0 = Instant::now();
             match op {

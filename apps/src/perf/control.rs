@@ -114,6 +114,20 @@ pub enum Command {
     },
 }
 
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Hello { .. } => f.write_str("the session's opening"),
+            Command::RegionLen => f.write_str("the length of its region"),
+            Command::Phase(p) => write!(f, "the start of a {p} phase"),
+            Command::Stop => f.write_str("the end of the session"),
+            Command::BidirLoad(l) => write!(f, "a bidirectional load ({:?})", l.op),
+            Command::BidirCqMod { cq_mod } => write!(f, "a completion moderation of {cq_mod}"),
+            Command::BidirResult { .. } => f.write_str("the result of the bidirectional phase"),
+        }
+    }
+}
+
 /// What a server posts in a bidirectional phase, packed in one argument:
 /// the operation (2 bits), the write mode (1), `burst - 1` (12) and
 /// `depth - 1` (12).
@@ -229,6 +243,18 @@ pub enum Phase {
         /// Bytes per operation.
         size: u32,
     },
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Phase::Passive => f.write_str("passive"),
+            Phase::SendEcho => f.write_str("send echo"),
+            Phase::WriteEcho { size } => write!(f, "{size} B write echo"),
+            Phase::WriteDirectEcho { size } => write!(f, "{size} B one-sided write echo"),
+            Phase::Bidir { size } => write!(f, "{size} B bidirectional"),
+        }
+    }
 }
 
 impl Command {
@@ -362,18 +388,32 @@ impl ClientControl {
         self.dev.peer_spad_write(peer, SP_IDX, self.index as u32)?;
         self.dev.peer_spad_write(peer, SP_SEQ, self.seq)?;
         let start = Instant::now();
+        let mut polls = 0u32;
         loop {
             if self.dev.spad_read(2 * self.index)? == self.seq {
                 let v = self.dev.spad_read(2 * self.index + 1)?;
                 if v == REFUSED {
-                    bail!("the server on port {peer} refused {cmd:?}");
+                    bail!(
+                        "the server on port {peer} refused {cmd}: is it the same ntb-perf \
+                         version?"
+                    );
                 }
                 return Ok(v);
             }
             idle()?;
+            // A server that died or left is not waited for until the
+            // timeout: its link goes down (the fabric's dead-peer
+            // detection, a heartbeat of at most a few seconds).
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(256) && !self.dev.link(peer)?.up {
+                bail!(
+                    "the server on port {peer} is gone (its link went down: it exited or was \
+                     killed) while we waited for it to answer {cmd}"
+                );
+            }
             if start.elapsed() >= timeout {
                 bail!(
-                    "the server on port {peer} did not answer {cmd:?} within {timeout:?}: \
+                    "the server on port {peer} did not answer {cmd} within {timeout:?}: \
                      is it an ntb-perf --server, and still running?"
                 );
             }

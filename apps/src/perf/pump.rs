@@ -209,6 +209,11 @@ pub fn pump(
         // The clock is read every 8th turn only: at millions of messages a
         // second it would cost as much as the posting.
         turn_clock = turn_clock.wrapping_add(1);
+        // Ctrl-C is seen within a few turns even when every poll completes
+        // something (one-sided writes do), not only on idle polls.
+        if turn_clock.is_multiple_of(8) {
+            check_interrupted()?;
+        }
         if !stopping
             && (budget.remaining(posted) == Some(0)
                 || (turn_clock.is_multiple_of(8) && budget.reached(posted, start.elapsed()))
@@ -283,11 +288,12 @@ pub fn pump(
                 {
                     ep.t.progress();
                 }
-                Err(e) => bail!("posting a {op:?} to port {}: {e}", s.qp.peer()),
+                Err(e) => return Err(post_failed(ep, s.qp.peer(), op, e)),
             }
         } else if stopping && outstanding == 0 {
             let elapsed = start.elapsed();
-            // A run shorter than one window: its peak is its average.
+            // A run shorter than one window: its peak is its average (the
+            // row keeps any peak at least at the average: `BwRow::with_peak`).
             if peak == 0.0 && done > 0 && elapsed > Duration::ZERO {
                 peak = done as f64 / elapsed.as_secs_f64() / 1e6;
             }
@@ -344,6 +350,16 @@ pub fn pump(
             empty += 1;
             if empty.is_multiple_of(1024) {
                 check_interrupted()?;
+                if posted > done
+                    && let Some(t) = targets.iter().find(|t| !ep.t.is_connected(t.qp.peer()))
+                {
+                    bail!(
+                        "port {} left during the run (it exited, was stopped or was killed): \
+                         {} operations will not complete",
+                        t.qp.peer(),
+                        posted - done
+                    );
+                }
                 if posted > done && last_progress.elapsed() >= timeout {
                     bail!(
                         "no {op:?} completed within {timeout:?} ({} outstanding): \
@@ -353,6 +369,37 @@ pub fn pump(
                 }
             }
         }
+    }
+}
+
+/// Why posting to `peer` failed: when the peer is leaving or gone (its
+/// grants revoked, the connection down), that, and not the raw transport
+/// error. Gives the transport up to 100 ms to notice.
+fn post_failed(ep: &mut Endpoint, peer: u16, op: Op, e: TransportError) -> anyhow::Error {
+    let until = Instant::now() + Duration::from_millis(100);
+    let gone = loop {
+        let link_up = ep.t.device().link(peer).is_ok_and(|l| l.up);
+        if !link_up || !ep.t.is_connected(peer) {
+            break true;
+        }
+        if Instant::now() >= until {
+            break false;
+        }
+        ep.t.progress();
+    };
+    if gone {
+        let why = match e {
+            // The connection's own advice (wait for the handshake) is for
+            // library callers; here the peer is what went away.
+            TransportError::NotConnected { .. } => String::new(),
+            e => format!(" ({e})"),
+        };
+        anyhow::anyhow!(
+            "port {peer} left during the run (it exited, was stopped or was killed): \
+             a {op:?} towards it failed{why}"
+        )
+    } else {
+        anyhow::anyhow!("posting a {op:?} to port {peer}: {e}")
     }
 }
 

@@ -76,7 +76,10 @@ impl BwRow {
 
     /// The same row with a peak bandwidth (GB/s).
     pub fn with_peak(mut self, peak_gb_per_s: f64) -> Self {
-        self.peak_gb_per_s = peak_gb_per_s;
+        // Never below the average: some stretch of the run was at least
+        // as fast as the whole (a peak measured over whole windows can miss
+        // it, and one passed on rounded can fall just under).
+        self.peak_gb_per_s = peak_gb_per_s.max(self.gb_per_s);
         self
     }
 }

@@ -36,6 +36,14 @@ pub fn find_pages(dir: &Path, fabric: &str) -> std::io::Result<Vec<HostPage>> {
     Ok(pages)
 }
 
+/// Removes every stats page of fabric `fabric` in `dir` (with the fabric:
+/// a page whose host died stays otherwise); best effort.
+pub fn remove_pages(dir: &Path, fabric: &str) {
+    for page in find_pages(dir, fabric).unwrap_or_default() {
+        let _ = std::fs::remove_file(&page.path);
+    }
+}
+
 /// Whether `st`'s slot `port` is still held by the page's author (same pid
 /// and join generation): otherwise the page was left by a host that is gone.
 pub fn page_is_live(st: &FabricStatus, port: u16, page: &PublishedStats) -> bool {

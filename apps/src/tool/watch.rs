@@ -58,7 +58,7 @@ impl Watch {
             "joins",
             "downs",
             "posted-wr/s",
-            "MB/s",
+            "MiB/s",
             "reads/s",
             "db-rings/s",
             "db"
@@ -85,7 +85,7 @@ impl Watch {
             let c = &s.counters;
             let pc = &p.counters;
             let writes = delta(c.posted_writes, pc.posted_writes) as f64 / secs;
-            let mbps = delta(c.posted_bytes, pc.posted_bytes) as f64 / secs / 1e6;
+            let mbps = delta(c.posted_bytes, pc.posted_bytes) as f64 / secs / f64::from(1u32 << 20);
             let reads = delta(c.non_posted_reads, pc.non_posted_reads) as f64 / secs;
             // Rings received are the slot's own count, whoever owns it.
             let rings = s.db_rings.saturating_sub(p.db_rings) as f64 / secs;
@@ -194,7 +194,8 @@ mod tests {
         let mut w = Watch::new(first.clone());
         let mut second = first.clone();
         second.slots[0].counters.posted_writes = 3_000;
-        second.slots[0].counters.posted_bytes = 2_064_000;
+        // 2 MiB in 2 s: 1.00 MiB/s (2^20 bytes, as ntb-perf's MB/sec).
+        second.slots[0].counters.posted_bytes = 64_000 + 2 * (1 << 20);
         second.slots[0].counters.non_posted_reads = 10;
         second.slots[0].db_rings = 8;
         let out = w.next(second.clone(), Duration::from_secs(2), false);

@@ -120,6 +120,11 @@ impl Run {
             .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// Sends `signal` to the app (e.g. `libc::SIGINT`, a Ctrl-C).
     pub fn signal(&self, signal: i32) {
         let pid = self.child.as_ref().expect("running").id();
