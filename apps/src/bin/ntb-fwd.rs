@@ -21,7 +21,7 @@ use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::session::{
     attach_or_create, check_writable, join, pick_core, usable_cores, wait_peers, warn_shared_cores,
 };
-use ntbdk_apps::cli::units::parse_size;
+use ntbdk_apps::cli::units::{parse_bytes, parse_size};
 use ntbdk_apps::cli::{run_main, usage_error};
 use ntbdk_apps::fwd::{
     DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, StatsPrinter, TOOL, TxOnly,
@@ -99,7 +99,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=32))]
     burst: u64,
     /// txonly: bytes per packet (at most --buf-size).
-    #[arg(short = 's', long, value_name = "SIZE", default_value = "64", value_parser = parse_size)]
+    #[arg(short = 's', long, value_name = "SIZE", default_value = "64", value_parser = parse_packet_size)]
     size: u64,
     /// Stop after this many packets per queue (sent for txonly, received
     /// for rxonly and iofwd).
@@ -148,6 +148,17 @@ fn parse_nb_desc(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+/// A packet size: at least a byte (at most `--buf-size`, checked once both
+/// are known).
+fn parse_packet_size(s: &str) -> Result<u64, String> {
+    match parse_bytes(s) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "bad size {s:?}: give bytes, optionally with K (e.g. 64, 1K), from 1 to --buf-size"
+        )),
+    }
+}
+
 fn parse_buf_size(s: &str) -> Result<u32, String> {
     let n = parse_size(s).map_err(|e| e.to_string())?;
     if !n.is_multiple_of(64) || !(64..=65536).contains(&n) {
@@ -193,6 +204,12 @@ fn check_args(args: &Args) -> Result<()> {
     }
     if args.fwd_mode != Mode::FileTrans && (args.send.is_some() || args.recv.is_some()) {
         bail!("--send and --recv are for --fwd-mode file-trans");
+    }
+    if args.fwd_mode == Mode::FileTrans && args.qp > 1 {
+        bail!(
+            "--qp {}: file-trans moves the file over queue 0 only; drop --qp",
+            args.qp
+        );
     }
     if args.pipeline && args.fwd_mode != Mode::IoFwd {
         bail!("--pipeline is for --fwd-mode iofwd");

@@ -89,7 +89,8 @@ impl Via {
 #[command(name = "ntb-pingpong", version, verbatim_doc_comment)]
 #[command(group(clap::ArgGroup::new("shared").args(["fabric", "device"])))]
 struct Args {
-    /// Ping-pong through doorbells or scratchpads.
+    /// Ping-pong through doorbells or scratchpads (both sides must say the
+    /// same: a side waiting on one never sees the other).
     #[arg(long, value_enum, default_value = "db")]
     via: Via,
     /// Round trips to measure.

@@ -647,9 +647,13 @@ fn run(cli: Cli) -> Result<()> {
                 let f = attach_device(&dir, &name)?;
                 let r = f.registers(slot)?;
                 let want = bits.unwrap_or(u64::MAX);
+                let which = match bits {
+                    Some(b) => format!("no doorbell bit of {b:#x}"),
+                    None => "no doorbell bit".to_string(),
+                };
                 let got = wait_for(
                     timeout(secs)?,
-                    &format!("no doorbell {want:#x} rang at slot {slot}"),
+                    &format!("{which} rang at slot {slot}"),
                     || Some(r.db() & want).filter(|&b| b != 0),
                 )?;
                 println!("slot {slot} db {got:#x}");
