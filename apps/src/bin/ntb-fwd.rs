@@ -291,6 +291,17 @@ fn run(args: &Args) -> Result<()> {
                 ..fabric_config(args.slots as usize)
             };
             let (fabric, owned) = attach_or_create(name, &cfg)?;
+            if owned.is_none() {
+                // Another run's (the peer's, or one killed before it could
+                // remove it): its geometry, not ours, applies.
+                let c = fabric.config();
+                eprintln!(
+                    "{TOOL}: note: joining the existing fabric {name:?} ({} slots, {} MiB \
+                     windows); `ntb-tool destroy {name}` removes one a killed run left",
+                    c.slots,
+                    c.window_size >> 20
+                );
+            }
             (Host::member(join(&fabric, args.slot)?), name.clone(), owned)
         }
         (None, None) => bail!("give --fabric NAME or --device SPEC"),

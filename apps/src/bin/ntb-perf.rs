@@ -842,7 +842,16 @@ impl Header<'_> {
         );
         if self.test == Test::Bw {
             println!(" TX depth        : {}", a.tx_depth);
-            println!(" Post List       : {}", a.post_list);
+            if a.post_list > a.tx_depth {
+                // At most the TX depth is ever outstanding: a list is cut
+                // to what fits.
+                println!(
+                    " Post List       : {} (at most {} at once: the TX depth)",
+                    a.post_list, a.tx_depth
+                );
+            } else {
+                println!(" Post List       : {}", a.post_list);
+            }
             println!(" CQ Moderation   : {}", self.cq_mod);
         }
         let budget = if a.run_infinitely {
