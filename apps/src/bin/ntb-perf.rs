@@ -132,8 +132,9 @@ struct Args {
     #[arg(short = 'q', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
     qp: u64,
     /// Bidirectional bandwidth, as perftest's -b: every server posts the
-    /// same operations towards the client while the client measures; the
-    /// table's rows sum both directions, each direction is shown after it.
+    /// same operations towards the client while the client measures (with
+    /// -n, each direction posts -n); the table's rows sum both directions,
+    /// each direction is shown after it.
     #[arg(short = 'b', long)]
     bidirectional: bool,
     /// Largest send carried inline (perftest's -I). ntbdk's transport

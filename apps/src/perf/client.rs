@@ -284,11 +284,26 @@ impl Client {
             cq_mod: self.cq_mod as u32,
         })?;
         self.command_all(Command::BidirLoad(load))?;
+        // A counted run: the servers post -n between them, as we do
+        // (u32: -n is at most 10^9).
+        let servers = self.servers.len() as u64;
+        for i in 0..self.servers.len() {
+            let iters = budget
+                .iteration_limit()
+                .map_or(0, |n| n / servers + u64::from((i as u64) < n % servers));
+            self.call(
+                i,
+                Command::BidirIters {
+                    iters: iters as u32,
+                },
+            )?;
+        }
         self.phase(Phase::Bidir { size: size as u32 }, false)?;
         let warm = Budget::iterations(depth as u64);
         self.pump(op, size, burst, depth, warm)?;
         let ours = self.bandwidth_continued(op, size, burst, depth, budget)?;
-        // The next command ends the servers' side.
+        // The next command ends a timed run's server side (a counted one
+        // answers once its count is done).
         self.phase(Phase::Passive, false)?;
         let mut theirs = BwRow::new(size, 0, Duration::ZERO);
         for i in 0..self.servers.len() {

@@ -106,6 +106,13 @@ pub enum Command {
         /// One request in `cq_mod` signaled.
         cq_mod: u32,
     },
+    /// How many operations the server posts in the next bidirectional
+    /// phase (perftest's `-n` with `-b`: each side runs its count); 0:
+    /// until the client's next command (a timed run).
+    BidirIters {
+        /// Operations, or 0.
+        iters: u32,
+    },
     /// Asks for word `0..=3` of what the server did in the last
     /// bidirectional phase ([`BidirResult`]), once it ended.
     BidirResult {
@@ -124,6 +131,7 @@ impl std::fmt::Display for Command {
             Command::BidirLoad(l) => write!(f, "a bidirectional load ({:?})", l.op),
             Command::BidirCqMod { cq_mod } => write!(f, "a completion moderation of {cq_mod}"),
             Command::BidirResult { .. } => f.write_str("the result of the bidirectional phase"),
+            Command::BidirIters { iters } => write!(f, "a bidirectional count of {iters}"),
         }
     }
 }
@@ -271,6 +279,7 @@ impl Command {
             Command::Phase(Phase::Bidir { size }) => (9, size),
             Command::BidirResult { word } => (10, word),
             Command::BidirCqMod { cq_mod } => (11, cq_mod),
+            Command::BidirIters { iters } => (12, iters),
         }
     }
 
@@ -287,6 +296,7 @@ impl Command {
             9 => Command::Phase(Phase::Bidir { size: arg }),
             10 => Command::BidirResult { word: arg },
             11 => Command::BidirCqMod { cq_mod: arg },
+            12 => Command::BidirIters { iters: arg },
             _ => return None,
         })
     }
@@ -523,6 +533,7 @@ mod tests {
             Command::Phase(Phase::Bidir { size: 8 << 20 }),
             Command::BidirResult { word: 3 },
             Command::BidirCqMod { cq_mod: 100 },
+            Command::BidirIters { iters: 2000 },
             Command::Phase(Phase::WriteDirectEcho { size: 64 }),
         ]) {
             let (code, arg) = cmd.encode();

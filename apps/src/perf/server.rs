@@ -61,6 +61,7 @@ pub fn serve(
     // One request in this many signaled in a bidirectional phase (a client
     // that does not say signals every one).
     let mut bidir_cq_mod = 1usize;
+    let mut bidir_iters = 0u32;
     let mut bidir_result = BidirResult::default();
     let mut pending: Option<Received> = None;
     let mut last_activity = Instant::now();
@@ -177,6 +178,10 @@ pub fn serve(
                     bidir_cq_mod = cq_mod.max(1) as usize;
                     0
                 }
+                Some(Command::BidirIters { iters }) => {
+                    bidir_iters = iters;
+                    0
+                }
                 Some(Command::BidirResult { word }) => bidir_result.word(word).unwrap_or(REFUSED),
                 None => REFUSED,
             };
@@ -192,16 +197,26 @@ pub fn serve(
                     depth: l.depth as usize,
                     cq_mod: bidir_cq_mod,
                 };
+                // A count runs to its end (the client's next command waits
+                // for it); otherwise that command ends the phase.
+                let counted = bidir_iters > 0;
+                let budget = if counted {
+                    Budget::iterations(u64::from(bidir_iters))
+                } else {
+                    Budget::until_stopped()
+                };
                 let p = pump(
                     ep,
                     &mut comps,
                     &[Target { qp, key }],
                     load,
-                    Budget::until_stopped(),
+                    budget,
                     timeout,
                     |_| {
-                        pending = ctl.poll();
-                        Ok(pending.is_some())
+                        if pending.is_none() {
+                            pending = ctl.poll();
+                        }
+                        Ok(!counted && pending.is_some())
                     },
                 )?;
                 bidir_result = BidirResult {
