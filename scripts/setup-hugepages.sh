@@ -136,10 +136,6 @@ setup() { # count kB [node]
     echo "$count" >"$dir/nr_hugepages" || die "cannot write $dir/nr_hugepages"
     got=$(cat "$dir/nr_hugepages")
     [[ "$got" =~ ^[0-9]+$ ]] || die "$dir/nr_hugepages reads '$got', not a number"
-    if [ "$got" -gt "$count" ]; then
-        die "asked for $count $(human "$kb") pages, the kernel kept $got (pages in use" \
-            "cannot be released: stop their users, or remove files in hugetlbfs mounts)"
-    fi
     if [ "$got" -lt "$count" ]; then
         # A partial reservation is not what was asked for: put back what was
         # there, and say exactly what is left.
@@ -156,6 +152,14 @@ setup() { # count kB [node]
             "kernel command line); $left"
     fi
     echo "reserved $got $(human "$kb") hugepages${node:+ on node $node}"
+    # Shrinking below what is in use leaves the excess as surplus pages,
+    # freed as their users let go (the kernel's set_max_huge_pages).
+    local surplus
+    surplus=$(cat "$dir/surplus_hugepages" 2>/dev/null || echo 0)
+    if [[ "$surplus" =~ ^[0-9]+$ ]] && [ "$surplus" -gt 0 ]; then
+        echo "note: $surplus more are in use as surplus pages, freed when their users exit" \
+            "(or their files in a hugetlbfs mount are deleted)"
+    fi
 }
 
 clear_all() {

@@ -146,11 +146,6 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-# bash runs the EXIT trap on a signal only when the signal's own trap exits
-# (a CI timeout sends TERM): the guests are killed and the work dir removed
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
 
 log "initramfs in $WORK"
 IR=$WORK/initramfs

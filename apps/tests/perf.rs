@@ -870,6 +870,54 @@ fn a_short_timed_latency_run_measures_every_size() {
     check_lat(&rows[0], 1 << 20, None);
 }
 
+/// A hangup ignored when the app started (`nohup`) stays ignored; one
+/// not ignored ends a run as Ctrl-C does.
+#[test]
+fn a_hangup_ends_a_run_unless_nohup_ignored_it() {
+    use std::os::unix::process::CommandExt;
+    let dir = Dir::new("nohup");
+    for ignored in [true, false] {
+        let out = dir.0.join(format!("hup-{ignored}.out"));
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["--fabric", "nh", "--server", "--timeout", "20"])
+            .env("NTBDK_SHM_DIR", &dir.0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::process::Stdio::null());
+        if ignored {
+            // SAFETY: between fork and exec only signal(2), which is
+            // async-signal-safe, runs in the child.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().unwrap();
+        let t = Instant::now();
+        while !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("waiting for a client")
+        {
+            assert!(t.elapsed() < DEADLINE, "the server never joined its fabric");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: kill(2) on our own child's pid; no memory is passed.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+        std::thread::sleep(Duration::from_millis(300));
+        let status = child.try_wait().unwrap();
+        if ignored {
+            assert!(status.is_none(), "nohup'd, it died of a hangup: {status:?}");
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "ignored {ignored}");
+        assert!(dir.fabrics().is_empty(), "{:?}", dir.fabrics());
+    }
+}
+
 /// Options that do not go together exit 2, as clap's own errors do.
 #[test]
 fn options_that_do_not_go_together_exit_2() {

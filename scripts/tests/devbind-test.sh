@@ -286,11 +286,11 @@ suite() {
         # shellcheck disable=SC2086 # split the form on purpose
         run $args
         expect_rc 1
-        expect_err '0000:00:05.0 is open through vfio-pci in process 4242 \(ntb-perf\): unbinding it waits'
+        expect_err '0000:00:05.0 is in use through vfio-pci by process 4242 \(ntb-perf\)'
         nothing_written
     done
     run -u 00:05.0 --force
-    expect_err 'in process 4242 \(ntb-perf\).*going on \(--force\)'
+    expect_err 'by process 4242 \(ntb-perf\).*going on \(--force\)'
     expect_file "$SYS/bus/pci/drivers/vfio-pci/unbind" 0000:00:05.0
     # the iommufd character device counts too
     make_fake
@@ -299,7 +299,7 @@ suite() {
     ln -s "$DEV/vfio/devices/vfio0" "$PROC/77/fd/3"
     run -u 00:05.0
     expect_rc 1
-    expect_err 'in process 77 \(app\)'
+    expect_err 'by process 77 \(app\)'
     nothing_written
 
     CASE='an IOMMU group shared with a device on a kernel driver'
@@ -310,10 +310,12 @@ suite() {
     expect_rc 1
     expect_err 'IOMMU group 3 of 0000:00:04.0 also holds 0000:00:06.0 \(e1000e\): vfio-pci cannot use a group'
     nothing_written
-    # a port or an unbound device does not count, nor one named too
+    # a port, a vfio-pci variant or an unbound device does not count, nor
+    # one named too
     make_fake
     make_dev 0000:00:06.0 0x8086 0x2f0d 0x068000 pcieport 3
     make_dev 0000:00:07.0 0x8086 0x2f0d 0x068000 '' 3
+    make_dev 0000:00:08.0 0x8086 0x2f0d 0x068000 mlx5_vfio_pci 3
     run --bind=vfio-pci 00:04.0
     expect_err 'did not bind'
     expect_no_out 'also holds'

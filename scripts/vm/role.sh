@@ -120,7 +120,7 @@ sleep 1
 if ntbdk-devbind --unbind "$BDF" 2>/tmp/held.err; then
     fail "ntbdk-devbind --unbind took $BDF from process $holder, which holds /dev/vfio/$GROUP"
 fi
-grep -q "in process $holder (sleep)" /tmp/held.err ||
+grep -q "by process $holder (sleep)" /tmp/held.err ||
     fail "the refusal does not name process $holder: $(cat /tmp/held.err)"
 kill "$holder"
 wait "$holder" 2>/dev/null

@@ -129,8 +129,9 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=16))]
     slots: u64,
     /// The first lcore's core (an index into the usable cores); the others
-    /// take the next ones, wrapping around. Default: this host's port, so
-    /// that two hosts on one machine spin on different cores.
+    /// take the next ones, wrapping around. Default: after the cores the
+    /// lower ports' hosts take (port × lcores per host), so that hosts on
+    /// one machine spin on different cores while there are enough.
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
     /// Seconds to wait for the peer, and for any message, before giving up.
@@ -224,6 +225,12 @@ fn check_args(args: &Args) -> Result<()> {
     {
         bail!("--txfreet {t}: at most half of --nb-desc {n} ({})", n / 2);
     }
+    Ok(())
+}
+
+/// Checks the files file-trans reads and writes (an error of the system,
+/// not of the command line: exit 1).
+fn check_files(args: &Args) -> Result<()> {
     if let Some(p) = &args.send
         && !p.is_file()
     {
@@ -252,13 +259,15 @@ fn mbuf_pool(tag: &str, count: u32, room: usize) -> Result<MbufPool> {
 }
 
 fn run(args: &Args) -> Result<()> {
-    let timeout = secs(args.timeout, "--timeout")?;
-    let period = secs(args.stats_period, "--stats-period")?;
+    let timeout = secs(args.timeout, "--timeout").map_err(usage_error)?;
+    let period = secs(args.stats_period, "--stats-period").map_err(usage_error)?;
     let duration = args
         .duration
         .map(|d| secs(d, "-D/--duration"))
-        .transpose()?;
+        .transpose()
+        .map_err(usage_error)?;
     check_args(args).map_err(usage_error)?;
+    check_files(args)?;
     let cores = usable_cores();
     if let Some(l) = args.lcore {
         pick_core(&cores, l, "--lcore")?;
@@ -370,7 +379,12 @@ fn run(args: &Args) -> Result<()> {
 
     // One lcore per queue (two with --pipeline), on consecutive cores.
     let per_queue = if args.pipeline { 2 } else { 1 };
-    let first = args.lcore.unwrap_or(usize::from(dev.port()));
+    // By default each host's lcores follow the lower ports' (port p takes
+    // the p-th run of as many cores), so hosts on one machine do not overlap
+    // while the machine has the cores.
+    let first = args
+        .lcore
+        .unwrap_or(usize::from(dev.port()) * queues.len() * per_queue);
     let core_of = |k: usize| -> Option<usize> {
         (!cores.is_empty()).then(|| cores[(first + k) % cores.len()].id)
     };

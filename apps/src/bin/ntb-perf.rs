@@ -22,8 +22,8 @@ use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::hugepages::hugepage_pools;
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, join, leave_signals_to_parent, pick_core, pin, publish_stats, usable_cores,
-    wait_peers, warn_shared_cores,
+    die_with_parent, join, leave_signals_to_parent, pick_core, pin, publish_stats, spawned_by_us,
+    usable_cores, wait_peers, warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main, usage_error};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
@@ -180,15 +180,11 @@ struct Args {
     /// for --server when there are two or more, else 0).
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
-    /// Core to pin the spawned server to (without --fabric); with -q N, the
-    /// other servers take the next cores, wrapping around.
-    #[arg(
-        long,
-        value_name = "CORE",
-        default_value_t = 1,
-        conflicts_with = "shared"
-    )]
-    peer_lcore: usize,
+    /// Core to pin the spawned server to (without --fabric; default 1, or 0
+    /// when this process may use one core only); with -q N, the other
+    /// servers take the next cores, wrapping around.
+    #[arg(long, value_name = "CORE", conflicts_with = "shared")]
+    peer_lcore: Option<usize>,
     /// Join the shared fabric NAME instead of running both sides on a
     /// private one. The --server side creates it if it does not exist (and
     /// removes it on exit).
@@ -393,6 +389,12 @@ fn check_args(args: &Args) -> Result<()> {
              larger ones through an eager buffer"
         );
     }
+    Ok(())
+}
+
+/// Checks, before a run, that the files it will write can be written (an
+/// error of the system, not of the command line: exit 1).
+fn check_outputs(args: &Args) -> Result<()> {
     if !args.server && !args.peer {
         if let Some(p) = json_path(args) {
             check_writable(&p, "--out_json_file")?;
@@ -415,6 +417,7 @@ fn json_path(args: &Args) -> Option<PathBuf> {
 
 fn run(args: &Args) -> Result<()> {
     check_args(args).map_err(usage_error)?;
+    check_outputs(args)?;
     let op_timeout = secs(args.timeout.unwrap_or(DEFAULT_OP_TIMEOUT), "--timeout")?;
     let cores = usable_cores();
     // A server defaults to the second usable core, so that a client on the
@@ -554,9 +557,13 @@ fn self_contained(
     core: core_affinity::CoreId,
     timeout: Duration,
 ) -> Result<()> {
-    pick_core(cores, args.peer_lcore, "--peer-lcore")?;
-    // Server i takes the i-th core from --peer-lcore on, wrapping around.
-    let server_index = |i: usize| (args.peer_lcore + i) % cores.len().max(1);
+    let first = match args.peer_lcore {
+        Some(l) => l,
+        None => 1.min(cores.len().saturating_sub(1)),
+    };
+    pick_core(cores, first, "--peer-lcore")?;
+    // Server i takes the i-th core from the first one on, wrapping around.
+    let server_index = |i: usize| (first + i) % cores.len().max(1);
     let server_cores: Vec<core_affinity::CoreId> = (0..args.qp as usize)
         .map(|i| pick_core(cores, server_index(i), "--peer-lcore"))
         .collect::<Result<_>>()?;
@@ -582,7 +589,7 @@ fn self_contained(
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let mut children = Children::default();
     for slot in 1..slots {
-        let child = Command::new(&exe)
+        let child = spawned_by_us(&mut Command::new(&exe))
             .args(["--peer", "--fabric", &name, "--peer-slot", "0"])
             .args(["--slot", &slot.to_string()])
             .args(["--lcore", &server_index(slot - 1).to_string()])

@@ -24,8 +24,8 @@ use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
-    die_with_parent, join, leave_signals_to_parent, pick_core, pin, usable_cores, wait_peers,
-    warn_shared_cores,
+    die_with_parent, join, leave_signals_to_parent, pick_core, pin, spawned_by_us, usable_cores,
+    wait_peers, warn_shared_cores,
 };
 use ntbdk_apps::cli::{is_interrupted, run_main};
 use ntbdk_apps::perf::HEARTBEAT_TIMEOUT;
@@ -274,6 +274,7 @@ fn self_contained(
 
     let exe = std::env::current_exe().context("finding this program to start the echo side")?;
     let mut cmd = Command::new(exe);
+    spawned_by_us(&mut cmd);
     cmd.args([
         "--peer",
         "--fabric",

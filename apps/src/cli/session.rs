@@ -41,14 +41,37 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Ctrl-C, SIGTERM and SIGHUP (the terminal closed) set a flag that every
 /// wait checks, so a run ends through its normal path: fabric removed,
 /// children reaped.
+///
+/// A signal already ignored when the process started (`nohup`, a
+/// background job of a script) stays ignored, as shells leave it.
 pub fn install_signal_handlers() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a null new action only reads the current one into `old`,
+        // a plain C struct for which all-zero bytes are valid.
+        let ignored = unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        };
+        if ignored {
+            continue;
+        }
         // SAFETY: `on_signal` is async-signal-safe (one atomic store) and
         // has the signature `signal` expects.
         unsafe {
             libc::signal(sig, on_signal as *const () as libc::sighandler_t);
         }
     }
+}
+
+/// The environment variable a spawner sets in its peers to its own pid
+/// ([`spawned_by_us`], [`die_with_parent`]).
+pub const SPAWNER_PID_ENV: &str = "NTBDK_SPAWNER_PID";
+
+/// Marks `cmd` as a peer this process spawns: it learns our pid, so it can
+/// tell whether we died before it could ask to die with us.
+pub fn spawned_by_us(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    cmd.env(SPAWNER_PID_ENV, std::process::id().to_string())
 }
 
 /// A spawned peer dies with the process that spawned it (`PR_SET_PDEATHSIG`).
@@ -58,8 +81,14 @@ pub fn die_with_parent() {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
-    // The parent may have died before the call: then we were re-parented.
-    if std::os::unix::process::parent_id() == 1 {
+    // The spawner may have died before the call: then we were re-parented,
+    // to init or to a subreaper (`systemd --user`, tini), and no signal
+    // will come.
+    let parent = std::os::unix::process::parent_id();
+    let spawner = std::env::var(SPAWNER_PID_ENV)
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    if parent == 1 || spawner.is_some_and(|s| s != parent) {
         std::process::exit(1);
     }
 }

@@ -197,6 +197,32 @@ impl Client {
         Ok(())
     }
 
+    /// Ends the servers' bidirectional phase: the command ends a timed
+    /// one; a counted one answers once its count is done, so meanwhile we
+    /// keep taking what the servers send (receives reposted).
+    fn end_bidir(&mut self) -> Result<()> {
+        let timeout = self.timeout;
+        let qps: Vec<Qp> = self.servers.iter().map(|s| s.qp).collect();
+        let Self {
+            ep, comps, servers, ..
+        } = self;
+        for s in servers.iter_mut() {
+            s.ctl.call(Command::Phase(Phase::Passive), timeout, || {
+                let n = ep.t.poll_completions(comps);
+                for c in &comps[..n] {
+                    check(c)?;
+                    if c.op == OpKind::Recv
+                        && let Some(&qp) = qps.iter().find(|q| q.peer() == c.peer)
+                    {
+                        ep.repost(qp, c.cookie)?;
+                    }
+                }
+                check_interrupted()
+            })?;
+        }
+        Ok(())
+    }
+
     /// Ends the session after Ctrl-C: tells every server to stop (so it
     /// exits cleanly, not "the client left"), giving each at most
     /// `timeout`, ignoring the interrupt and any failure (a server that was
@@ -302,9 +328,7 @@ impl Client {
         let warm = Budget::iterations(depth as u64);
         self.pump(op, size, burst, depth, warm)?;
         let ours = self.bandwidth_continued(op, size, burst, depth, budget)?;
-        // The next command ends a timed run's server side (a counted one
-        // answers once its count is done).
-        self.phase(Phase::Passive, false)?;
+        self.end_bidir()?;
         let mut theirs = BwRow::new(size, 0, Duration::ZERO);
         for i in 0..self.servers.len() {
             let mut w = [0u32; 4];

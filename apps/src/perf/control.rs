@@ -415,7 +415,12 @@ impl ClientControl {
             // timeout: its link goes down (the fabric's dead-peer
             // detection, a heartbeat of at most a few seconds).
             polls = polls.wrapping_add(1);
-            if polls.is_multiple_of(256) && !self.dev.link(peer)?.up {
+            // (Its answer is read once more first: a server that answers
+            // `Stop` leaves at once, possibly between our two reads.)
+            if polls.is_multiple_of(256)
+                && !self.dev.link(peer)?.up
+                && self.dev.spad_read(2 * self.index)? != self.seq
+            {
                 bail!(
                     "the server on port {peer} is gone (its link went down: it exited or was \
                      killed) while we waited for it to answer {cmd}"

@@ -350,16 +350,6 @@ pub fn pump(
             empty += 1;
             if empty.is_multiple_of(1024) {
                 check_interrupted()?;
-                if posted > done
-                    && let Some(t) = targets.iter().find(|t| !ep.t.is_connected(t.qp.peer()))
-                {
-                    bail!(
-                        "port {} left during the run (it exited, was stopped or was killed): \
-                         {} operations will not complete",
-                        t.qp.peer(),
-                        posted - done
-                    );
-                }
                 if posted > done && last_progress.elapsed() >= timeout {
                     bail!(
                         "no {op:?} completed within {timeout:?} ({} outstanding): \
@@ -372,31 +362,36 @@ pub fn pump(
     }
 }
 
-/// Why posting to `peer` failed: when the peer is leaving or gone (its
-/// grants revoked, the connection down), that, and not the raw transport
-/// error. Gives the transport up to 100 ms to notice.
+/// Why posting to `peer` failed: when the peer left (its link down: it
+/// exited, was stopped or killed, its grants revoked on the way) or the
+/// connection was reset under us, that, and not the raw transport error.
+/// Gives the transport up to 100 ms to notice.
 fn post_failed(ep: &mut Endpoint, peer: u16, op: Op, e: TransportError) -> anyhow::Error {
     let until = Instant::now() + Duration::from_millis(100);
-    let gone = loop {
+    let (link_up, connected) = loop {
         let link_up = ep.t.device().link(peer).is_ok_and(|l| l.up);
-        if !link_up || !ep.t.is_connected(peer) {
-            break true;
-        }
-        if Instant::now() >= until {
-            break false;
+        let connected = ep.t.is_connected(peer);
+        if !link_up || Instant::now() >= until {
+            break (link_up, connected);
         }
         ep.t.progress();
     };
-    if gone {
-        let why = match e {
-            // The connection's own advice (wait for the handshake) is for
-            // library callers; here the peer is what went away.
-            TransportError::NotConnected { .. } => String::new(),
-            e => format!(" ({e})"),
-        };
+    // The connection's own advice (wait for the handshake) is for library
+    // callers; here the peer or the connection is what went away.
+    let why = match &e {
+        TransportError::NotConnected { .. } => String::new(),
+        e => format!(" ({e})"),
+    };
+    if !link_up {
         anyhow::anyhow!(
             "port {peer} left during the run (it exited, was stopped or was killed): \
              a {op:?} towards it failed{why}"
+        )
+    } else if !connected {
+        anyhow::anyhow!(
+            "the connection to port {peer} was reset during the run (a lost or corrupted \
+             message; it reconnects by itself, but this run's operations are gone): a {op:?} \
+             towards it failed{why}"
         )
     } else {
         anyhow::anyhow!("posting a {op:?} to port {peer}: {e}")

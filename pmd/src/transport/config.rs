@@ -45,7 +45,8 @@ pub struct Config {
     /// completion queue overruns at its depth. Peers send notices
     /// unasked, so an application that does not poll its completions
     /// would otherwise hold them without bound. Our own operations'
-    /// completions are never refused. Default 65 536.
+    /// completions are never refused (they count towards the depth,
+    /// though). 0 refuses every notice. Default 65 536.
     pub cq_depth: usize,
 }
 

@@ -241,15 +241,15 @@ impl Transport {
     /// so they are the one completion a peer could pile up without bound).
     pub(crate) fn on_write_imm(&mut self, p: Port, rkey: u32, roff: u64, len: u32, imm: u64) {
         let key = RegionKey(rkey);
-        if self.completions.len() >= self.cfg.cq_depth {
-            return self.notice_overrun(p);
-        }
         if self
             .regions
-            .resolve_remote(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
+            .check_remote(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
             .is_err()
         {
             return self.count(p, DropKind::Access);
+        }
+        if self.completions.len() >= self.cfg.cq_depth {
+            return self.notice_overrun(p);
         }
         let counters = &mut self.peers[p as usize].counters;
         counters.served += 1;
@@ -265,7 +265,8 @@ impl Transport {
     }
 
     /// A notice from `p` found the completion queue at its depth: counted,
-    /// and said once per overrun (until the application polls again).
+    /// and said once per overrun (until polling takes the queue below its
+    /// depth again).
     #[cold]
     fn notice_overrun(&mut self, p: Port) {
         self.count(p, DropKind::Overload);

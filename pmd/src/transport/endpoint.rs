@@ -101,8 +101,9 @@ pub struct Transport {
     pub(crate) next_op: u64,
     /// Completions not yet polled by the application.
     pub(crate) completions: CompletionQueue,
-    /// A notice was refused at `Config::cq_depth` since the application
-    /// last polled (so the warning is said once per overrun).
+    /// A notice was refused at `Config::cq_depth` and the queue has not
+    /// been polled below its depth since (so the warning is said once per
+    /// overrun).
     pub(crate) cq_overrun: bool,
     /// The data mover for payloads.
     pub(crate) engine: Box<dyn DmaEngine>,
@@ -422,8 +423,11 @@ impl Transport {
         if self.completions.is_empty() {
             return 0;
         }
-        self.cq_overrun = false;
-        self.completions.take_into(out)
+        let n = self.completions.take_into(out);
+        if self.cq_overrun && self.completions.len() < self.cfg.cq_depth {
+            self.cq_overrun = false;
+        }
+        n
     }
 
     /// Whether work may be posted on `qp` now: the peer is connected and

@@ -122,6 +122,10 @@ pub(crate) enum InOp {
         /// The region read (deregistering it ends the read, so its extents
         /// stay as they are while this lives).
         region: RegionKey,
+        /// Its registration ([`Region::serial`](super::region::Region)):
+        /// checked at each segment, so the walk never goes on over another
+        /// region that took the key.
+        serial: u64,
         /// The region offset of the transfer's first byte.
         roff: u64,
         /// Where the copy is in the region's extents (region offsets).

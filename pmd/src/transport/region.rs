@@ -92,6 +92,10 @@ pub struct Region {
     pub advertised: Vec<Port>,
     /// The device's grants of its extents to its domain.
     grants: Vec<Grant>,
+    /// This registration's number, never reused (a key can be, once
+    /// retired): what an operation served over the region checks it is
+    /// still on.
+    pub serial: u64,
 }
 
 impl Region {
@@ -301,6 +305,7 @@ impl RegionTable {
                 peers: peers.map(Box::from),
                 advertised: Vec::new(),
                 grants,
+                serial: self.minted,
             },
         );
         Ok(RegionKey(key))

@@ -144,6 +144,7 @@ impl Transport {
         }
         // Checked as a write is, but the extents are not copied out: the
         // read walks the region's own as the reader's SGL arrives.
+        let serial = self.regions.get(RegionKey(rkey)).map_or(0, |r| r.serial);
         match self.regions.check_remote(
             p,
             RegionKey(rkey),
@@ -162,6 +163,7 @@ impl Transport {
                     op,
                     InOp::Read {
                         region: RegionKey(rkey),
+                        serial,
                         roff,
                         at: ExtentPos::default(),
                         len,
@@ -191,6 +193,7 @@ impl Transport {
         let (win, io) = c.served_with_win(op);
         let Some(InOp::Read {
             region,
+            serial,
             roff,
             at,
             len,
@@ -207,8 +210,9 @@ impl Transport {
             peer.counters.drop_one(DropKind::OutOfRange);
             return self.nak(p, op, WireStatus::Protocol);
         }
-        // Registered while the read is served (deregistering ends it).
-        let Some(r) = regions.get(*region) else {
+        // Registered while the read is served (deregistering ends it); the
+        // serial makes sure of it.
+        let Some(r) = regions.get(*region).filter(|r| r.serial == *serial) else {
             c.unserve(op);
             peer.counters.drop_one(DropKind::UnknownOp);
             return self.nak(p, op, WireStatus::Protocol);
