@@ -884,15 +884,19 @@ fn a_hangup_ends_a_run_unless_nohup_ignored_it() {
             .stdin(std::process::Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::process::Stdio::null());
-        if ignored {
-            // SAFETY: between fork and exec only signal(2), which is
-            // async-signal-safe, runs in the child.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
-                    Ok(())
-                });
-            }
+        // Set either way: the test itself may run under nohup.
+        let disposition = if ignored {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        };
+        // SAFETY: between fork and exec only signal(2), which is
+        // async-signal-safe, runs in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGHUP, disposition);
+                Ok(())
+            });
         }
         let mut child = cmd.spawn().unwrap();
         let t = Instant::now();
