@@ -770,17 +770,6 @@ fn ctrl_c_exits_130_and_keeps_what_was_measured() {
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
 }
 
-/// Files the run left in its fabric directory: control segments and
-/// stats pages.
-fn leftovers(dir: &Dir) -> Vec<String> {
-    std::fs::read_dir(&dir.0)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("ntbdk-"))
-        .collect()
-}
-
 /// Waits until the run has spawned its server and the server joined (its
 /// stats page is there), and returns the server's pid.
 fn spawned_server(r: &Run, dir: &Dir) -> u32 {
@@ -788,7 +777,8 @@ fn spawned_server(r: &Run, dir: &Dir) -> u32 {
     loop {
         let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", r.pid()))
             .unwrap_or_default();
-        let pages = leftovers(dir)
+        let pages = dir
+            .leftovers()
             .iter()
             .filter(|n| n.contains("qpstats"))
             .count();
@@ -820,7 +810,7 @@ fn ctrl_c_ends_a_busy_counted_run_at_once() {
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
     // 10^9 writes take a minute or more here; the interrupt takes a poll.
     assert!(d.took < Duration::from_secs(10), "took {:?}", d.took);
-    assert!(leftovers(&dir).is_empty(), "left {:?}", leftovers(&dir));
+    assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 
 /// A SIGTERM to the whole process group (a `timeout`, a `kill` of the
@@ -838,7 +828,7 @@ fn sigterm_to_the_process_group_ends_the_run_cleanly() {
     let d = r.finish();
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
     assert!(!d.stderr.contains("error"), "{}", d.stderr);
-    assert!(leftovers(&dir).is_empty(), "left {:?}", leftovers(&dir));
+    assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 
 /// A server killed mid-run ends the run within the fabric's dead-peer
@@ -854,7 +844,7 @@ fn a_killed_server_ends_the_run_saying_so() {
     let d = r.finish();
     assert_fails_with(&d, "port 1 left during the run");
     assert!(d.took < Duration::from_secs(20), "took {:?}", d.took);
-    assert!(leftovers(&dir).is_empty(), "left {:?}", leftovers(&dir));
+    assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 
 /// A latency run's clock starts after the warm-up: a short -D still

@@ -37,11 +37,19 @@ impl Dir {
 
     /// Fabric control segments left in the directory.
     pub fn fabrics(&self) -> Vec<String> {
+        let mut files = self.leftovers();
+        files.retain(|n| n.starts_with("ntbdk-fabric-"));
+        files
+    }
+
+    /// Everything a run left in the directory: fabric control segments and
+    /// stats pages.
+    pub fn leftovers(&self) -> Vec<String> {
         std::fs::read_dir(&self.0)
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("ntbdk-fabric-"))
+            .filter(|n| n.starts_with("ntbdk-"))
             .collect()
     }
 }

@@ -488,11 +488,7 @@ impl RegionTable {
         len: u64,
         need: Access,
     ) -> Result<Vec<(u64, u64)>> {
-        let r = self.check(key, off, len, need)?;
-        if !r.admits(peer) {
-            return Err(TransportError::NotInDomain { key, peer });
-        }
-        Ok(r.slice(off, len))
+        Ok(self.admitted(peer, key, off, len, need)?.slice(off, len))
     }
 
     /// Whether `peer` may access `off..off+len` of region `key` as `need`
@@ -506,10 +502,24 @@ impl RegionTable {
         len: u64,
         need: Access,
     ) -> Result<()> {
-        if !self.check(key, off, len, need)?.admits(peer) {
+        self.admitted(peer, key, off, len, need).map(|_| ())
+    }
+
+    /// The region, when `peer` may access `off..off+len` of it as `need`
+    /// says: [`check`](Self::check), and `peer` in its protection domain.
+    fn admitted(
+        &self,
+        peer: Port,
+        key: RegionKey,
+        off: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<&Region> {
+        let r = self.check(key, off, len, need)?;
+        if !r.admits(peer) {
             return Err(TransportError::NotInDomain { key, peer });
         }
-        Ok(())
+        Ok(r)
     }
 
     /// Resolves `off..off+len` of region `key` for an access needing
