@@ -831,6 +831,47 @@ fn sigterm_to_the_process_group_ends_the_run_cleanly() {
     assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 
+/// Ctrl-C in the middle of a latency size keeps that size's samples: the
+/// row is printed and saved, with the round trips it measured.
+#[test]
+fn ctrl_c_during_a_latency_size_keeps_its_samples() {
+    let dir = Dir::new("lat-int");
+    let json = dir.0.join("lat.json");
+    let r = Run::start(
+        &dir,
+        "lat",
+        &[
+            "--test",
+            "lat",
+            "-s",
+            "64",
+            "-n",
+            "1000000000",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let t = Instant::now();
+    while !std::fs::read_to_string(&r.out)
+        .unwrap_or_default()
+        .contains(LAT_HEADER)
+    {
+        assert!(t.elapsed() < DEADLINE, "no latency header");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    r.signal(libc::SIGINT);
+    let d = r.finish();
+    assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
+    let rows = perftest_rows(&d.stdout, LAT_HEADER);
+    assert!(!rows.is_empty(), "{}", d.stdout);
+    check_lat(&rows[0], 64, None);
+    let report = Report::read_json(&json).unwrap();
+    assert_eq!(report.latency.len(), 1, "{report:?}");
+    assert!(report.latency[0].iterations > 0, "{report:?}");
+    assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
+}
+
 /// A server killed mid-run ends the run within the fabric's dead-peer
 /// time, saying what happened, and its stats page goes with the fabric.
 #[test]

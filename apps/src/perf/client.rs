@@ -479,36 +479,48 @@ impl Client {
                 }
             }
             let t0 = Instant::now();
-            match op {
+            // One round trip; `self`, the one-sided source and the served
+            // count passed in, so an error can be looked at before it ends
+            // the size.
+            let round_trip = |this: &mut Self, served: &mut u64, direct_src: &mut [u8]| match op {
                 Op::Send => {
-                    self.post_retry(|t| t.post_send(qp, &payload, i))?;
-                    self.wait(op, |c, _| c.op == OpKind::Recv, |_| true)?;
+                    this.post_retry(|t| t.post_send(qp, &payload, i))?;
+                    this.wait(op, |c, _| c.op == OpKind::Recv, |_| true)
                 }
                 Op::Write if direct => {
                     let v = (i % 255 + 1) as u8;
                     direct_src[size as usize - 1] = v;
-                    let src = &direct_src;
-                    self.post_retry(|t| t.post_write_direct(qp, src, remote, None, i))?;
-                    self.wait(
+                    let src = &*direct_src;
+                    this.post_retry(|t| t.post_write_direct(qp, src, remote, None, i))?;
+                    this.wait(
                         op,
                         |c, _| c.op == OpKind::WriteDirect,
                         |_| view.load_u8(size - 1) == Some(v),
-                    )?;
+                    )
                 }
                 Op::Write => {
-                    self.post_retry(|t| t.post_write(qp, &local, remote, i))?;
-                    let want = served + 1;
-                    self.wait(
+                    this.post_retry(|t| t.post_write(qp, &local, remote, i))?;
+                    let want = *served + 1;
+                    this.wait(
                         op,
                         |c, _| c.op == OpKind::Write,
                         |ep| ep.t.counters(qp).served >= want,
                     )?;
-                    served = want;
+                    *served = want;
+                    Ok(())
                 }
                 Op::Read => {
-                    self.post_retry(|t| t.post_read(qp, &local, remote, i))?;
-                    self.wait(op, |c, _| c.op == OpKind::Read, |_| true)?;
+                    this.post_retry(|t| t.post_read(qp, &local, remote, i))?;
+                    this.wait(op, |c, _| c.op == OpKind::Read, |_| true)
                 }
+            };
+            if let Err(e) = round_trip(self, &mut served, &mut direct_src) {
+                // Ctrl-C during a size: the samples taken are its row (the
+                // caller prints and saves it, then ends the run).
+                if crate::cli::is_interrupted(&e) && !hist.is_empty() {
+                    break;
+                }
+                return Err(e);
             }
             let ns = t0.elapsed().as_nanos() as u64;
             if !warming {
