@@ -151,12 +151,14 @@ setup() { # count kB [node]
             "short or fragmented; try fewer, or reserve at boot with hugepages=$count on the" \
             "kernel command line); $left"
     fi
-    echo "reserved $got $(human "$kb") hugepages${node:+ on node $node}"
     # Shrinking below what is in use leaves the excess as surplus pages,
-    # freed as their users let go (the kernel's set_max_huge_pages).
+    # counted in nr_hugepages until their users let go (the kernel's
+    # set_max_huge_pages): the reservation is the rest.
     local surplus
     surplus=$(cat "$dir/surplus_hugepages" 2>/dev/null || echo 0)
-    if [[ "$surplus" =~ ^[0-9]+$ ]] && [ "$surplus" -gt 0 ]; then
+    [[ "$surplus" =~ ^[0-9]+$ ]] && [ "$surplus" -le "$got" ] || surplus=0
+    echo "reserved $((got - surplus)) $(human "$kb") hugepages${node:+ on node $node}"
+    if [ "$surplus" -gt 0 ]; then
         echo "note: $surplus more are in use as surplus pages, freed when their users exit" \
             "(or their files in a hugetlbfs mount are deleted)"
     fi

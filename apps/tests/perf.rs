@@ -286,6 +286,18 @@ fn bidirectional_bandwidth_sums_both_directions() {
         assert_eq!(report.params["bidirectional"], true);
         assert_eq!(report.bandwidth[0].iterations, n(&total[0], 1) as u64);
     }
+    // Two servers share -n 3 (2 and 1), and -n 1 (1 and 0: a server with
+    // no share posts nothing, not "until stopped").
+    for (iters, servers_total) in [("3", 3), ("1", 1)] {
+        let d = run(
+            &dir,
+            &["-b", "-q", "2", "--test", "bw", "-s", "64", "-n", iters],
+        );
+        assert_ok(&d);
+        let (ours, theirs) = direction_rows(&d.stdout);
+        check_bw(&ours[0], 64, Some(iters.parse().unwrap()));
+        check_bw(&theirs[0], 64, Some(servers_total));
+    }
     assert!(dir.fabrics().is_empty());
 }
 
@@ -916,18 +928,16 @@ fn a_hangup_ends_a_run_unless_nohup_ignored_it() {
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::process::Stdio::null());
         // Set either way: the test itself may run under nohup.
-        let disposition = if ignored {
-            libc::SIG_IGN
-        } else {
-            libc::SIG_DFL
-        };
-        // SAFETY: between fork and exec only signal(2), which is
-        // async-signal-safe, runs in the child.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::signal(libc::SIGHUP, disposition);
-                Ok(())
-            });
+        common::default_signals(&mut cmd);
+        if ignored {
+            // SAFETY: between fork and exec only signal(2), which is
+            // async-signal-safe, runs in the child (after the defaults).
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
         }
         let mut child = cmd.spawn().unwrap();
         let t = Instant::now();
@@ -951,6 +961,19 @@ fn a_hangup_ends_a_run_unless_nohup_ignored_it() {
         assert_eq!(status.code(), Some(130), "ignored {ignored}");
         assert!(dir.fabrics().is_empty(), "{:?}", dir.fabrics());
     }
+}
+
+/// One-sided writes are invisible to the server: a run longer than
+/// `--timeout` must not look like a silent client to it.
+#[test]
+fn a_one_sided_run_outlives_a_short_timeout() {
+    let dir = Dir::new("quiet");
+    let d = run(
+        &dir,
+        &["--test", "bw", "-s", "64", "-D", "2", "--timeout", "0.5"],
+    );
+    assert_ok(&d);
+    assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 
 /// Options that do not go together exit 2, as clap's own errors do.

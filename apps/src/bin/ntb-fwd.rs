@@ -129,9 +129,9 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=16))]
     slots: u64,
     /// The first lcore's core (an index into the usable cores); the others
-    /// take the next ones, wrapping around. Default: after the cores the
-    /// lower ports' hosts take (port × lcores per host), so that hosts on
-    /// one machine spin on different cores while there are enough.
+    /// take the next ones, wrapping around. Default: port × this host's
+    /// lcores, so that hosts on one machine running as many lcores each
+    /// spin on different cores while there are enough.
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
     /// Seconds to wait for the peer, and for any message, before giving up.

@@ -312,7 +312,8 @@ fn secs(v: f64, flag: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// Checks what clap cannot: numbers in range, combinations, output paths.
+/// Checks what clap cannot: numbers in range, combinations (output paths:
+/// `check_outputs`).
 fn check_args(args: &Args) -> Result<()> {
     if let Some(t) = args.timeout {
         secs(t, "--timeout")?;

@@ -88,7 +88,13 @@ pub fn die_with_parent() {
     let spawner = std::env::var(SPAWNER_PID_ENV)
         .ok()
         .and_then(|p| p.parse::<u32>().ok());
-    if parent == 1 || spawner.is_some_and(|s| s != parent) {
+    // (Without the variable, being re-parented to init is the sign; with
+    // it, init may be the spawner itself: a container or a pid namespace.)
+    let orphaned = match spawner {
+        Some(s) => s != parent,
+        None => parent == 1,
+    };
+    if orphaned {
         std::process::exit(1);
     }
 }

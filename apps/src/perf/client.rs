@@ -207,18 +207,31 @@ impl Client {
             ep, comps, servers, ..
         } = self;
         for s in servers.iter_mut() {
-            s.ctl.call(Command::Phase(Phase::Passive), timeout, || {
-                let n = ep.t.poll_completions(comps);
-                for c in &comps[..n] {
-                    check(c)?;
-                    if c.op == OpKind::Recv
-                        && let Some(&qp) = qps.iter().find(|q| q.peer() == c.peer)
-                    {
-                        ep.repost(qp, c.cookie)?;
+            // The server's count is what we wait for: while what it sends
+            // or asks of us moves, it is working, however long that takes.
+            let qp = s.qp;
+            let moved = |ep: &Endpoint| {
+                let c = ep.t.counters(qp);
+                c.recvs + c.served + c.bytes_in
+            };
+            let mut seen = moved(ep);
+            s.ctl
+                .call_while_busy(Command::Phase(Phase::Passive), timeout, || {
+                    let n = ep.t.poll_completions(comps);
+                    for c in &comps[..n] {
+                        check(c)?;
+                        if c.op == OpKind::Recv
+                            && let Some(&qp) = qps.iter().find(|q| q.peer() == c.peer)
+                        {
+                            ep.repost(qp, c.cookie)?;
+                        }
                     }
-                }
-                check_interrupted()
-            })?;
+                    check_interrupted()?;
+                    let now = moved(ep);
+                    let progressed = now != seen;
+                    seen = now;
+                    Ok(progressed)
+                })?;
         }
         Ok(())
     }
@@ -311,18 +324,13 @@ impl Client {
         })?;
         self.command_all(Command::BidirLoad(load))?;
         // A counted run: the servers post -n between them, as we do
-        // (u32: -n is at most 10^9).
+        // (u32: -n is at most 10^9); a share may be 0.
         let servers = self.servers.len() as u64;
         for i in 0..self.servers.len() {
             let iters = budget
                 .iteration_limit()
-                .map_or(0, |n| n / servers + u64::from((i as u64) < n % servers));
-            self.call(
-                i,
-                Command::BidirIters {
-                    iters: iters as u32,
-                },
-            )?;
+                .map(|n| (n / servers + u64::from((i as u64) < n % servers)) as u32);
+            self.call(i, Command::BidirIters { iters })?;
         }
         self.phase(Phase::Bidir { size: size as u32 }, false)?;
         let warm = Budget::iterations(depth as u64);

@@ -107,11 +107,11 @@ pub enum Command {
         cq_mod: u32,
     },
     /// How many operations the server posts in the next bidirectional
-    /// phase (perftest's `-n` with `-b`: each side runs its count); 0:
-    /// until the client's next command (a timed run).
+    /// phase (perftest's `-n` with `-b`: each side runs its count), or
+    /// `None`: until the client's next command (a timed run).
     BidirIters {
-        /// Operations, or 0.
-        iters: u32,
+        /// Operations (at most `u32::MAX - 1`), or `None`.
+        iters: Option<u32>,
     },
     /// Asks for word `0..=3` of what the server did in the last
     /// bidirectional phase ([`BidirResult`]), once it ended.
@@ -120,6 +120,9 @@ pub enum Command {
         word: u32,
     },
 }
+
+/// [`Command::BidirIters`]' argument for "until the next command".
+const UNTIL_STOPPED: u32 = u32::MAX;
 
 impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,7 +134,8 @@ impl std::fmt::Display for Command {
             Command::BidirLoad(l) => write!(f, "a bidirectional load ({:?})", l.op),
             Command::BidirCqMod { cq_mod } => write!(f, "a completion moderation of {cq_mod}"),
             Command::BidirResult { .. } => f.write_str("the result of the bidirectional phase"),
-            Command::BidirIters { iters } => write!(f, "a bidirectional count of {iters}"),
+            Command::BidirIters { iters: Some(n) } => write!(f, "a bidirectional count of {n}"),
+            Command::BidirIters { iters: None } => f.write_str("a timed bidirectional phase"),
         }
     }
 }
@@ -279,7 +283,7 @@ impl Command {
             Command::Phase(Phase::Bidir { size }) => (9, size),
             Command::BidirResult { word } => (10, word),
             Command::BidirCqMod { cq_mod } => (11, cq_mod),
-            Command::BidirIters { iters } => (12, iters),
+            Command::BidirIters { iters } => (12, iters.unwrap_or(UNTIL_STOPPED)),
         }
     }
 
@@ -296,7 +300,9 @@ impl Command {
             9 => Command::Phase(Phase::Bidir { size: arg }),
             10 => Command::BidirResult { word: arg },
             11 => Command::BidirCqMod { cq_mod: arg },
-            12 => Command::BidirIters { iters: arg },
+            12 => Command::BidirIters {
+                iters: (arg != UNTIL_STOPPED).then_some(arg),
+            },
             _ => return None,
         })
     }
@@ -390,6 +396,18 @@ impl ClientControl {
         timeout: Duration,
         mut idle: impl FnMut() -> Result<()>,
     ) -> Result<u32> {
+        self.call_while_busy(cmd, timeout, || idle().map(|()| false))
+    }
+
+    /// [`call`](Self::call) for a command the server answers once it has
+    /// finished work we see progress on: `idle` says whether the work moved
+    /// since its last call, and `timeout` counts from the last move.
+    pub fn call_while_busy(
+        &mut self,
+        cmd: Command,
+        timeout: Duration,
+        mut idle: impl FnMut() -> Result<bool>,
+    ) -> Result<u32> {
         self.seq = self.seq.wrapping_add(1).max(1);
         let (code, arg) = cmd.encode();
         let peer = self.server;
@@ -397,7 +415,7 @@ impl ClientControl {
         self.dev.peer_spad_write(peer, SP_ARG, arg)?;
         self.dev.peer_spad_write(peer, SP_IDX, self.index as u32)?;
         self.dev.peer_spad_write(peer, SP_SEQ, self.seq)?;
-        let start = Instant::now();
+        let mut start = Instant::now();
         let mut polls = 0u32;
         loop {
             if self.dev.spad_read(2 * self.index)? == self.seq {
@@ -410,7 +428,9 @@ impl ClientControl {
                 }
                 return Ok(v);
             }
-            idle()?;
+            if idle()? {
+                start = Instant::now();
+            }
             // A server that died or left is not waited for until the
             // timeout: its link goes down (the fabric's dead-peer
             // detection, a heartbeat of at most a few seconds).
@@ -538,7 +558,9 @@ mod tests {
             Command::Phase(Phase::Bidir { size: 8 << 20 }),
             Command::BidirResult { word: 3 },
             Command::BidirCqMod { cq_mod: 100 },
-            Command::BidirIters { iters: 2000 },
+            Command::BidirIters { iters: Some(2000) },
+            Command::BidirIters { iters: Some(0) },
+            Command::BidirIters { iters: None },
             Command::Phase(Phase::WriteDirectEcho { size: 64 }),
         ]) {
             let (code, arg) = cmd.encode();

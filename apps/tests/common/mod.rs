@@ -83,7 +83,9 @@ impl Run {
     pub fn start(dir: &Dir, tag: &str, args: &[&str]) -> Self {
         let out = dir.0.join(format!("{tag}.out"));
         let err = dir.0.join(format!("{tag}.err"));
-        let child = Command::new(super::BIN)
+        let mut cmd = Command::new(super::BIN);
+        default_signals(&mut cmd);
+        let child = cmd
             .args(args)
             .env("NTBDK_SHM_DIR", &dir.0)
             .stdin(Stdio::null())
@@ -154,6 +156,23 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Gives `cmd`'s process the default SIGINT, SIGTERM and SIGHUP: the apps
+/// keep a signal ignored at start (as under `nohup`), and a test run may
+/// itself have them ignored (a background job of a script ignores SIGINT).
+pub fn default_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only signal(2), which is
+    // async-signal-safe, runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
     }
 }
 
