@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use ntbdk_pmd::hw::emu::EmuDevice;
+use ntbdk_pmd::hw::intel::IntelConfig;
 use ntbdk_pmd::hw::open::{DeviceSpec, OpenOptions, Opened, open_either};
 use ntbdk_pmd::hw::vfio::ivshmem::IvshmemConfig;
 use ntbdk_pmd::hw::{NtbDevice, Port};
@@ -70,6 +71,13 @@ impl Host {
     }
 }
 
+/// How long an Intel NTB peer's heartbeat may stop before the apps
+/// declare it gone (both sides beat; the link itself stays up when a host's
+/// process dies, so this is how a server learns its client crashed).
+/// Generous, as the apps have no heartbeat thread: a side beats while it
+/// polls.
+pub const INTEL_HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Opens `--device SPEC`: a fabric member at `slot` (or the first free
 /// slot), or an Intel NTB, whose port is its side of the link (0 upstream,
 /// 1 downstream) and takes no `--slot`.
@@ -78,6 +86,10 @@ pub fn open_device(spec: &DeviceSpec, slot: Option<Port>) -> Result<Host> {
         ivshmem: IvshmemConfig {
             slot,
             ..IvshmemConfig::default()
+        },
+        intel: IntelConfig {
+            heartbeat_timeout: Some(INTEL_HEARTBEAT_TIMEOUT),
+            ..IntelConfig::default()
         },
         ..OpenOptions::default()
     };

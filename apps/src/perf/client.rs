@@ -200,8 +200,8 @@ impl Client {
     /// Ends the servers' bidirectional phase: the command ends a timed
     /// one; a counted one answers once its count is done, so meanwhile we
     /// keep taking what the servers send (receives reposted).
-    fn end_bidir(&mut self) -> Result<()> {
-        let timeout = self.timeout;
+    fn end_bidir(&mut self, ours_took: Duration) -> Result<()> {
+        let timeout = self.timeout + ours_took;
         let qps: Vec<Qp> = self.servers.iter().map(|s| s.qp).collect();
         let Self {
             ep, comps, servers, ..
@@ -336,7 +336,10 @@ impl Client {
         let warm = Budget::iterations(depth as u64);
         self.pump(op, size, burst, depth, warm)?;
         let ours = self.bandwidth_continued(op, size, burst, depth, budget)?;
-        self.end_bidir()?;
+        // The servers started their count when we started ours: allow them
+        // as long again as our own run took, on top of the timeout (their
+        // one-sided writes show us no progress).
+        self.end_bidir(Duration::from_secs_f64(ours.seconds))?;
         let mut theirs = BwRow::new(size, 0, Duration::ZERO);
         for i in 0..self.servers.len() {
             let mut w = [0u32; 4];
@@ -479,6 +482,12 @@ impl Client {
         // nothing).
         let mut t_start = None;
         loop {
+            // Ctrl-C ends the size with the samples taken (one relaxed load
+            // a round trip: a round trip on quiet cores may never wait long
+            // enough for the waits' own checks).
+            if !hist.is_empty() && crate::cli::session::interrupted() {
+                break;
+            }
             let warming = i < warmup && Instant::now() < warm_end;
             if !warming {
                 let since = t_start.get_or_insert_with(Instant::now).elapsed();

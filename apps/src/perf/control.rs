@@ -283,7 +283,9 @@ impl Command {
             Command::Phase(Phase::Bidir { size }) => (9, size),
             Command::BidirResult { word } => (10, word),
             Command::BidirCqMod { cq_mod } => (11, cq_mod),
-            Command::BidirIters { iters } => (12, iters.unwrap_or(UNTIL_STOPPED)),
+            // (Code 12 was this command's first form, where 0 meant "until
+            // stopped": refused now, so the two versions do not mix.)
+            Command::BidirIters { iters } => (13, iters.unwrap_or(UNTIL_STOPPED)),
         }
     }
 
@@ -300,7 +302,7 @@ impl Command {
             9 => Command::Phase(Phase::Bidir { size: arg }),
             10 => Command::BidirResult { word: arg },
             11 => Command::BidirCqMod { cq_mod: arg },
-            12 => Command::BidirIters {
+            13 => Command::BidirIters {
                 iters: (arg != UNTIL_STOPPED).then_some(arg),
             },
             _ => return None,

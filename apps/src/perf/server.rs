@@ -225,8 +225,13 @@ pub fn serve(
                     budget,
                     timeout,
                     |_| {
-                        if pending.is_none() {
-                            pending = ctl.poll();
+                        // A newer command replaces a pending `Phase(Passive)`
+                        // (the client gave up waiting for the count: a
+                        // `Stop` after Ctrl-C) and ends the count.
+                        if pending.is_none_or(|p| p.cmd == passive)
+                            && let Some(newer) = ctl.poll()
+                        {
+                            pending = Some(newer);
                         }
                         Ok(pending.is_some_and(|p| !counted || p.cmd != passive))
                     },
