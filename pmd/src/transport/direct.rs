@@ -243,7 +243,7 @@ impl Transport {
         let key = RegionKey(rkey);
         if self
             .regions
-            .check_remote(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
+            .admitted(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
             .is_err()
         {
             return self.count(p, DropKind::Access);

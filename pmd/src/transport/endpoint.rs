@@ -145,13 +145,15 @@ pub struct Transport {
 }
 
 /// The parts of a transport that moving data touches, borrowed apart: the
-/// operations we initiated, every port (windows, counters), the data mover
-/// and our window.
+/// operations we initiated, every port (windows, counters), the data mover,
+/// our window, and our regions (read only: a served read walks one's
+/// extents).
 pub(crate) struct Movers<'a>(
     pub &'a mut IdMap<u64, OutOp>,
     pub &'a mut [Peer],
     pub &'a mut dyn DmaEngine,
     pub &'a LocalWindow,
+    pub &'a RegionTable,
 );
 
 impl Drop for Transport {
@@ -499,6 +501,7 @@ impl Transport {
             &mut self.peers,
             self.engine.as_mut(),
             &self.local,
+            &self.regions,
         )
     }
 

@@ -86,7 +86,7 @@ impl Transport {
             return self.on_multicast_sgl(p, op, start, sges);
         }
         let deadline_now = self.cfg.op_deadline();
-        let Movers(ops, peers, engine, local) = self.movers();
+        let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(o) = ops.get_mut(&op) else {
             return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
         };

@@ -182,7 +182,7 @@ impl Transport {
             return;
         }
         let src = self.regions.extents(region, len);
-        let Movers(_, peers, engine, local) = self.movers();
+        let Movers(_, peers, engine, local, _) = self.movers();
         let Some(c) = peers[next as usize].conn.as_ref() else {
             return;
         };
@@ -465,7 +465,7 @@ impl Transport {
     }
 
     fn mc_maybe_put(&mut self, op: u64) {
-        let Movers(ops, peers, engine, local) = self.movers();
+        let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(OutKind::Multicast {
             src,
             len,

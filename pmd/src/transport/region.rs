@@ -491,23 +491,11 @@ impl RegionTable {
         Ok(self.admitted(peer, key, off, len, need)?.slice(off, len))
     }
 
-    /// Whether `peer` may access `off..off+len` of region `key` as `need`
-    /// says, without resolving the range's extents (a served read walks the
-    /// region's own).
-    pub fn check_remote(
-        &self,
-        peer: Port,
-        key: RegionKey,
-        off: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<()> {
-        self.admitted(peer, key, off, len, need).map(|_| ())
-    }
-
     /// The region, when `peer` may access `off..off+len` of it as `need`
-    /// says: [`check`](Self::check), and `peer` in its protection domain.
-    fn admitted(
+    /// says: [`check`](Self::check), and `peer` in its protection domain
+    /// (without resolving the range's extents: a served read walks the
+    /// region's own).
+    pub fn admitted(
         &self,
         peer: Port,
         key: RegionKey,

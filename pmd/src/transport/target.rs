@@ -144,19 +144,19 @@ impl Transport {
         }
         // Checked as a write is, but the extents are not copied out: the
         // read walks the region's own as the reader's SGL arrives.
-        let serial = self.regions.get(RegionKey(rkey)).map_or(0, |r| r.serial);
-        match self.regions.check_remote(
+        let admitted = self.regions.admitted(
             p,
             RegionKey(rkey),
             roff,
             u64::from(len),
             Access::REMOTE_READ,
-        ) {
+        );
+        match admitted.map(|r| r.serial) {
             Err(_) => {
                 self.count(p, DropKind::Access);
                 self.nak(p, op, WireStatus::Access);
             }
-            Ok(()) => {
+            Ok(serial) => {
                 let deadline = self.served_deadline();
                 self.serve(
                     p,
@@ -179,15 +179,7 @@ impl Transport {
     /// serve straight into the reader's window; `Ack` once all of it is there.
     pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
         let deadline_now = self.cfg.op_deadline();
-        // `movers()`'s fields, spelled out so the region table can be read
-        // beside them.
-        let Movers(_, peers, engine, local) = Movers(
-            &mut self.ops,
-            &mut self.peers,
-            self.engine.as_mut(),
-            &self.local,
-        );
-        let regions = &self.regions;
+        let Movers(_, peers, engine, local, regions) = self.movers();
         let peer = &mut peers[p as usize];
         let Some(c) = peer.conn.as_mut() else { return };
         let (win, io) = c.served_with_win(op);

@@ -580,6 +580,13 @@ mod tests {
         (EmuFabric::create_in(dir, name, &cfg).unwrap(), cfg)
     }
 
+    /// Removes what [`fabric`] made, once its handle `f` is gone.
+    fn remove(dir: &Path, name: &str, f: EmuFabric) {
+        drop(f);
+        EmuFabric::destroy_in(dir, name).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     /// Every member can write the header: what it writes after we attached
     /// is never read again (no slot index past the real slots, no
     /// scratchpad past the real ones), and attaching to a header it broke
@@ -613,9 +620,7 @@ mod tests {
         let e = EmuFabric::attach_in(&dir, "hdr").unwrap_err().to_string();
         assert!(e.contains("read latency"), "{e}");
         drop(a);
-        drop(f);
-        EmuFabric::destroy_in(&dir, "hdr").unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        remove(&dir, "hdr", f);
     }
 
     /// A member flipping the header's slot count while we attach: we use
@@ -659,9 +664,7 @@ mod tests {
             "no race: {ok} attached, {refused} refused"
         );
         f.inner.seg.header().slots.store(2, Relaxed);
-        drop(f);
-        EmuFabric::destroy_in(&dir, "flip").unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        remove(&dir, "flip", f);
     }
 
     /// A last scan a member dated in the future is due at once: no member
@@ -675,8 +678,6 @@ mod tests {
         let now = now_ns();
         f.maybe_scan(now);
         assert_eq!(last.load(Relaxed), now);
-        drop(f);
-        EmuFabric::destroy_in(&dir, "scan").unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        remove(&dir, "scan", f);
     }
 }
