@@ -758,3 +758,26 @@ fn a_window_runs_one_transport_and_outlives_it_in_its_received_mbufs() {
     drop(got);
     Transport::new(dev, Config::new(g)).expect("the window is free again");
 }
+
+/// The claim is recorded by the window's address, so a transport dropped
+/// in one thread must not leave a record behind a window that is already
+/// unmapped: a new window mapped at that address in another thread would be
+/// refused as in use. Threads build and drop transports on fabrics of their
+/// own, over and over; none may be refused.
+#[test]
+fn a_dropped_transport_leaves_no_claim_for_another_threads_new_window() {
+    let g = geometry(1, 16, 128);
+    let turns = if cfg!(debug_assertions) { 40 } else { 150 };
+    std::thread::scope(|s| {
+        for th in 0..3 {
+            s.spawn(move || {
+                for turn in 0..turns {
+                    // Every turn: a fabric, two transports over windows it
+                    // maps, all dropped again.
+                    let h = hosts(&format!("dataq-reuse-{th}-{turn}"), g);
+                    drop(h);
+                }
+            });
+        }
+    });
+}

@@ -11,6 +11,11 @@
 //! application still holds. So [`Transport::new`](super::Transport::new)
 //! claims the window, and the claim lives as long as the transport and
 //! every receive pool over the window (each pool keeps a clone).
+//!
+//! A claim is recorded by the window's address, so it keeps the window
+//! mapped: were the mapping gone first, a new mapping at the same address
+//! (another device, in another thread) would find the stale record and be
+//! refused.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -25,6 +30,9 @@ static CLAIMED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 #[derive(Debug)]
 pub(crate) struct WindowClaim {
     start: usize,
+    /// Keeps the mapping (and so the address) ours until the record is gone:
+    /// `drop` removes the record before the fields are dropped.
+    _window: LocalWindow,
 }
 
 impl WindowClaim {
@@ -36,7 +44,10 @@ impl WindowClaim {
             return Err(TransportError::WindowInUse { mw });
         }
         claimed.push(start);
-        Ok(Arc::new(WindowClaim { start }))
+        Ok(Arc::new(WindowClaim {
+            start,
+            _window: local.clone(),
+        }))
     }
 }
 
