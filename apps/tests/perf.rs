@@ -834,9 +834,11 @@ fn sigterm_to_the_process_group_ends_the_run_cleanly() {
     let r = Run::start(&dir, "grp", &["--test", "bw", "-s", "64K", "-D", "30"]);
     let server = spawned_server(&r, &dir);
     std::thread::sleep(Duration::from_millis(200));
-    r.signal(libc::SIGTERM);
+    // The server first: it is alive for sure (the client, signalled first,
+    // could have stopped and reaped it already).
     // SAFETY: kill(2) on the spawned server's pid; no memory is passed.
     assert_eq!(unsafe { libc::kill(server as i32, libc::SIGTERM) }, 0);
+    r.signal(libc::SIGTERM);
     let d = r.finish();
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
     assert!(!d.stderr.contains("error"), "{}", d.stderr);

@@ -314,11 +314,36 @@ fn dying_peer_ends_the_run_with_an_error() {
             "30",
         ],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_round_trips(&dir, 100);
     server.kill();
     let d = client.finish();
     assert_fails_with(&d, "port 0 left the fabric");
     let _ = EmuFabric::destroy_in(&dir.0, "d");
+}
+
+/// Waits until the one fabric in `dir` has carried `round_trips` doorbell
+/// round trips (a ping and its echo each ring one): the run is past its
+/// start-up, however long a loaded machine takes to get there.
+fn wait_for_round_trips(dir: &Dir, round_trips: u64) {
+    let started = Instant::now();
+    loop {
+        let rings = dir
+            .fabrics()
+            .first()
+            .and_then(|file| {
+                let name = file.strip_prefix("ntbdk-fabric-")?;
+                EmuFabric::attach_in(&dir.0, name).ok()
+            })
+            .map_or(0, |f| f.status().slots.iter().map(|s| s.db_rings).sum());
+        if rings >= 2 * round_trips {
+            return;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "only {rings} doorbell rings within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Ctrl-C during the timed round trips: exit 130, and the round trips timed
@@ -339,8 +364,8 @@ fn interrupt_still_saves_what_was_measured() {
             json.to_str().unwrap(),
         ],
     );
-    // Let it time some round trips.
-    std::thread::sleep(Duration::from_millis(500));
+    // Let it time some round trips (10 of warm-up, then timed ones).
+    wait_for_round_trips(&dir, 100);
     r.signal(libc::SIGINT);
     let d = r.finish();
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);

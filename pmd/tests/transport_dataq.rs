@@ -38,6 +38,9 @@ fn fabric(dir: &TestDir, name: &str, g: &Geometry) -> EmuFabric {
     let fc = FabricConfig {
         slots: 2,
         window_size: window.next_multiple_of(1 << 20),
+        // No host here dies unannounced: a loaded machine's stall must not
+        // drop a live one.
+        heartbeat_timeout: Duration::from_secs(2),
         ..Default::default()
     };
     EmuFabric::create_in(dir.path(), name, &fc).unwrap()

@@ -29,6 +29,9 @@ fn hosts_with(dir: &TestDir, name: &str, cfg: Config) -> (EmuFabric, Vec<Transpo
     let fc = FabricConfig {
         slots: n as usize,
         window_size: 1 << 20,
+        // No host here dies unannounced: a loaded machine's stall must not
+        // drop a live one.
+        heartbeat_timeout: Duration::from_secs(2),
         ..Default::default()
     };
     let fabric = EmuFabric::create_in(dir.path(), name, &fc).unwrap();

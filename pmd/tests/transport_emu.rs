@@ -819,7 +819,9 @@ fn sixty_four_concurrent_non_posted_readers_exhaust_the_rlut() {
             let c = DeviceConfig {
                 slot: Some(s),
                 heartbeat_thread: false,
-                read_latency: Some(Duration::from_millis(300)),
+                // Long enough that all 64 readers are in flight at once,
+                // however a loaded machine schedules their threads.
+                read_latency: Some(Duration::from_secs(1)),
                 ..Default::default()
             };
             Arc::new(fabric.join(&c).unwrap())

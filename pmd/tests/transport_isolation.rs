@@ -7,6 +7,7 @@
 mod transport_common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuFabric, FabricConfig, SlotState};
@@ -18,6 +19,14 @@ use ntbdk_pmd::transport::{
 use transport_common::{Host, Rng, RoleChild, TestDir, child_role, death_bound, env};
 
 const LONG: Duration = Duration::from_secs(20);
+
+/// The heartbeat timeout of the tests that wait for a death: short enough
+/// for a quick test, long enough that a live host a loaded machine stalls
+/// for a moment (a descheduled thread, a throttled process) is not dropped.
+const DEATH_TEST_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// The heartbeat timeout of the tests where no host dies.
+const LIVE_HEARTBEAT: Duration = Duration::from_secs(2);
 
 fn geo() -> Geometry {
     Geometry {
@@ -56,7 +65,7 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     let fc = FabricConfig {
         slots: 2,
         window_size: 1 << 20,
-        heartbeat_timeout: Duration::from_millis(100),
+        heartbeat_timeout: DEATH_TEST_HEARTBEAT,
         ..Default::default()
     };
     let fabric = EmuFabric::create_in(dir.path(), "zombie", &fc).unwrap();
@@ -161,6 +170,7 @@ fn three(dir: &TestDir, name: &str) -> (EmuFabric, Vec<Host>) {
     let fc = FabricConfig {
         slots: 3,
         window_size: 1 << 20,
+        heartbeat_timeout: LIVE_HEARTBEAT,
         ..Default::default()
     };
     let fabric = EmuFabric::create_in(dir.path(), name, &fc).unwrap();
@@ -773,17 +783,31 @@ fn echo() {
         2,
         8,
     );
+    // The parent stops us with SIGSTOP and resumes us with SIGCONT: the
+    // handler tells us we were stopped (a long turn of the loop alone may
+    // be a loaded machine).
+    static CONTINUED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_cont(_: libc::c_int) {
+        CONTINUED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: the handler only stores to an atomic, which is
+    // async-signal-safe; no other code of this child handles SIGCONT.
+    let old = unsafe {
+        libc::signal(
+            libc::SIGCONT,
+            on_cont as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
+    assert_ne!(old, libc::SIG_ERR, "SIGCONT handler");
     h.t.wait_connected(1, LONG).unwrap();
     println!("READY");
     let qp = h.qp(1);
     let mut refused = None;
     let mut resumed = None;
-    let mut last = Instant::now();
     loop {
-        // A turn of this loop as long as the heartbeat timeout: we were
-        // stopped. Write at once, before polling again (the rest of a poll
-        // the stop fell into may have told us already).
-        if resumed.is_none() && last.elapsed() >= Duration::from_millis(100) {
+        // We were stopped and resumed: write at once, before polling again
+        // (the rest of a poll the stop fell into may have told us already).
+        if resumed.is_none() && CONTINUED.load(Ordering::Relaxed) {
             resumed = Some(match h.t.post_send(qp, b"zombie", 7) {
                 Err(TransportError::Hw(HwError::SlotLost { port: 0 })) => "SlotLost",
                 Err(TransportError::Lost) => "Lost",
@@ -791,7 +815,6 @@ fn echo() {
                 Err(_) => "other",
             });
         }
-        last = Instant::now();
         if h.t.peer_state(1) == PeerState::Lost {
             let post = h.t.post_send(qp, b"zombie", 7);
             let post = matches!(post, Err(TransportError::Lost));
@@ -817,7 +840,7 @@ fn a_stopped_process_is_dropped_and_told_so_when_resumed() {
     let fc = FabricConfig {
         slots: 2,
         window_size: 1 << 20,
-        heartbeat_timeout: Duration::from_millis(100),
+        heartbeat_timeout: DEATH_TEST_HEARTBEAT,
         ..Default::default()
     };
     let fabric = EmuFabric::create_in(dir.path(), "sigstop", &fc).unwrap();

@@ -3,9 +3,9 @@
 //! operations and drops, goes away with it, and a reader refuses a page
 //! that is not one without panicking.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::inject::Injector;
@@ -28,11 +28,26 @@ fn dir(tag: &str) -> Dir {
     Dir(p)
 }
 
-/// Polls `t` for a little over one publish interval, so its page is fresh.
-fn settle(t: &mut Transport) {
-    let end = Instant::now() + PUBLISH_INTERVAL * 3 + Duration::from_millis(2);
-    while Instant::now() < end {
+/// Polls `t` until its page at `path` has been rewritten after this call
+/// began (so it holds everything done before it), however long a loaded
+/// machine takes: a rewrite waits for a publish interval and a slow-path
+/// poll.
+fn settle(t: &mut Transport, path: &Path) {
+    let unix_ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    // A rewrite stamped a later millisecond than this began after it.
+    let since = unix_ms();
+    let end = Instant::now() + Duration::from_secs(10) + PUBLISH_INTERVAL;
+    loop {
         t.progress();
+        if read_stats(path).unwrap().updated_unix_ms > since {
+            return;
+        }
+        assert!(Instant::now() < end, "the page was not rewritten in 10 s");
     }
 }
 
@@ -64,7 +79,7 @@ fn the_page_follows_counters_outstanding_work_and_drops() {
     let target = rogue.register_region(4096, Access::ALL).unwrap();
     let src = victim.register_region(4096, Access::ALL).unwrap();
     let qp = victim.create_qp(0).unwrap();
-    settle(&mut victim); // learns of the region through the rogue's advertise
+    settle(&mut victim, &path); // learns of the region through the rogue's advertise
     victim
         .post_write(
             qp,
@@ -85,7 +100,7 @@ fn the_page_follows_counters_outstanding_work_and_drops() {
     let mut inj = Injector::new(&*rogue_dev, 1, *victim.layout(), e).unwrap();
     inj.push(Ring::Rx, &[0xff; 56]).unwrap();
     inj.push(Ring::Rx, &[0xff; 56]).unwrap();
-    settle(&mut victim);
+    settle(&mut victim, &path);
 
     let page = read_stats(&path).unwrap();
     let p0 = &page.peers[0];

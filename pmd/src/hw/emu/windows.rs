@@ -208,6 +208,7 @@ mod tests {
         let cfg = FabricConfig {
             slots: 2,
             window_size: 1 << 20,
+            heartbeat_timeout: std::time::Duration::from_secs(2),
             ..FabricConfig::default()
         };
         let fabric = EmuFabric::create_in(&dir, "winpub", &cfg).unwrap();
