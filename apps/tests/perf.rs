@@ -132,6 +132,16 @@ fn write_bw_and_lat_with_json_and_plot() {
     assert!(report.bandwidth[0].gb_per_s > 0.0);
     assert_eq!(report.latency.len(), 1);
     assert_eq!(report.latency[0].iterations, 2000);
+    assert!(
+        !report.latency[0].interrupted,
+        "a complete row is not marked"
+    );
+    assert!(
+        !std::fs::read_to_string(&json)
+            .unwrap()
+            .contains("interrupted"),
+        "nor is the field written for it"
+    );
     assert!(!report.latency[0].distribution.is_empty());
     let svg = std::fs::read_to_string(&svg).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("the plot is well-formed XML");
@@ -883,6 +893,17 @@ fn ctrl_c_during_a_latency_size_keeps_its_samples() {
     let report = Report::read_json(&json).unwrap();
     assert_eq!(report.latency.len(), 1, "{report:?}");
     assert!(report.latency[0].iterations > 0, "{report:?}");
+    assert!(
+        report.latency[0].interrupted,
+        "the row is marked: {report:?}"
+    );
+    assert!(
+        std::fs::read_to_string(&json)
+            .unwrap()
+            .contains("\"interrupted\": true"),
+        "in the JSON too"
+    );
+    assert!(d.stderr.contains("measured before Ctrl-C"), "{}", d.stderr);
     assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 

@@ -373,6 +373,7 @@ fn interrupt_still_saves_what_was_measured() {
     assert_eq!(report.latency.len(), 1);
     let n = report.latency[0].iterations;
     assert!(n > 0 && n < 1_000_000_000, "{n} round trips saved");
+    assert!(report.latency[0].interrupted, "the row is marked");
     assert_eq!(report.params["bytes"], 0);
     assert_eq!(report.schema, ntbdk_apps::report::SCHEMA_VERSION);
     assert!(

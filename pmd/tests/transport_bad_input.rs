@@ -36,7 +36,12 @@ fn setup() -> Setup {
 /// Ports 0 and 1 honest, port 2 the rogue (connected, then it stops
 /// polling: everything it does from then on goes through the injector).
 fn setup_with(cfg: Config) -> Setup {
-    let fabric = LoopbackFabric::new(3, 4 << 20);
+    setup_on(cfg, 4 << 20)
+}
+
+/// [`setup_with`] on windows of `window` bytes.
+fn setup_on(cfg: Config, window: usize) -> Setup {
+    let fabric = LoopbackFabric::new(3, window);
     let rogue_dev: Arc<LoopbackDevice> = Arc::new(fabric.join(2).unwrap());
     let mut ts: Vec<Transport> = (0..2)
         .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
@@ -1107,5 +1112,46 @@ fn storage_held_for_a_silent_initiator_is_freed_after_the_timeout() {
     s.ts[1].progress();
     assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), before + 1);
     assert!(drain(&mut s.ts[1]).iter().all(|c| c.peer != 2));
+    honest_traffic_works(&mut s);
+}
+
+/// A write into a region of more tiny extents than the victim's queue to
+/// the writer can carry as one SGL is refused ("no room", an overload), not
+/// granted into a backlog that overflows and resets the connection.
+#[test]
+fn a_write_spanning_too_many_extents_is_refused_not_a_reset() {
+    let mut s = setup_on(Config::new(Geometry::small(3)), 32 << 20);
+    let q = s.ts[1].create_qp(2).unwrap();
+    // 64-byte extents: 21 MiB is 344 064 of them, 68 813 SGL messages: more
+    // than the whole backlog holds (granted, they reset the connection),
+    // and than the half of it one SGL may take.
+    let len = 21usize << 20;
+    let target = s.ts[1]
+        .register_region_scattered(len, Access::ALL, 64)
+        .unwrap();
+    let small = s.ts[1]
+        .register_region_scattered(64 << 10, Access::ALL, 64)
+        .unwrap();
+    let write = |op: u64, key: RegionKey, len: usize| Msg::WriteReq {
+        op,
+        rkey: key.0,
+        roff: 0,
+        len: len as u32,
+    };
+    s.inj
+        .push(Ring::Rx, &wire::encode(&write(1, target, len)))
+        .unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q).serving, 0, "the write was granted");
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert!(s.ts[1].is_connected(2), "the connection was reset");
+    // A write over 1024 of the same extents (205 SGL messages) is served.
+    s.inj
+        .push(Ring::Rx, &wire::encode(&write(2, small, 64 << 10)))
+        .unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q).serving, 1, "a fitting write is served");
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert!(s.ts[1].is_connected(2));
     honest_traffic_works(&mut s);
 }

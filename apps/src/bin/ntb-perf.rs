@@ -988,6 +988,13 @@ fn latency(args: &Args, client: &mut Client, budget: Budget, report: &mut Report
             println!("{RULE}\n{}", lat_header());
         }
         println!("{}", lat_line(&row));
+        if row.interrupted {
+            eprintln!(
+                "ntb-perf: the {size} B row holds the {} round trips measured before Ctrl-C \
+                 (marked \"interrupted\" in --json)",
+                row.iterations
+            );
+        }
         report.latency.push(row);
         check_interrupted()?;
     }

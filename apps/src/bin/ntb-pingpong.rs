@@ -339,8 +339,14 @@ fn finish(
         host.place,
     );
     println!(
-        "round-trip times, {} round trips after {} warm-up:",
-        rtt.iterations, args.warmup
+        "round-trip times, {} round trips after {} warm-up{}:",
+        rtt.iterations,
+        args.warmup,
+        if rtt.interrupted {
+            " (cut short by Ctrl-C)"
+        } else {
+            ""
+        }
     );
     print!("{}", lat_table(std::slice::from_ref(rtt)));
     let c = host.dev.counters();
@@ -408,7 +414,11 @@ fn measure(
         match round_trip(&mut seq) {
             Ok(()) => {}
             Err(e) if is_interrupted(&e) && !hist.is_empty() => {
-                return Ok((LatRow::from_histogram(args.via.bytes(), &hist), Some(e)));
+                let row = LatRow {
+                    interrupted: true,
+                    ..LatRow::from_histogram(args.via.bytes(), &hist)
+                };
+                return Ok((row, Some(e)));
             }
             Err(e) => return Err(e),
         }

@@ -481,11 +481,13 @@ impl Client {
         // does not eat the budget (a short -D would otherwise measure
         // nothing).
         let mut t_start = None;
+        let mut interrupted = false;
         loop {
             // Ctrl-C ends the size with the samples taken (one relaxed load
             // a round trip: a round trip on quiet cores may never wait long
             // enough for the waits' own checks).
             if !hist.is_empty() && crate::cli::session::interrupted() {
+                interrupted = true;
                 break;
             }
             let warming = i < warmup && Instant::now() < warm_end;
@@ -535,6 +537,7 @@ impl Client {
                 // Ctrl-C during a size: the samples taken are its row (the
                 // caller prints and saves it, then ends the run).
                 if crate::cli::is_interrupted(&e) && !hist.is_empty() {
+                    interrupted = true;
                     break;
                 }
                 return Err(e);
@@ -549,7 +552,10 @@ impl Client {
             }
             i += 1;
         }
-        Ok(LatRow::from_histogram(size, &hist))
+        Ok(LatRow {
+            interrupted,
+            ..LatRow::from_histogram(size, &hist)
+        })
     }
 
     /// Posts with `post`, polling while the transport is out of room.

@@ -133,6 +133,10 @@ pub struct LatRow {
     /// The whole distribution (HdrHistogram's percentile steps, denser
     /// towards the tail), for plots and later analysis.
     pub distribution: Vec<Percentile>,
+    /// Whether Ctrl-C cut this size short: `iterations` is what was
+    /// measured, fewer than asked for. Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// Steps per halving of the remaining tail in [`LatRow::distribution`]
@@ -165,6 +169,7 @@ impl LatRow {
             p99_9_us: us(hist.value_at_quantile(0.999)),
             t_max_us: us(hist.max()),
             distribution,
+            interrupted: false,
         }
     }
 }

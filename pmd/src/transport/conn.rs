@@ -29,6 +29,13 @@ pub const MAX_REMOTE_REGIONS: usize = 1 << 16;
 /// Most messages waiting for credits towards one ring of a peer.
 pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;
 
+/// Most messages one SGL we send may take of a ring's backlog: an
+/// operation whose SGL would not fit in this much beside what waits
+/// already is refused ("no room"), so a write into a region of many tiny
+/// extents cannot overflow the backlog and reset the connection, and half
+/// the backlog stays for the other messages.
+pub(crate) const SGL_BACKLOG_ROOM: usize = BACKLOG_LIMIT / 2;
+
 /// Where our eager buffers lie in the peer's window (the peer's copy of
 /// our section).
 #[derive(Debug, Clone, Copy)]
@@ -618,5 +625,11 @@ impl Conn {
     /// Control messages waiting for credits.
     pub fn backlog(&self) -> usize {
         self.backlog.iter().map(VecDeque::len).sum()
+    }
+
+    /// Whether an SGL of `msgs` messages towards `ring` fits beside what
+    /// waits there already (see [`SGL_BACKLOG_ROOM`]).
+    pub fn sgl_fits(&self, ring: Ring, msgs: usize) -> bool {
+        self.backlog[ring.index()].len() + msgs <= SGL_BACKLOG_ROOM
     }
 }

@@ -125,6 +125,13 @@ impl Transport {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
                 let ext = self.regions.extents(key, len);
+                // Storage scattered over a fragmented area into more
+                // extents than our queue to it can carry: refused.
+                if !self.sgl_fits(p, &ext) {
+                    // Just registered, unadvertised, unused: it goes at once.
+                    let _ = self.regions.deregister(key);
+                    return self.nak(p, op, WireStatus::NoRoom);
+                }
                 self.serve_deposit(p, op, key, len, None);
                 self.emit_sgl(p, op, &ext);
             }

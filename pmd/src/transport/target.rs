@@ -95,6 +95,23 @@ impl Transport {
         self.cfg.op_deadline()
     }
 
+    /// Whether `ext` as an SGL towards `p` fits its backlog (see
+    /// [`SGL_BACKLOG_ROOM`](super::conn::SGL_BACKLOG_ROOM)); if not, the
+    /// caller refuses the operation ("no room", an overload counted here).
+    pub(crate) fn sgl_fits(&mut self, p: Port, ext: &[(u64, u64)]) -> bool {
+        let msgs = super::wire::sgl_msgs(ext);
+        let peer = &mut self.peers[p as usize];
+        if peer
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.sgl_fits(Ring::Tx, msgs))
+        {
+            return true;
+        }
+        peer.counters.drop_one(DropKind::Overload);
+        false
+    }
+
     /// Sends `ext` (our storage) to `p` as the SGL of its operation `op`.
     pub(crate) fn emit_sgl(&mut self, p: Port, op: u64, ext: &[(u64, u64)]) {
         super::wire::chunk_sgl(ext, |start, n, sges| {
@@ -119,6 +136,8 @@ impl Transport {
                 self.count(p, DropKind::Access);
                 self.nak(p, op, WireStatus::Access);
             }
+            // More extents than our queue to it can carry at once.
+            Ok(ext) if !self.sgl_fits(p, &ext) => self.nak(p, op, WireStatus::NoRoom),
             Ok(ext) => {
                 let deadline = self.served_deadline();
                 let region = RegionKey(rkey);
@@ -243,19 +262,17 @@ impl Transport {
     /// `ReadIntent` (read of unknown size): tell the reader how many bytes
     /// region `rkey` holds from `roff`, or refuse.
     pub(crate) fn on_read_intent(&mut self, p: Port, op: u64, rkey: u32, roff: u64) {
-        let reply = match self.regions.get(RegionKey(rkey)) {
-            Some(r)
-                if r.access.contains(Access::REMOTE_READ)
-                    && r.admits(p)
-                    && roff < r.len
-                    && r.len - roff <= u64::from(u32::MAX) =>
-            {
-                Msg::ReadSize {
-                    op,
-                    status: WireStatus::Ok,
-                    len: (r.len - roff) as u32,
-                }
-            }
+        // Admitted as a read of the byte at `roff` (the region's
+        // permission, bounds and domain); the size is the rest from there.
+        let admitted = self
+            .regions
+            .admitted(p, RegionKey(rkey), roff, 1, Access::REMOTE_READ);
+        let reply = match admitted {
+            Ok(r) if r.len - roff <= u64::from(u32::MAX) => Msg::ReadSize {
+                op,
+                status: WireStatus::Ok,
+                len: (r.len - roff) as u32,
+            },
             _ => {
                 self.count(p, DropKind::Access);
                 Msg::ReadSize {

@@ -218,7 +218,10 @@ pub enum Status {
     /// The peer sent a malformed or out-of-range message for this operation.
     Protocol,
     /// A read of unknown size announced more than the caller allowed, or more
-    /// than fits the region area.
+    /// than fits the region area; or the target had no room for the
+    /// operation (it serves its limit for us already, its storage quota is
+    /// spent, or the target range spans more extents than one SGL it sends
+    /// may hold).
     TooLarge,
     /// A posted receive was discarded because its queue pair was reset.
     Flushed,

@@ -1104,6 +1104,15 @@ pub fn decode_validated(b: &Body, queue: Ring, limits: &Limits) -> Result<Msg, W
     Ok(m)
 }
 
+/// How many messages [`chunk_sgl`] makes of `extents`.
+pub fn sgl_msgs(extents: &[(u64, u64)]) -> usize {
+    let entries: u64 = extents
+        .iter()
+        .map(|&(_, len)| len.div_ceil(u64::from(SGE_MAX_LEN)))
+        .sum();
+    entries.div_ceil(SGES_PER_MSG as u64) as usize
+}
+
 /// Splits a list of window extents into SGL messages of at most
 /// [`SGES_PER_MSG`] entries each, splitting extents longer than
 /// [`SGE_MAX_LEN`]. Calls `emit(start, n, sges)` per message.
@@ -1437,5 +1446,10 @@ mod tests {
         let (last, full) = msgs.split_last().unwrap();
         assert!(full.iter().all(|&n| n as usize == SGES_PER_MSG));
         assert!(*last as usize <= SGES_PER_MSG);
+        // Counted ahead as they are made.
+        assert_eq!(sgl_msgs(&ext), msgs.len());
+        assert_eq!(sgl_msgs(&[]), 0);
+        assert_eq!(sgl_msgs(&[(0, 64); SGES_PER_MSG]), 1);
+        assert_eq!(sgl_msgs(&[(0, 64); SGES_PER_MSG + 1]), 2);
     }
 }
