@@ -985,6 +985,14 @@ fn latency(args: &Args, client: &mut Client, budget: Budget, report: &mut Report
         )?;
         if samples {
             print_samples(&mut raw, args.unsorted);
+            if (raw.len() as u64) < row.iterations {
+                eprintln!(
+                    "{TOOL}: -H/-U: printed the first {} of the {} samples of {size} B \
+                     (the row summarises all of them)",
+                    raw.len(),
+                    row.iterations
+                );
+            }
             println!("{RULE}\n{}", lat_header());
         }
         println!("{}", lat_line(&row));

@@ -433,7 +433,9 @@ impl Client {
 
     /// [`latency`](Self::latency), also appending every sample (in
     /// nanoseconds, in the order measured) to `samples` when given: what
-    /// perftest's `-H`/`-U` print.
+    /// perftest's `-H`/`-U` print. At most [`MAX_KEPT_SAMPLES`] are kept (a
+    /// long `-D` run would otherwise grow them without bound); the row
+    /// still summarises every sample.
     pub fn latency_samples(
         &mut self,
         op: Op,
@@ -547,7 +549,7 @@ impl Client {
                 let sample = if op == Op::Read { ns } else { ns / 2 };
                 hist.saturating_record(sample.max(1));
                 if let Some(v) = samples.as_deref_mut() {
-                    v.push(sample);
+                    keep_sample(v, sample);
                 }
             }
             i += 1;
@@ -659,10 +661,30 @@ fn check(c: &Completion) -> Result<()> {
     Ok(())
 }
 
+/// Most latency samples [`Client::latency_samples`] keeps for `-H`/`-U`:
+/// 2^24, 128 MiB (about 5 s of round trips at 300 ns).
+pub const MAX_KEPT_SAMPLES: usize = 1 << 24;
+
+/// Appends `sample` to `kept` unless it holds [`MAX_KEPT_SAMPLES`].
+fn keep_sample(kept: &mut Vec<u64>, sample: u64) {
+    if kept.len() < MAX_KEPT_SAMPLES {
+        kept.push(sample);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::perf::control::ServerControl;
+
+    #[test]
+    fn samples_kept_stop_at_the_bound() {
+        let mut kept = vec![7; MAX_KEPT_SAMPLES - 1];
+        keep_sample(&mut kept, 1);
+        keep_sample(&mut kept, 2);
+        assert_eq!(kept.len(), MAX_KEPT_SAMPLES);
+        assert_eq!(kept.last(), Some(&1), "the first ones are kept");
+    }
     use crate::perf::{fabric_config, serve};
     use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric};
 

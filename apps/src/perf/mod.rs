@@ -35,7 +35,7 @@ pub use crate::cli::units::{
     MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes,
 };
 pub use budget::Budget;
-pub use client::{Client, connect_failure};
+pub use client::{Client, MAX_KEPT_SAMPLES, connect_failure};
 pub use endpoint::{
     EAGER_COUNT, EAGER_SIZE, Endpoint, HEARTBEAT_TIMEOUT, QUEUE_DEPTH, RECVS, fabric_config,
     geometry, window_size,
