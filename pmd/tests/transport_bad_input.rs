@@ -13,7 +13,7 @@ use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, DropKind, Geometry, OpKind, Part, Qp, RegionKey, RemoteAddr, Sge,
-    Status, Transport, epoch,
+    Status, Transport, TransportError, epoch,
 };
 use ntbdk_pmd::transport::{Ring, inject::Injector};
 use proptest::prelude::*;
@@ -1145,6 +1145,7 @@ fn a_write_spanning_too_many_extents_is_refused_not_a_reset() {
     assert_eq!(s.ts[1].resources(q).serving, 0, "the write was granted");
     assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
     assert!(s.ts[1].is_connected(2), "the connection was reset");
+    assert!(acked(&s, 1, WireStatus::NoRoom), "no 'no room' answer");
     // A write over 1024 of the same extents (205 SGL messages) is served.
     s.inj
         .push(Ring::Rx, &wire::encode(&write(2, small, 64 << 10)))
@@ -1154,4 +1155,129 @@ fn a_write_spanning_too_many_extents_is_refused_not_a_reset() {
     assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
     assert!(s.ts[1].is_connected(2));
     honest_traffic_works(&mut s);
+}
+
+/// Whether the victim answered the rogue's op `op` with an `Ack` of
+/// `status` (looked for in the rogue's CQ ring).
+fn acked(s: &Setup, op: u64, status: WireStatus) -> bool {
+    let layout = *s.ts[1].layout();
+    let cq = layout.part(1, Part::Cq);
+    let local = s.rogue_dev.local_window(0).unwrap();
+    (0..layout.geometry().queue_depth as usize).any(|k| {
+        let mut body = [0u8; wire::BODY];
+        local.read(cq + k * wire::SLOT, &mut body).unwrap();
+        wire::decode(&body) == Ok(Msg::Ack { op, status, len: 0 })
+    })
+}
+
+/// Fills `t`'s region area with 64-byte regions, then frees every other
+/// one of the first 2 × 172 032: storage allocated now is scattered over
+/// 64-byte holes, 34 407 SGL messages for all of them, more than the half
+/// of the backlog one SGL may take. Returns how many holes.
+fn fragment(t: &mut Transport) -> usize {
+    let mut fill = Vec::new();
+    while let Ok(k) = t.register_region(64, Access::LOCAL) {
+        fill.push(k);
+    }
+    let holes = 172_032usize;
+    assert!(fill.len() >= 2 * holes, "area too small: {}", fill.len());
+    for k in fill.iter().step_by(2).take(holes) {
+        t.deregister_region(*k).unwrap();
+    }
+    holes
+}
+
+/// Storage the victim allocates for a multicast lands in a region area
+/// fragmented into 64-byte holes: its SGL would overflow the queue to the
+/// one it goes to (the initiator, or a chain's previous link), so the
+/// request is refused ("no room", an overload) and the storage freed; no
+/// connection is reset, the victim's own included.
+#[test]
+fn multicast_storage_too_scattered_for_one_sgl_is_refused_not_a_reset() {
+    let cfg = Config {
+        peer_storage_quota: Some(u64::MAX),
+        ..Config::new(Geometry::small(3))
+    };
+    let mut s = setup_on(cfg, 32 << 20);
+    let q = s.ts[1].create_qp(2).unwrap();
+    let holes = fragment(&mut s.ts[1]);
+    let free = s.ts[1].region_area_free();
+    let len = (holes * 64) as u32;
+    let requests = [
+        Msg::Rts { op: 1, len },
+        Msg::ChainRts {
+            op: 2,
+            len,
+            prev: 2,
+            next: None,
+        },
+        Msg::ChainRts {
+            op: 3,
+            len,
+            prev: 0,
+            next: None,
+        },
+    ];
+    for (i, m) in requests.iter().enumerate() {
+        s.inj.push(Ring::Rx, &wire::encode(m)).unwrap();
+        s.ts[1].progress();
+        let op = i as u64 + 1;
+        assert_eq!(s.ts[1].resources(q).serving, 0, "request {op} was served");
+        assert_eq!(
+            s.ts[1].counters(q).dropped(DropKind::Overload),
+            op,
+            "request {op}"
+        );
+        assert!(
+            acked(&s, op, WireStatus::NoRoom),
+            "request {op}: no 'no room'"
+        );
+        assert_eq!(
+            s.ts[1].region_area_free(),
+            free,
+            "request {op}: storage kept"
+        );
+        assert!(s.ts[1].is_connected(2) && s.ts[1].is_connected(0));
+    }
+    assert!(s.ts[0].is_connected(1), "the third port's link was reset");
+    honest_traffic_works(&mut s);
+}
+
+/// Our own reads into storage too scattered for one SGL fail cleanly: a
+/// read into a local region of too many small extents is refused when
+/// posted (`SglTooLong`, nothing sent); a read of unknown size whose
+/// storage lands on a fragmented area completes `TooLarge`, the storage
+/// freed. No connection resets.
+#[test]
+fn a_read_into_storage_too_scattered_for_one_sgl_fails_cleanly() {
+    let mut s = setup_on(Config::new(Geometry::small(3)), 32 << 20);
+    let q0 = s.ts[0].create_qp(1).unwrap();
+    let len = 172_032usize * 64;
+    let remote = s.ts[1].register_region(len, Access::ALL).unwrap();
+    let into = s.ts[0]
+        .register_region_scattered(len, Access::ALL, 64)
+        .unwrap();
+    let sge = Sge {
+        key: into,
+        offset: 0,
+        len: len as u64,
+    };
+    let at = RemoteAddr {
+        key: remote,
+        offset: 0,
+    };
+    match s.ts[0].post_read(q0, &[sge], at, 1) {
+        Err(TransportError::SglTooLong { msgs, max }) => assert!(msgs > max, "{msgs} {max}"),
+        other => panic!("a read with a 34 408-message SGL: {other:?}"),
+    }
+    assert_eq!(s.ts[0].resources(q0).outstanding, 0, "nothing was posted");
+    s.ts[0].deregister_region(into).unwrap();
+
+    fragment(&mut s.ts[0]);
+    let free = s.ts[0].region_area_free();
+    s.ts[0].post_read_unknown(q0, at, u64::MAX, 2).unwrap();
+    let c = collect(&mut s.ts, 0, 1);
+    assert_eq!((c[0].status, c[0].cookie), (Status::TooLarge, 2));
+    assert_eq!(s.ts[0].region_area_free(), free, "the storage was kept");
+    assert!(s.ts[0].is_connected(1) && s.ts[1].is_connected(0));
 }

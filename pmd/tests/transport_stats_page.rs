@@ -39,6 +39,9 @@ fn settle(t: &mut Transport, path: &Path) {
             .unwrap()
             .as_millis() as u64
     };
+    // A poll first: what was sent to `t` is taken in now, and every page
+    // rewrite from here on (a poll rewrites before it polls) shows it.
+    t.progress();
     // A rewrite stamped a later millisecond than this began after it.
     let since = unix_ms();
     let end = Instant::now() + Duration::from_secs(10) + PUBLISH_INTERVAL;

@@ -394,7 +394,12 @@ pub fn completion_error(c: &ntbdk_pmd::transport::Completion) -> anyhow::Error {
             "a message from port {p} did not fit our receive buffer: are both sides the same \
              ntbdk version?"
         ),
-        Status::Protocol | Status::TooLarge => anyhow::anyhow!(
+        Status::TooLarge => anyhow::anyhow!(
+            "port {p} had no room for a {op}: it serves as many operations for us as it takes, \
+             our storage quota there is spent, or the range is scattered over more extents than \
+             its queue to us holds now; retry, or use smaller operations"
+        ),
+        Status::Protocol => anyhow::anyhow!(
             "port {p} answered a {op} with a malformed message ({:?}): are both sides the \
              same ntbdk version?",
             c.status

@@ -485,19 +485,20 @@ impl Client {
         let mut t_start = None;
         let mut interrupted = false;
         loop {
-            // Ctrl-C ends the size with the samples taken (one relaxed load
-            // a round trip: a round trip on quiet cores may never wait long
-            // enough for the waits' own checks).
-            if !hist.is_empty() && crate::cli::session::interrupted() {
-                interrupted = true;
-                break;
-            }
             let warming = i < warmup && Instant::now() < warm_end;
             if !warming {
                 let since = t_start.get_or_insert_with(Instant::now).elapsed();
                 if budget.reached(hist.len(), since) {
                     break;
                 }
+            }
+            // Ctrl-C ends the size with the samples taken (one relaxed load
+            // a round trip: a round trip on quiet cores may never wait long
+            // enough for the waits' own checks); a size complete already
+            // is not marked.
+            if !hist.is_empty() && crate::cli::session::interrupted() {
+                interrupted = true;
+                break;
             }
             let t0 = Instant::now();
             // One round trip; `self`, the one-sided source and the served

@@ -104,6 +104,18 @@ pub enum TransportError {
         /// The peer that asked.
         peer: Port,
     },
+    /// A read into local regions so scattered that its SGL would take more
+    /// control messages than one operation may queue towards a peer.
+    #[error(
+        "the read's local SGL needs {msgs} control messages, more than the {max} one operation \
+         may queue: read into fewer, larger extents (register_region), or split the read"
+    )]
+    SglTooLong {
+        /// Messages the request and its SGL need.
+        msgs: usize,
+        /// Most one operation may queue.
+        max: usize,
+    },
     /// A local region lacks the permission an operation needs.
     #[error("region {key:?} does not allow {needed}")]
     Permission {

@@ -15,7 +15,7 @@ use super::endpoint::{Movers, Transport};
 use super::key::Access;
 use super::ops::OutKind;
 use super::types::{Completion, OpKind, Status};
-use super::wire::{Msg, Ring, WireSge, WireStatus};
+use super::wire::{Msg, Ring, WireSge, WireStatus, sgl_msgs};
 
 /// The completion status a peer's wire status stands for.
 pub(crate) fn status_of(s: WireStatus) -> Status {
@@ -61,6 +61,13 @@ impl Transport {
             return self.finish(op, Status::TooLarge, 0);
         };
         let ext = self.regions.extents(key, len);
+        // Storage scattered over a fragmented area into more extents than
+        // our queue to the peer can carry now: the read fails instead of
+        // resetting the connection.
+        if !self.sgl_fits(p, sgl_msgs(&ext) + 1) {
+            let _ = self.regions.deregister(key);
+            return self.finish(op, Status::TooLarge, 0);
+        }
         let cookie = o.cookie;
         self.ops.remove(&op);
         // A fresh op id: ids on the peer's TX ring must only grow.

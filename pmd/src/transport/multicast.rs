@@ -126,10 +126,11 @@ impl Transport {
             Ok(key) => {
                 let ext = self.regions.extents(key, len);
                 // Storage scattered over a fragmented area into more
-                // extents than our queue to it can carry: refused.
-                if !self.sgl_fits(p, &ext) {
+                // extents than our queue to it can carry now: refused.
+                if !self.sgl_fits(p, wire::sgl_msgs(&ext)) {
                     // Just registered, unadvertised, unused: it goes at once.
                     let _ = self.regions.deregister(key);
+                    self.count(p, DropKind::Overload);
                     return self.nak(p, op, WireStatus::NoRoom);
                 }
                 self.serve_deposit(p, op, key, len, None);
@@ -279,18 +280,28 @@ impl Transport {
         ch.cts_sent = true;
         let (prev, region, len) = (ch.prev, *region, *len);
         let ext = self.regions.extents(region, len);
-        if prev == origin {
-            return self.emit_sgl(origin, op, &ext);
-        }
-        if self.peers[prev as usize].conn.is_none() {
-            if let Some(io) = self.peers[origin as usize]
+        let refuse = |t: &mut Self, status: WireStatus| {
+            if let Some(io) = t.peers[origin as usize]
                 .conn
                 .as_mut()
                 .and_then(|c| c.unserve(op))
             {
-                self.served_ended(&io);
+                t.served_ended(&io);
             }
-            return self.nak(origin, op, WireStatus::Protocol);
+            t.nak(origin, op, status);
+        };
+        if prev != origin && self.peers[prev as usize].conn.is_none() {
+            return refuse(self, WireStatus::Protocol);
+        }
+        // Our storage scattered into more extents than our queue to the
+        // previous link can carry now: refused (the origin's request, and a
+        // backlog towards a third port, never reset that port's link).
+        if !self.sgl_fits(prev, wire::sgl_msgs(&ext)) {
+            self.count(origin, DropKind::Overload);
+            return refuse(self, WireStatus::NoRoom);
+        }
+        if prev == origin {
+            return self.emit_sgl(origin, op, &ext);
         }
         let mut msgs = Vec::new();
         wire::chunk_sgl(&ext, |start, n, sges| {

@@ -4,7 +4,7 @@
 
 use crate::hw::Port;
 
-use super::conn::EagerBuffers;
+use super::conn::{EagerBuffers, SGL_BACKLOG_ROOM};
 use super::endpoint::Transport;
 use super::error::{Result, TransportError};
 use super::geometry::Part;
@@ -97,6 +97,21 @@ impl Transport {
             return Err(TransportError::NotInDomain {
                 key: s.key,
                 peer: qp.peer,
+            });
+        }
+        // The request and our SGL must fit the backlog towards the peer (a
+        // longer one would overflow it and reset the connection).
+        let msgs = wire::sgl_msgs(&ext) + 1;
+        if msgs > SGL_BACKLOG_ROOM {
+            return Err(TransportError::SglTooLong {
+                msgs,
+                max: SGL_BACKLOG_ROOM,
+            });
+        }
+        if !self.sgl_fits(qp.peer, msgs) {
+            return Err(TransportError::Busy {
+                peer: qp.peer,
+                what: "control messages waiting for the peer's credits",
             });
         }
         let op = self.new_op(

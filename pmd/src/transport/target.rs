@@ -18,7 +18,7 @@ use super::key::{Access, RegionKey};
 use super::ops::InOp;
 use super::sgl::ExtentPos;
 use super::types::{Completion, OpKind, Status};
-use super::wire::{Msg, Ring, WireSge, WireStatus};
+use super::wire::{Msg, Ring, WireSge, WireStatus, sgl_msgs};
 
 impl Transport {
     /// Admits a fresh op id from `p` on `ring` (RX or TX); `false`
@@ -95,21 +95,16 @@ impl Transport {
         self.cfg.op_deadline()
     }
 
-    /// Whether `ext` as an SGL towards `p` fits its backlog (see
-    /// [`SGL_BACKLOG_ROOM`](super::conn::SGL_BACKLOG_ROOM)); if not, the
-    /// caller refuses the operation ("no room", an overload counted here).
-    pub(crate) fn sgl_fits(&mut self, p: Port, ext: &[(u64, u64)]) -> bool {
-        let msgs = super::wire::sgl_msgs(ext);
-        let peer = &mut self.peers[p as usize];
-        if peer
+    /// Whether `msgs` more messages fit the backlog of our TX ring
+    /// towards `p` (see [`SGL_BACKLOG_ROOM`](super::conn::SGL_BACKLOG_ROOM));
+    /// if not, the caller refuses the operation whose SGL they are ("no
+    /// room", counted as an overload) instead of letting the backlog
+    /// overflow and reset the connection.
+    pub(crate) fn sgl_fits(&self, p: Port, msgs: usize) -> bool {
+        self.peers[p as usize]
             .conn
             .as_ref()
             .is_some_and(|c| c.sgl_fits(Ring::Tx, msgs))
-        {
-            return true;
-        }
-        peer.counters.drop_one(DropKind::Overload);
-        false
     }
 
     /// Sends `ext` (our storage) to `p` as the SGL of its operation `op`.
@@ -136,8 +131,11 @@ impl Transport {
                 self.count(p, DropKind::Access);
                 self.nak(p, op, WireStatus::Access);
             }
-            // More extents than our queue to it can carry at once.
-            Ok(ext) if !self.sgl_fits(p, &ext) => self.nak(p, op, WireStatus::NoRoom),
+            // More extents than our queue to it can carry now.
+            Ok(ext) if !self.sgl_fits(p, sgl_msgs(&ext)) => {
+                self.count(p, DropKind::Overload);
+                self.nak(p, op, WireStatus::NoRoom);
+            }
             Ok(ext) => {
                 let deadline = self.served_deadline();
                 let region = RegionKey(rkey);

@@ -218,10 +218,11 @@ pub enum Status {
     /// The peer sent a malformed or out-of-range message for this operation.
     Protocol,
     /// A read of unknown size announced more than the caller allowed, or more
-    /// than fits the region area; or the target had no room for the
-    /// operation (it serves its limit for us already, its storage quota is
-    /// spent, or the target range spans more extents than one SGL it sends
-    /// may hold).
+    /// than fits the region area or our queue's room for its SGL; or the
+    /// target had no room for the operation: it serves its limit for us
+    /// already, our storage quota there is spent, or the SGL of its range
+    /// (a region scattered into many small extents) does not fit what its
+    /// queue to us holds now. The last three can pass: retry later.
     TooLarge,
     /// A posted receive was discarded because its queue pair was reset.
     Flushed,
