@@ -65,8 +65,8 @@ enum Cmd {
         /// R-LUT entries per slot (1 to 64).
         #[arg(long, default_value_t = 32)]
         rlut: usize,
-        /// Heartbeat timeout in milliseconds.
-        #[arg(long, default_value_t = 100)]
+        /// Heartbeat timeout in milliseconds: a host silent this long is dead.
+        #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
         /// Emulated non-posted read latency in nanoseconds.
         #[arg(long, default_value_t = 1000)]

@@ -54,7 +54,7 @@
 //!
 //! # Death and hot plug
 //! An owner is dead when its pid is gone (or a zombie, or reused: start time
-//! differs) or its heartbeat is older than the fabric's timeout (100 ms by
+//! differs) or its heartbeat is older than the fabric's timeout (1 s by
 //! default). The device's background thread beats every timeout/4 and, at
 //! most every timeout/4 fabric-wide (a CAS on a header timestamp elects the
 //! scanner), scans the slots and reclaims dead ones with a CAS; a joiner

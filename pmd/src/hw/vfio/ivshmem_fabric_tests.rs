@@ -9,7 +9,9 @@ use crate::hw::emu::{Liveness, SharedRegion, SlotState, WindowBacking};
 use crate::hw::{LinkEvent, NtbDevice};
 
 const BAR2_LEN: usize = 1 << 20;
-const TIMEOUT: Duration = Duration::from_millis(100);
+/// Short for a quick test, long enough that a live VM's heartbeat thread
+/// a loaded machine stalls for a moment is not taken for dead.
+const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A memfd of `BAR2_LEN` zero bytes: a fresh ivshmem memory backend.
 fn bar2() -> std::fs::File {
