@@ -397,7 +397,8 @@ pub fn completion_error(c: &ntbdk_pmd::transport::Completion) -> anyhow::Error {
         Status::TooLarge => anyhow::anyhow!(
             "port {p} had no room for a {op}: it serves as many operations for us as it takes, \
              our storage quota there is spent, or the range is scattered over more extents than \
-             its queue to us holds now; retry, or use smaller operations"
+             its queue to us holds now; retry, or use smaller operations (a range over more \
+             than about 163 835 extents never fits)"
         ),
         Status::Protocol => anyhow::anyhow!(
             "port {p} answered a {op} with a malformed message ({:?}): are both sides the \

@@ -31,9 +31,10 @@ pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;
 
 /// Most messages one SGL we send may take of a ring's backlog: an
 /// operation whose SGL would not fit in this much beside what waits
-/// already is refused ("no room"), so a write into a region of many tiny
-/// extents cannot overflow the backlog and reset the connection, and half
-/// the backlog stays for the other messages.
+/// already is refused (a peer's request answered "no room"; our own read
+/// failed with `SglTooLong`, `Busy` or `TooLarge`), so a write into a
+/// region of many tiny extents cannot overflow the backlog and reset the
+/// connection, and half the backlog stays for the other messages.
 pub(crate) const SGL_BACKLOG_ROOM: usize = BACKLOG_LIMIT / 2;
 
 /// Where our eager buffers lie in the peer's window (the peer's copy of

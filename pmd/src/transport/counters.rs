@@ -23,7 +23,8 @@ pub enum DropKind {
     /// The peer started more operations than we serve at once, advertised
     /// more regions than we keep, sent a write-with-immediate notice while
     /// our completion queue was at its depth, asked for an operation whose
-    /// SGL our queue to it could not hold now (refused), or stopped
+    /// SGL our queue to it (or to the chain link it named) could not hold
+    /// now (refused), or stopped
     /// crediting what we send it (refused, or the connection reset).
     Overload,
 }

@@ -53,7 +53,9 @@ pub enum TransportError {
         /// The port asked for.
         peer: Port,
     },
-    /// The local queue or eager buffers towards that peer are all in use.
+    /// The local queue or eager buffers towards that peer are all in use, or
+    /// the control messages waiting for its credits leave no room for an
+    /// operation's SGL.
     #[error("no room towards port {peer}: {what}; poll completions and retry")]
     Busy {
         /// The peer.

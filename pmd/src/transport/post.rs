@@ -79,6 +79,11 @@ impl Transport {
     /// Reads `remote` (the peer's region, remote read) into `local` (our
     /// regions, local write); the size is the total of `local`. We send our
     /// SGL; the peer copies straight into it. Completes with [`OpKind::Read`].
+    ///
+    /// `local` scattered into so many small extents that the SGL would take
+    /// more than half the control backlog towards the peer fails with
+    /// [`TransportError::SglTooLong`]; with [`TransportError::Busy`] when
+    /// it fits only once the messages waiting for the peer's credits drain.
     pub fn post_read(
         &mut self,
         qp: Qp,

@@ -222,7 +222,11 @@ pub enum Status {
     /// target had no room for the operation: it serves its limit for us
     /// already, our storage quota there is spent, or the SGL of its range
     /// (a region scattered into many small extents) does not fit what its
-    /// queue to us holds now. The last three can pass: retry later.
+    /// queue to us holds now. These pass, so a retry can succeed, unless
+    /// the range alone needs more than half that queue (about 163 835 SGL
+    /// entries). A multicast down a chain refused at one link leaves the
+    /// other links holding their storage (and their share of our quota)
+    /// until the operation timeout.
     TooLarge,
     /// A posted receive was discarded because its queue pair was reset.
     Flushed,
