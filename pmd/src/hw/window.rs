@@ -924,8 +924,9 @@ impl LocalWindow {
         check(offset, dst.len(), self.len)?;
         // SAFETY: bounds checked; the mapping is valid while `_keep` lives;
         // `dst` is a unique borrow, so it does not alias the window's bytes
-        // through a reference.
-        unsafe { std::ptr::copy(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
+        // through a reference. (`move_bytes`: a short read, as a message
+        // taken out of a receive buffer, is moved inline, not by a call.)
+        unsafe { move_bytes(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 

@@ -400,9 +400,14 @@ impl Conn {
             need += k;
             n += 1;
         }
-        // The PostQ's area, checked once for the batch.
-        let ring = match self.prod[postq].span(&self.win) {
-            Ok(ring) => ring,
+        // The PostQ's area, checked once for the batch. Borrowed in place
+        // (`ref`), not moved out of the result: a move copied the span
+        // (built with 8-byte stores) with a 16-byte load, which the CPU
+        // cannot forward from them, and every send stalled on it just before
+        // its slot stores.
+        let span = self.prod[postq].span(&self.win);
+        let ring = match span {
+            Ok(ref ring) => ring,
             Err(e) if n > 0 => {
                 return SendBatch {
                     posted: 0,
@@ -418,7 +423,7 @@ impl Conn {
                 };
             }
         };
-        if let Err(e) = self.prod[postq].write_run(&ring, &stage[..need]) {
+        if let Err(e) = self.prod[postq].write_run(ring, &stage[..need]) {
             // The device failed under us: nothing of the batch is
             // produced and the connection is broken.
             return SendBatch {
