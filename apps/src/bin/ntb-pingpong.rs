@@ -411,7 +411,10 @@ fn measure(
     }
     let mut t0 = Instant::now();
     for _ in 0..args.iters {
-        match round_trip(&mut seq) {
+        // Ctrl-C is looked at every round trip (one relaxed load): a round
+        // trip on quiet cores never waits long enough for the wait's own
+        // check, and a long -n would run to its end.
+        match check_interrupted().and_then(|()| round_trip(&mut seq)) {
             Ok(()) => {}
             Err(e) if is_interrupted(&e) && !hist.is_empty() => {
                 let row = LatRow {
