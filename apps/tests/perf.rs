@@ -794,6 +794,22 @@ fn ctrl_c_exits_130_and_keeps_what_was_measured() {
 
 /// Waits until the run has spawned its server and the server joined (its
 /// stats page is there), and returns the server's pid.
+/// A 30 s bandwidth run (`tag` names its output) whose spawned server has
+/// joined and run for a moment, with that server's pid.
+fn bw_run_with_its_server(dir: &Dir, tag: &str) -> (Run, u32) {
+    let r = Run::start(dir, tag, &["--test", "bw", "-s", "64K", "-D", "30"]);
+    let server = spawned_server(&r, dir);
+    std::thread::sleep(Duration::from_millis(200));
+    (r, server)
+}
+
+/// Sends `signal` to `pid`, which must exist.
+fn signal_pid(pid: u32, signal: i32) {
+    // SAFETY: kill(2) on a pid; no memory is passed.
+    let rc = unsafe { libc::kill(pid as i32, signal) };
+    assert_eq!(rc, 0, "kill({pid}, {signal})");
+}
+
 fn spawned_server(r: &Run, dir: &Dir) -> u32 {
     let t = Instant::now();
     loop {
@@ -841,13 +857,10 @@ fn ctrl_c_ends_a_busy_counted_run_at_once() {
 #[test]
 fn sigterm_to_the_process_group_ends_the_run_cleanly() {
     let dir = Dir::new("grp-term");
-    let r = Run::start(&dir, "grp", &["--test", "bw", "-s", "64K", "-D", "30"]);
-    let server = spawned_server(&r, &dir);
-    std::thread::sleep(Duration::from_millis(200));
+    let (r, server) = bw_run_with_its_server(&dir, "grp");
     // The server first: it is alive for sure (the client, signalled first,
     // could have stopped and reaped it already).
-    // SAFETY: kill(2) on the spawned server's pid; no memory is passed.
-    assert_eq!(unsafe { libc::kill(server as i32, libc::SIGTERM) }, 0);
+    signal_pid(server, libc::SIGTERM);
     r.signal(libc::SIGTERM);
     let d = r.finish();
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.stdout, d.stderr);
@@ -912,11 +925,8 @@ fn ctrl_c_during_a_latency_size_keeps_its_samples() {
 #[test]
 fn a_killed_server_ends_the_run_saying_so() {
     let dir = Dir::new("srv-kill");
-    let r = Run::start(&dir, "kill", &["--test", "bw", "-s", "64K", "-D", "30"]);
-    let server = spawned_server(&r, &dir);
-    std::thread::sleep(Duration::from_millis(200));
-    // SAFETY: kill(2) on the spawned server's pid; no memory is passed.
-    assert_eq!(unsafe { libc::kill(server as i32, libc::SIGKILL) }, 0);
+    let (r, server) = bw_run_with_its_server(&dir, "kill");
+    signal_pid(server, libc::SIGKILL);
     let d = r.finish();
     assert_fails_with(&d, "port 1 left during the run");
     assert!(d.took < Duration::from_secs(20), "took {:?}", d.took);
@@ -971,14 +981,12 @@ fn a_hangup_ends_a_run_unless_nohup_ignored_it() {
             assert!(t.elapsed() < DEADLINE, "the server never joined its fabric");
             std::thread::sleep(Duration::from_millis(5));
         }
-        // SAFETY: kill(2) on our own child's pid; no memory is passed.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+        signal_pid(child.id(), libc::SIGHUP);
         std::thread::sleep(Duration::from_millis(300));
         let status = child.try_wait().unwrap();
         if ignored {
             assert!(status.is_none(), "nohup'd, it died of a hangup: {status:?}");
-            // SAFETY: as above.
-            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+            signal_pid(child.id(), libc::SIGINT);
         }
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(130), "ignored {ignored}");

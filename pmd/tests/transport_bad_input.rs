@@ -693,15 +693,10 @@ fn advertisements_past_the_limit_are_refused() {
         .unwrap();
     s.ts[1].progress();
     assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), 1);
-    let layout = *s.ts[1].layout();
-    let cq = layout.part(1, Part::Cq);
-    let local = s.rogue_dev.local_window(0).unwrap();
-    let acked = (0..layout.geometry().queue_depth as usize).any(|k| {
-        let mut body = [0u8; wire::BODY];
-        local.read(cq + k * wire::SLOT, &mut body).unwrap();
-        wire::decode(&body) == Ok(Msg::RevokeAck { rkey: refused })
-    });
-    assert!(acked, "no RevokeAck for the refused region");
+    assert!(
+        in_rogue_cq(&s, Msg::RevokeAck { rkey: refused }),
+        "no RevokeAck for the refused region"
+    );
     honest_traffic_works(&mut s);
 }
 
@@ -1157,17 +1152,22 @@ fn a_write_spanning_too_many_extents_is_refused_not_a_reset() {
     honest_traffic_works(&mut s);
 }
 
-/// Whether the victim answered the rogue's op `op` with an `Ack` of
-/// `status` (looked for in the rogue's CQ ring).
-fn acked(s: &Setup, op: u64, status: WireStatus) -> bool {
+/// Whether the victim wrote `want` into the rogue's CQ ring.
+fn in_rogue_cq(s: &Setup, want: Msg) -> bool {
     let layout = *s.ts[1].layout();
     let cq = layout.part(1, Part::Cq);
     let local = s.rogue_dev.local_window(0).unwrap();
     (0..layout.geometry().queue_depth as usize).any(|k| {
         let mut body = [0u8; wire::BODY];
         local.read(cq + k * wire::SLOT, &mut body).unwrap();
-        wire::decode(&body) == Ok(Msg::Ack { op, status, len: 0 })
+        wire::decode(&body) == Ok(want)
     })
+}
+
+/// Whether the victim answered the rogue's op `op` with an `Ack` of
+/// `status`.
+fn acked(s: &Setup, op: u64, status: WireStatus) -> bool {
+    in_rogue_cq(s, Msg::Ack { op, status, len: 0 })
 }
 
 /// Fills `t`'s region area with 64-byte regions, then frees every other

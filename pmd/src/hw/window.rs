@@ -922,10 +922,10 @@ impl LocalWindow {
     #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         check(offset, dst.len(), self.len)?;
+        // `move_bytes`: a short read, as a message taken out of a receive
+        // buffer, is moved inline, not by a call.
         // SAFETY: bounds checked; the mapping is valid while `_keep` lives;
-        // `dst` is a unique borrow, so it does not alias the window's bytes
-        // through a reference. (`move_bytes`: a short read, as a message
-        // taken out of a receive buffer, is moved inline, not by a call.)
+        // `dst` is a unique borrow, so it does not alias the window's bytes.
         unsafe { move_bytes(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }

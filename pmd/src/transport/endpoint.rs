@@ -488,6 +488,17 @@ impl Transport {
         }
     }
 
+    /// Whether `msgs` more messages fit the backlog of our TX ring
+    /// towards `p` (see [`SGL_BACKLOG_ROOM`](super::conn::SGL_BACKLOG_ROOM));
+    /// if not, the caller refuses or fails the operation whose SGL they
+    /// are instead of letting the backlog overflow and reset the connection.
+    pub(crate) fn sgl_fits(&self, p: Port, msgs: usize) -> bool {
+        self.peers[p as usize]
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.sgl_fits(Ring::Tx, msgs))
+    }
+
     /// Refuses the peer's operation `op` with an error `Ack` on its CQ.
     pub(crate) fn nak(&mut self, peer: Port, op: u64, status: WireStatus) {
         self.emit(peer, Ring::Cq, &Msg::Ack { op, status, len: 0 });

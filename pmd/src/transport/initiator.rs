@@ -15,7 +15,7 @@ use super::endpoint::{Movers, Transport};
 use super::key::Access;
 use super::ops::OutKind;
 use super::types::{Completion, OpKind, Status};
-use super::wire::{Msg, Ring, WireSge, WireStatus, sgl_msgs};
+use super::wire::{Msg, Ring, WireSge, WireStatus};
 
 /// The completion status a peer's wire status stands for.
 pub(crate) fn status_of(s: WireStatus) -> Status {
@@ -64,7 +64,7 @@ impl Transport {
         // Storage scattered over a fragmented area into more extents than
         // our queue to the peer can carry now: the read fails instead of
         // resetting the connection.
-        if !self.sgl_fits(p, sgl_msgs(&ext) + 1) {
+        if !self.sgl_fits(p, Self::read_req_msgs(&ext)) {
             let _ = self.regions.deregister(key);
             return self.finish(op, Status::TooLarge, 0);
         }

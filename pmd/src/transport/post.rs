@@ -106,7 +106,7 @@ impl Transport {
         }
         // The request and our SGL must fit the backlog towards the peer (a
         // longer one would overflow it and reset the connection).
-        let msgs = wire::sgl_msgs(&ext) + 1;
+        let msgs = Self::read_req_msgs(&ext);
         if msgs > SGL_BACKLOG_ROOM {
             return Err(TransportError::SglTooLong {
                 msgs,
@@ -130,6 +130,12 @@ impl Transport {
         self.send_read_req(qp.peer, op, remote.key.0, remote.offset, len, &ext);
         self.ring_doorbell(qp.peer);
         Ok(())
+    }
+
+    /// Messages [`send_read_req`](Self::send_read_req) writes for `ext`:
+    /// the request and our SGL.
+    pub(crate) fn read_req_msgs(ext: &[(u64, u64)]) -> usize {
+        wire::sgl_msgs(ext) + 1
     }
 
     /// Writes a read request and our SGL (the extents the peer copies

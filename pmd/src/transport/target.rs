@@ -95,18 +95,6 @@ impl Transport {
         self.cfg.op_deadline()
     }
 
-    /// Whether `msgs` more messages fit the backlog of our TX ring
-    /// towards `p` (see [`SGL_BACKLOG_ROOM`](super::conn::SGL_BACKLOG_ROOM));
-    /// if not, the caller refuses the operation whose SGL they are ("no
-    /// room", counted as an overload) instead of letting the backlog
-    /// overflow and reset the connection.
-    pub(crate) fn sgl_fits(&self, p: Port, msgs: usize) -> bool {
-        self.peers[p as usize]
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.sgl_fits(Ring::Tx, msgs))
-    }
-
     /// Sends `ext` (our storage) to `p` as the SGL of its operation `op`.
     pub(crate) fn emit_sgl(&mut self, p: Port, op: u64, ext: &[(u64, u64)]) {
         super::wire::chunk_sgl(ext, |start, n, sges| {
