@@ -962,6 +962,23 @@ impl LocalWindow {
         Ok(a.load(Ordering::Acquire))
     }
 
+    /// [`load_u64`](Self::load_u64) for a poller, to whom an offset outside
+    /// the window (or misaligned) only means that nothing arrived there:
+    /// `None` then, with no error built and dropped on the poll's path.
+    #[inline(always)]
+    pub fn poll_u64(&self, offset: usize) -> Option<u64> {
+        let inside = offset
+            .checked_add(8)
+            .is_some_and(|end| end <= self.len && offset.is_multiple_of(8));
+        if !inside {
+            return None;
+        }
+        // SAFETY: in bounds and aligned (checked just above); AtomicU64 has
+        // u64's layout; the mapping lives while `_keep` does.
+        let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
+        Some(a.load(Ordering::Acquire))
+    }
+
     /// Hints the CPU to fetch the cache line holding `offset` (no access is
     /// made, nothing faults; out-of-window offsets are ignored). For a poller
     /// that will read the next slot of a ring soon.
@@ -1290,6 +1307,19 @@ mod tests {
         assert_eq!(mem[15], 99);
         assert!(mem[16..].iter().all(|&w| w == 0));
         assert_eq!(counters.snapshot().ungranted_writes, 1);
+    }
+
+    #[test]
+    fn a_poll_load_outside_the_window_or_misaligned_finds_nothing() {
+        use std::sync::atomic::AtomicU64;
+        let mem: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(AtomicU64::new).collect());
+        // SAFETY: `mem` is 32 bytes, 8-aligned, interior-mutable, and kept
+        // alive by the handle.
+        let win = unsafe { LocalWindow::from_raw(mem.as_ptr() as *mut u8, 32, 0, mem.clone()) };
+        assert_eq!((win.poll_u64(0), win.poll_u64(24)), (Some(0), Some(3)));
+        for at in [4, 25, 32, usize::MAX - 7, usize::MAX] {
+            assert_eq!(win.poll_u64(at), None, "offset {at}");
+        }
     }
 
     #[test]

@@ -66,6 +66,27 @@ pub(crate) struct SendBatch {
     pub broken: bool,
 }
 
+/// What [`Conn::arrivals`] found: the parts of a poll that have work.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrivals {
+    /// The peer lent us an eager buffer.
+    pub freeq: bool,
+    /// A control message is on one of the control rings.
+    pub control: bool,
+    /// A send is on the PostQ.
+    pub sends: bool,
+    /// Control messages of ours wait for credits.
+    pub backlog: bool,
+}
+
+impl Arrivals {
+    /// Nothing arrived and nothing waits: the poll has no work.
+    #[inline(always)]
+    pub fn none(self) -> bool {
+        !(self.freeq | self.control | self.sends | self.backlog)
+    }
+}
+
 /// Everything that exists only while connected.
 pub(crate) struct Conn {
     /// The peer's window: everything we send it is a posted write into it.
@@ -186,6 +207,28 @@ impl Conn {
         } else {
             self.backlog[k].push_back(body);
             Ok(())
+        }
+    }
+
+    /// What a poll of this connection has to look at: which of the peer's
+    /// queues in our window show a new entry (each queue's next tag or
+    /// FreeQ word, one load each), and whether messages wait for credits.
+    /// Most polls find nothing, and stop here.
+    #[inline(always)]
+    pub fn arrivals(&self, local: &LocalWindow) -> Arrivals {
+        // Sends first: the line a waiting peer's message lands on.
+        let sends = self.cons[Ring::PostQ.index()].arrived(local, 0).is_some();
+        let freeq = local
+            .poll_u64(self.fq_base + self.fq_slot * 8)
+            .is_some_and(|raw| parse_free_entry(self.epoch, self.fq_seq, raw).is_some());
+        let control = Ring::CONTROL
+            .iter()
+            .any(|&r| self.cons[r.index()].arrived(local, 0).is_some());
+        Arrivals {
+            freeq,
+            control,
+            sends,
+            backlog: self.backlog.iter().any(|b| !b.is_empty()),
         }
     }
 

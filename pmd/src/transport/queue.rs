@@ -288,7 +288,7 @@ impl Consumer {
     pub fn arrived(&self, local: &LocalWindow, k: u64) -> Option<usize> {
         let (at, tag) = self.expect(k);
         let off = self.base + at;
-        let t = local.load_u64(off + TAG_OFFSET).ok()?;
+        let t = local.poll_u64(off + TAG_OFFSET)?;
         (t == tag).then_some(off)
     }
 
