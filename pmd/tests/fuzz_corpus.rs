@@ -147,6 +147,12 @@ fn every_message(base: u64, eager: u32) -> Vec<(&'static str, Ring, Msg)> {
                 len: 4096,
             },
         ),
+        ("cancel", Ring::Rx, Msg::Cancel { op: 3 }),
+        (
+            "chain_release",
+            Ring::Cq,
+            Msg::ChainRelease { op: 3, origin: 0 },
+        ),
         ("send_inline", Ring::PostQ, inline(b"hello, fuzzer")),
         (
             "send_buf",

@@ -1281,3 +1281,147 @@ fn a_read_into_storage_too_scattered_for_one_sgl_fails_cleanly() {
     assert_eq!(s.ts[0].region_area_free(), free, "the storage was kept");
     assert!(s.ts[0].is_connected(1) && s.ts[1].is_connected(0));
 }
+
+// ---- cancelled multicasts ----
+
+/// Storage the victim holds for the rogue's multicasts: a `Cancel` frees
+/// storage only the rogue could write at once, but not a chain link's
+/// whose storage went to a third port (only that port can release it), and
+/// the rogue can neither release that one itself nor cancel anyone else's.
+#[test]
+fn a_cancel_frees_only_storage_no_other_peer_may_write() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let q0 = s.ts[1].create_qp(0).unwrap();
+    let free0 = s.ts[1].region_area_free();
+    let len = 100_000;
+    let requests = [
+        Msg::Rts { op: 1, len },
+        // Storage the honest port 0 will write (the chain's previous link).
+        Msg::ChainRts {
+            op: 2,
+            len,
+            prev: 0,
+            next: None,
+        },
+    ];
+    for m in requests {
+        s.inj.push(Ring::Rx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].resources(q).serving, 2);
+    // What one request's storage takes of the area.
+    let each = (free0 - s.ts[1].region_area_free()) / 2;
+    // An honest multicast from port 0, served beside them.
+    let src = s.ts[0]
+        .register_region(len as usize, Access::LOCAL)
+        .unwrap();
+    let q01 = s.ts[0].create_qp(1).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    s.ts[0].post_multicast_put(&[q01], &sge, 9).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].resources(q0).serving == 0 {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the honest multicast was not served");
+    }
+    let drops = |s: &Setup| s.ts[1].counters(q).dropped_total();
+    let before = drops(&s);
+    let free = s.ts[1].region_area_free();
+    let cancels = [
+        (Ring::Rx, Msg::Cancel { op: 1 }),
+        (Ring::Rx, Msg::Cancel { op: 2 }),
+        // Port 0's op 1 (its first) too: not the rogue's to cancel.
+        (Ring::Rx, Msg::Cancel { op: 1 }),
+        // Never asked for.
+        (Ring::Rx, Msg::Cancel { op: 77 }),
+        // The rogue is the chain's origin, not its previous link.
+        (Ring::Cq, Msg::ChainRelease { op: 2, origin: 2 }),
+    ];
+    for (ring, m) in cancels {
+        s.inj.push(ring, &wire::encode(&m)).unwrap();
+    }
+    s.ts[1].progress();
+    assert_eq!(
+        s.ts[1].resources(q).serving,
+        1,
+        "the chain link's storage went"
+    );
+    assert_eq!(s.ts[1].resources(q0).serving, 1, "port 0's storage went");
+    assert_eq!(s.ts[1].region_area_free(), free + each);
+    assert_eq!(
+        drops(&s),
+        before + 1,
+        "only the release from the origin is a drop"
+    );
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::OutOfRange), 1);
+    assert!(s.ts[1].is_connected(2));
+    // Port 0's multicast still completes, and the victim still serves.
+    let c = collect(&mut s.ts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (9, Status::Success));
+    let got = collect(&mut s.ts, 1, 1);
+    assert_eq!((got[0].peer, got[0].op), (0, OpKind::MulticastRecv));
+    honest_traffic_works(&mut s);
+}
+
+/// Only a chain link's previous target may release the storage it was
+/// given: the rogue's release of storage the victim gave port 0 changes
+/// nothing (an unknown operation); its release of storage the victim gave
+/// the rogue itself frees it at once.
+#[test]
+fn only_the_previous_link_of_a_chain_can_release_its_storage() {
+    let mut s = setup();
+    let q0 = s.ts[1].create_qp(0).unwrap();
+    let q2 = s.ts[1].create_qp(2).unwrap();
+    let len = 100_000u32;
+    let src = s.ts[0]
+        .register_region(len as usize, Access::LOCAL)
+        .unwrap();
+    let to = |t: &mut Transport, p: u16| t.create_qp(p).unwrap();
+    let (q01, q02) = (to(&mut s.ts[0], 1), to(&mut s.ts[0], 2));
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    // Op 1: the victim first (its storage goes to port 0), then the rogue.
+    // Op 2: the rogue first, then the victim (its storage goes to the rogue).
+    let mode = ntbdk_pmd::transport::MulticastMode::Chain;
+    s.ts[0]
+        .post_multicast_put_with(&[q01, q02], &sge, mode, 1)
+        .unwrap();
+    s.ts[0]
+        .post_multicast_put_with(&[q02, q01], &sge, mode, 2)
+        .unwrap();
+    let free = s.ts[1].region_area_free();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].resources(q0).serving < 2 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the chains were not served");
+    }
+    let free0 = s.ts[1].region_area_free();
+    let before = s.ts[1].counters(q2).dropped(DropKind::UnknownOp);
+    let release = |op| Msg::ChainRelease { op, origin: 0 };
+    s.inj.push(Ring::Cq, &wire::encode(&release(1))).unwrap();
+    s.ts[1].progress();
+    assert_eq!(
+        s.ts[1].resources(q0).serving,
+        2,
+        "port 0's link was released"
+    );
+    assert_eq!(
+        s.ts[1].counters(q2).dropped(DropKind::UnknownOp),
+        before + 1
+    );
+    s.inj.push(Ring::Cq, &wire::encode(&release(2))).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q0).serving, 1);
+    let each = (free - free0) / 2;
+    assert_eq!(s.ts[1].region_area_free(), free0 + each);
+    assert!(s.ts[1].is_connected(2) && s.ts[1].is_connected(0));
+    honest_traffic_works(&mut s);
+}

@@ -12,7 +12,7 @@ use ntbdk_pmd::transport::{
     Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, Qp, RecvWr, RegionKey,
     RemoteAddr, SendWr, Sge, Status, Transport, TransportError,
 };
-use transport_common::{Rng, collect, drain, loopback};
+use transport_common::{Rng, collect, drain, loopback, loopback_with};
 
 const WIN: usize = 8 << 20;
 
@@ -589,6 +589,53 @@ fn a_broken_chain_fails_the_multicast() {
         (OpKind::MulticastPut, 7, Status::PeerDown)
     );
     assert_eq!(rest[0].outstanding(), 0);
+}
+
+#[test]
+fn a_chain_refused_at_one_link_frees_the_other_links_storage_at_once() {
+    // The middle target's quota is too small for the put; the others'
+    // operations would time out only after a minute.
+    let (_f, mut ts) = loopback_with(4, WIN, |p| Config {
+        op_timeout: Duration::from_secs(60),
+        peer_storage_quota: (p == 1).then_some(4096),
+        ..Config::new(geo(4))
+    });
+    let chain = [2u16, 1, 3];
+    let qps: Vec<_> = chain.iter().map(|&p| ts[0].create_qp(p).unwrap()).collect();
+    let src = ts[0].register_region(100_000, Access::LOCAL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 100_000,
+    }];
+    ts[0]
+        .post_multicast_put_with(&qps, &sge, MulticastMode::Chain, 7)
+        .unwrap();
+    let c = collect(&mut ts, 0, 1);
+    assert_eq!((c[0].op, c[0].cookie), (OpKind::MulticastPut, 7));
+    assert!(!c[0].status.is_ok(), "{c:?}");
+    // Every target lets go of the operation: none is served any more, and
+    // a second put of the same size, to the two that have room, goes
+    // through (their quota was not held by the failed one).
+    let origin = |t: &mut Transport| t.create_qp(0).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while chain.iter().any(|&p| {
+        let q = origin(&mut ts[p as usize]);
+        ts[p as usize].resources(q).serving > 0
+    }) {
+        assert!(
+            Instant::now() < end,
+            "a target still holds the failed put's storage"
+        );
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+    }
+    ts[0]
+        .post_multicast_put_with(&[qps[0], qps[2]], &sge, MulticastMode::Chain, 8)
+        .unwrap();
+    let c = collect(&mut ts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (8, Status::Success));
 }
 
 #[test]

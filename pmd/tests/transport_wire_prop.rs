@@ -123,6 +123,8 @@ fn msg() -> impl Strategy<Value = Msg> {
             origin,
             len
         }),
+        any::<u64>().prop_map(|op| Msg::Cancel { op }),
+        (any::<u64>(), any::<u16>()).prop_map(|(op, origin)| Msg::ChainRelease { op, origin }),
         (prop::collection::vec(any::<u8>(), 0..=INLINE_MAX)).prop_map(|v| {
             let mut data = [0u8; INLINE_MAX];
             data[..v.len()].copy_from_slice(&v);

@@ -213,8 +213,10 @@ impl Transport {
         prev: Port,
         next: Option<Port>,
     ) {
+        // A refused request: the next target's storage that came before
+        // it will never be written.
         if !self.fresh(p, Ring::Rx, op) {
-            return;
+            return self.release_early(p, op);
         }
         let ports = self.peers.len();
         let me = self.me;
@@ -222,16 +224,18 @@ impl Transport {
         let valid = ok_port(prev) && next.is_none_or(|n| ok_port(n) && n != p && n != prev);
         if !valid {
             self.count(p, DropKind::OutOfRange);
+            self.release_early(p, op);
             return self.nak(p, op, WireStatus::Protocol);
         }
         if !self.within_quota(p, op, len) {
-            return;
+            return self.release_early(p, op);
         }
         // Storage only the previous link of the chain writes.
         let Ok(key) = self
             .regions
             .register_for(u64::from(len), Access::LOCAL, None, Some(&[prev]))
         else {
+            self.release_early(p, op);
             return self.nak(p, op, WireStatus::NoRoom);
         };
         let link = ChainLink {
@@ -279,15 +283,13 @@ impl Transport {
         }
         ch.cts_sent = true;
         let (prev, region, len) = (ch.prev, *region, *len);
+        let next = ch.next.filter(|_| ch.next_got > 0);
         let ext = self.regions.extents(region, len);
         let refuse = |t: &mut Self, status: WireStatus| {
-            if let Some(io) = t.peers[origin as usize]
-                .conn
-                .as_mut()
-                .and_then(|c| c.unserve(op))
-            {
-                t.served_ended(&io);
+            if let Some(n) = next {
+                t.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
             }
+            t.end_served(origin, op);
             t.nak(origin, op, status);
         };
         if prev != origin && self.peers[prev as usize].conn.is_none() {
@@ -352,6 +354,8 @@ impl Transport {
                         self.served_ended(&io);
                     }
                     self.count(s, DropKind::OutOfRange);
+                    // We will write none of the next target's storage.
+                    self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
                     return self.nak(origin, op, WireStatus::Protocol);
                 }
                 ch.next_sgl
@@ -375,6 +379,11 @@ impl Transport {
                     sges: sges.to_vec(),
                     at: Instant::now(),
                 });
+            }
+            // An operation we saw and do not serve (refused, cancelled or
+            // over): we will never write this storage.
+            None if !may_start => {
+                self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
             }
             None => self.count(s, DropKind::UnknownOp),
         }
@@ -462,24 +471,126 @@ impl Transport {
     /// then puts when the check-in counter reaches zero, and completes when
     /// every target is resolved.
     pub(crate) fn mc_target_failed(&mut self, op: u64, p: Port, status: Status) {
-        let Some(OutKind::Multicast { targets, chain, .. }) =
-            self.ops.get_mut(&op).map(|o| &mut o.kind)
+        let Some(OutKind::Multicast {
+            targets,
+            chain,
+            put,
+            ..
+        }) = self.ops.get_mut(&op).map(|o| &mut o.kind)
         else {
             return;
         };
+        // Targets the put will not reach, told so while nothing has been
+        // put: none of their storage is written any more, so it can go at
+        // once (after the put, data may still be on its way down a chain;
+        // its storage goes with the `Done` or at the target's timeout).
+        let mut cancel = Vec::new();
         if let Some(t) = targets
             .iter_mut()
             .find(|t| t.peer == p && t.status.is_none())
         {
             t.status = Some(status);
+            cancel.push(p);
         }
         if *chain && !status.is_ok() {
             // A broken chain: the other targets will not get the data either.
             for t in targets.iter_mut().filter(|t| t.status.is_none()) {
                 t.status = Some(status);
+                cancel.push(t.peer);
+            }
+        }
+        if !*put && !status.is_ok() {
+            for t in cancel {
+                self.emit(t, Ring::Rx, &Msg::Cancel { op });
             }
         }
         self.mc_maybe_put(op);
+    }
+
+    /// `Cancel` (target): the initiator `p` will put nothing for its
+    /// multicast `op`. Our storage for it goes now unless another target
+    /// may still write it: a chain link whose storage went to a previous
+    /// target keeps it until that target releases it (`ChainRelease`) or
+    /// the operation times out, so that only the one peer that may write
+    /// a range can end its use, never the initiator for it. A next
+    /// target's storage we hold, from the request or from before it, is
+    /// released to that target. Only `p`'s own operations can be
+    /// cancelled (they are served per connection); a cancel of one we no
+    /// longer serve (it timed out, or we refused it) is no error.
+    pub(crate) fn on_cancel(&mut self, p: Port, op: u64) {
+        let Some(c) = self.peers[p as usize].conn.as_mut() else {
+            return;
+        };
+        if let Some(InOp::McRecv { chain, .. }) = c.served(op) {
+            let (next, written_by_other) = match chain.as_deref() {
+                Some(ch) => (
+                    ch.next.filter(|_| ch.next_got > 0),
+                    ch.prev != p && ch.cts_sent,
+                ),
+                None => (None, false),
+            };
+            if let Some(n) = next {
+                self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin: p });
+            }
+            if !written_by_other {
+                self.end_served(p, op);
+            }
+        }
+        self.release_early(p, op);
+    }
+
+    /// `ChainRelease` (chain target): our previous target `s` will never
+    /// write the storage we gave it for op `op` of `origin`: it goes now,
+    /// and the next target's storage we hold is released in turn. From
+    /// anyone but that previous target it changes nothing.
+    pub(crate) fn on_chain_release(&mut self, s: Port, origin: Port, op: u64) {
+        if origin as usize >= self.peers.len() || origin == self.me || origin == s {
+            return self.count(s, DropKind::OutOfRange);
+        }
+        let Some(c) = self.peers[origin as usize].conn.as_ref() else {
+            return;
+        };
+        let Some(InOp::McRecv {
+            chain: Some(ch), ..
+        }) = c.served(op)
+        else {
+            return;
+        };
+        if ch.prev != s {
+            return self.count(s, DropKind::UnknownOp);
+        }
+        if let Some(n) = ch.next.filter(|_| ch.next_got > 0) {
+            self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+        }
+        self.end_served(origin, op);
+    }
+
+    /// Stops serving `origin`'s op `op` and frees what it held.
+    fn end_served(&mut self, origin: Port, op: u64) {
+        if let Some(io) = self.peers[origin as usize]
+            .conn
+            .as_mut()
+            .and_then(|c| c.unserve(op))
+        {
+            self.served_ended(&io);
+        }
+    }
+
+    /// Drops the next targets' storage kept for `origin`'s op `op` from
+    /// before its request (we will not serve it), releasing each to its
+    /// sender.
+    fn release_early(&mut self, origin: Port, op: u64) {
+        let mut from = Vec::new();
+        self.chain_early.retain(|e| {
+            let mine = e.origin == origin && e.op == op;
+            if mine && !from.contains(&e.from) {
+                from.push(e.from);
+            }
+            !mine
+        });
+        for s in from {
+            self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
+        }
     }
 
     fn mc_maybe_put(&mut self, op: u64) {

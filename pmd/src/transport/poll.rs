@@ -343,6 +343,8 @@ impl Transport {
                 sges,
             } => self.on_chain_sgl(p, origin, op, start, &sges[..sgl(n)]),
             Msg::ChainDone { op, origin, len } => self.on_done(p, origin, op, len),
+            Msg::Cancel { op } => self.on_cancel(p, op),
+            Msg::ChainRelease { op, origin } => self.on_chain_release(p, origin, op),
             // Answers to our own operations (initiator side).
             Msg::ReadSize { op, status, len } => self.on_read_size(p, op, status, len),
             Msg::Sgl { op, start, n, sges } => self.on_sgl(p, op, start, &sges[..sgl(n)]),

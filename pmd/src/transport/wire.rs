@@ -131,6 +131,10 @@ pub mod code {
     pub const REVOKE_ACK: u8 = 0x0f;
     /// [`super::Msg::WriteImm`].
     pub const WRITE_IMM: u8 = 0x13;
+    /// [`super::Msg::Cancel`].
+    pub const CANCEL: u8 = 0x14;
+    /// [`super::Msg::ChainRelease`].
+    pub const CHAIN_RELEASE: u8 = 0x15;
 }
 
 /// A decoded message. `op` is always the initiator's operation id.
@@ -296,6 +300,23 @@ pub enum Msg {
         /// The initiator's immediate value.
         imm: u64,
     },
+    /// Initiator → target RX: multicast `op` will put nothing (it failed
+    /// before its data was sent: another target refused it, or it timed
+    /// out); the storage allocated for it goes now, not at the target's
+    /// own timeout.
+    Cancel {
+        /// Op id (the initiator's).
+        op: u64,
+    },
+    /// Target → next target CQ: we will never write the storage the next
+    /// target sent us for chain op `op` of `origin` (we refused the
+    /// request, or it was cancelled): it may go now.
+    ChainRelease {
+        /// Op id (the initiator's).
+        op: u64,
+        /// The initiator.
+        origin: u16,
+    },
     /// Sender → receiver PostQ: a small payload carried in the slot.
     SendInline {
         /// Payload length.
@@ -441,6 +462,10 @@ pub fn encode(msg: &Msg) -> Body {
             len,
             imm,
         } => scalar(code::WRITE_IMM, 0, rkey, imm, roff, len),
+        Msg::Cancel { op } => scalar(code::CANCEL, 0, 0, op, 0, 0),
+        Msg::ChainRelease { op, origin } => {
+            scalar(code::CHAIN_RELEASE, 0, u32::from(origin), op, 0, 0)
+        }
     }
 }
 
@@ -939,6 +964,17 @@ pub fn decode(b: &Body) -> Result<Msg, WireError> {
                 imm: op,
             }
         }
+        code::CANCEL => {
+            no_status()?;
+            decode_scalar(b, false, false, false)?;
+            Msg::Cancel { op }
+        }
+        code::CHAIN_RELEASE => {
+            no_status()?;
+            decode_scalar(b, true, false, false)?;
+            let origin = u16::try_from(a).map_err(|_| WireError::Malformed)?;
+            Msg::ChainRelease { op, origin }
+        }
         other => return Err(WireError::UnknownCode(other)),
     })
 }
@@ -1011,11 +1047,12 @@ pub fn validate(msg: &Msg, queue: Ring, limits: &Limits) -> Result<(), WireError
         | Msg::Rts { .. }
         | Msg::ChainRts { .. }
         | Msg::ReadSize { .. }
-        | Msg::WriteImm { .. } => Ring::Rx,
+        | Msg::WriteImm { .. }
+        | Msg::Cancel { .. } => Ring::Rx,
         Msg::Advertise { .. } | Msg::Revoke { .. } => Ring::Tx,
         Msg::RevokeAck { .. } => Ring::Cq,
         Msg::ChainSgl { .. } => Ring::Tx,
-        Msg::ChainDone { .. } => Ring::Cq,
+        Msg::ChainDone { .. } | Msg::ChainRelease { .. } => Ring::Cq,
         Msg::Sgl { .. } | Msg::ReadReq { .. } | Msg::ReadSgl { .. } | Msg::ReadIntent { .. } => {
             Ring::Tx
         }
@@ -1044,7 +1081,9 @@ pub fn validate(msg: &Msg, queue: Ring, limits: &Limits) -> Result<(), WireError
         | Msg::ReadIntent { .. }
         | Msg::SendInline { .. }
         | Msg::Revoke { .. }
-        | Msg::RevokeAck { .. } => {}
+        | Msg::RevokeAck { .. }
+        | Msg::Cancel { .. }
+        | Msg::ChainRelease { .. } => {}
         Msg::WriteImm { len, roff, .. } => {
             if !len_ok(len) || roff.checked_add(u64::from(len)).is_none() {
                 return Err(WireError::OutOfRange);
@@ -1368,12 +1407,41 @@ mod tests {
                 origin: 4,
                 len: 99,
             },
+            Msg::Cancel { op: 12 },
+            Msg::ChainRelease { op: 12, origin: 4 },
             Msg::SendInline { len: 3, data },
             Msg::SendBuf { buf: 2, len: 200 },
         ];
         for m in msgs {
             assert_eq!(decode(&encode(&m)), Ok(m), "{m:?}");
         }
+    }
+
+    #[test]
+    fn a_cancel_and_a_release_carry_nothing_else() {
+        let l = limits();
+        let cancel = Msg::Cancel { op: 5 };
+        let release = Msg::ChainRelease { op: 5, origin: 2 };
+        assert_eq!(validate(&cancel, Ring::Rx, &l), Ok(()));
+        assert_eq!(validate(&cancel, Ring::Cq, &l), Err(WireError::WrongQueue));
+        assert_eq!(validate(&release, Ring::Cq, &l), Ok(()));
+        assert_eq!(validate(&release, Ring::Rx, &l), Err(WireError::WrongQueue));
+        // Any byte outside the op id (and the origin) set is malformed.
+        for m in [cancel, release] {
+            let body = encode(&m);
+            for i in (1..56).filter(|i| !(8..16).contains(i)) {
+                if matches!(m, Msg::ChainRelease { .. }) && (4..6).contains(&i) {
+                    continue;
+                }
+                let mut b = body;
+                b[i] ^= 1;
+                assert_eq!(decode(&b), Err(WireError::Malformed), "{m:?}, byte {i}");
+            }
+        }
+        // An origin beyond a port number is malformed too.
+        let mut b = encode(&release);
+        b[6] = 1;
+        assert_eq!(decode(&b), Err(WireError::Malformed));
     }
 
     #[test]

@@ -50,12 +50,20 @@ pub fn loopback(
     window: usize,
     geometry: Geometry,
 ) -> (Arc<LoopbackFabric>, Vec<Transport>) {
+    loopback_with(n, window, |_| Config::new(geometry))
+}
+
+/// [`loopback`] with each port's configuration from `cfg`.
+pub fn loopback_with(
+    n: u16,
+    window: usize,
+    cfg: impl Fn(Port) -> Config,
+) -> (Arc<LoopbackFabric>, Vec<Transport>) {
     let fabric = LoopbackFabric::new(n, window);
-    let cfg = Config::new(geometry);
     let ts: Vec<Transport> = (0..n)
         .map(|p| {
             let dev: Arc<LoopbackDevice> = Arc::new(fabric.join(p).unwrap());
-            Transport::new(dev, cfg.clone()).unwrap()
+            Transport::new(dev, cfg(p)).unwrap()
         })
         .collect();
     let mut ts = ts;
