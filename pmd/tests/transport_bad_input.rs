@@ -1425,3 +1425,94 @@ fn only_the_previous_link_of_a_chain_can_release_its_storage() {
     assert!(s.ts[1].is_connected(2) && s.ts[1].is_connected(0));
     honest_traffic_works(&mut s);
 }
+
+/// A chain 0 → 2 (the rogue) → 1 (the victim) → 3 whose initiator cancels
+/// it before its put: the victim keeps its own storage (the rogue may
+/// still write it) and releases port 3's, which port 3 frees. The rogue's
+/// `ChainDone` afterwards makes the victim free its storage, but deliver
+/// and forward nothing: never a write into port 3's released storage.
+#[test]
+fn a_cancelled_link_forwards_nothing_into_released_storage() {
+    let fabric = LoopbackFabric::new(4, 4 << 20);
+    // The initiator gives up after 300 ms; the targets would wait a minute.
+    let cfg = |p: u16| Config {
+        op_timeout: Duration::from_millis(if p == 0 { 300 } else { 60_000 }),
+        ..Config::new(Geometry::small(4))
+    };
+    let rogue_dev: Arc<LoopbackDevice> = Arc::new(fabric.join(2).unwrap());
+    let mut rogue = Transport::new(rogue_dev.clone(), cfg(2)).unwrap();
+    let mut ts: Vec<Transport> = [0u16, 1, 3]
+        .iter()
+        .map(|&p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg(p)).unwrap())
+        .collect();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(ts
+        .iter()
+        .all(|t| (0..4).all(|q| q == t.port() || t.is_connected(q)))
+        && rogue.is_connected(1))
+    {
+        rogue.progress();
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+        assert!(Instant::now() < end, "the fabric did not connect");
+    }
+    let e = epoch(rogue.incarnation(), ts[1].incarnation());
+    let mut inj = Injector::new(&*rogue_dev, 1, *ts[1].layout(), e).unwrap();
+    let len = 100_000u32;
+    let src = ts[0].register_region(len as usize, Access::LOCAL).unwrap();
+    let qps: Vec<Qp> = [2u16, 1, 3]
+        .iter()
+        .map(|&p| ts[0].create_qp(p).unwrap())
+        .collect();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    let mode = ntbdk_pmd::transport::MulticastMode::Chain;
+    ts[0].post_multicast_put_with(&qps, &sge, mode, 5).unwrap();
+    let (victim_q0, next_q0) = (ts[1].create_qp(0).unwrap(), ts[2].create_qp(0).unwrap());
+    let free3 = ts[2].region_area_free();
+    // The initiator's op times out (the rogue never answers): cancelled.
+    let c = collect(&mut ts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (5, Status::Timeout));
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[2].resources(next_q0).serving > 0 {
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+        assert!(Instant::now() < end, "port 3's storage was not released");
+    }
+    assert_eq!(ts[2].region_area_free(), free3);
+    assert_eq!(
+        ts[1].resources(victim_q0).serving,
+        1,
+        "the victim's storage went early"
+    );
+    // The rogue says it deposited the data.
+    let done = Msg::ChainDone {
+        op: 1,
+        origin: 0,
+        len,
+    };
+    inj.push(Ring::Cq, &wire::encode(&done)).unwrap();
+    for _ in 0..100 {
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+    }
+    assert_eq!(ts[1].resources(victim_q0).serving, 0);
+    let q13 = ts[1].create_qp(3).unwrap();
+    assert!(
+        ts[1].is_connected(3) && ts[1].counters(q13).disconnects == 0,
+        "the victim wrote into port 3's released storage"
+    );
+    assert!(
+        drain(&mut ts[1]).is_empty(),
+        "a cancelled multicast was delivered"
+    );
+    assert!(drain(&mut ts[2]).is_empty());
+    let q31 = ts[2].create_qp(1).unwrap();
+    assert_eq!(ts[2].counters(q31).dropped_total(), 0);
+}

@@ -1149,3 +1149,42 @@ fn with_signal_sends_off_only_the_sends_that_ask_complete_in_order() {
     );
     assert_eq!(ts[0].counters(qa).sends, 300);
 }
+
+#[test]
+fn a_chain_link_that_gives_up_releases_its_successors_storage() {
+    // Port 1 gives its served operations up after 300 ms, port 2 only
+    // after a minute; the initiator (port 0) never puts.
+    let (_f, mut ts) = loopback_with(3, WIN, |p| Config {
+        op_timeout: Duration::from_millis(if p == 1 { 300 } else { 60_000 }),
+        ..Config::new(geo(3))
+    });
+    let qps: Vec<_> = [1u16, 2]
+        .iter()
+        .map(|&p| ts[0].create_qp(p).unwrap())
+        .collect();
+    let src = ts[0].register_region(100_000, Access::LOCAL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 100_000,
+    }];
+    ts[0]
+        .post_multicast_put_with(&qps, &sge, MulticastMode::Chain, 7)
+        .unwrap();
+    let q = ts[2].create_qp(0).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[2].resources(q).serving == 0 {
+        ts[1].progress();
+        ts[2].progress();
+        assert!(Instant::now() < end, "port 2 never served the chain");
+    }
+    let asked = Instant::now();
+    while ts[2].resources(q).serving > 0 {
+        ts[1].progress();
+        ts[2].progress();
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "port 2 still holds storage its previous link gave up"
+        );
+    }
+}

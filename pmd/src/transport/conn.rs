@@ -554,19 +554,21 @@ impl Conn {
     }
 
     /// Stops serving every operation past its deadline; returns them.
-    pub fn expire_served(&mut self, now: Instant) -> Vec<InOp> {
+    pub fn expire_served(&mut self, now: Instant) -> Vec<(u64, InOp)> {
         let old: Vec<u64> = self
             .served
             .iter()
             .filter(|(_, o)| o.deadline() <= now)
             .map(|(id, _)| *id)
             .collect();
-        old.iter().filter_map(|id| self.served.remove(id)).collect()
+        old.into_iter()
+            .filter_map(|id| Some((id, self.served.remove(&id)?)))
+            .collect()
     }
 
-    /// Ends the connection: the operations still served.
-    pub fn into_served(self) -> impl Iterator<Item = InOp> {
-        self.served.into_values()
+    /// Ends the connection: the operations still served, by op id.
+    pub fn into_served(self) -> impl Iterator<Item = (u64, InOp)> {
+        self.served.into_iter()
     }
 
     // ---- the peer's regions, for one-sided writes ----

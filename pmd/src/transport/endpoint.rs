@@ -480,6 +480,11 @@ impl Transport {
     /// error dooms the connection.
     #[inline]
     pub(crate) fn emit(&mut self, peer: Port, ring: Ring, msg: &Msg) {
+        // Nothing is written once we lost our place (see `lose`), even
+        // from the teardowns that follow it.
+        if self.lost {
+            return;
+        }
         let Some(c) = self.peers[peer as usize].conn.as_mut() else {
             return;
         };

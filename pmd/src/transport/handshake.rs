@@ -339,8 +339,8 @@ impl Transport {
             p.state = PeerState::Connecting;
         }
         let recvs: Vec<_> = p.recvs.drain(..).collect();
-        for io in conn.into_served() {
-            self.served_ended(&io);
+        for (op, io) in conn.into_served() {
+            self.served_abandoned(peer, op, &io);
         }
         for r in recvs {
             self.completions.push_back(Completion {

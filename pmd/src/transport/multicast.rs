@@ -244,6 +244,7 @@ impl Transport {
             next_sgl: Vec::new(),
             next_got: 0,
             cts_sent: false,
+            cancelled: false,
         };
         self.serve_deposit(p, op, key, len, Some(Box::new(link)));
         // The next target's storage may have come before our request.
@@ -335,7 +336,9 @@ impl Transport {
         }
         let deadline_now = self.cfg.op_deadline();
         let Some(c) = self.peers[origin as usize].conn.as_mut() else {
-            return self.count(s, DropKind::UnknownOp);
+            // No connection to the origin: nothing of its is served here,
+            // so this storage will never be written.
+            return self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
         };
         let total: u64 = sges.iter().map(|x| u64::from(x.len)).sum();
         let may_start = c.may_start(Ring::Rx, op);
@@ -521,12 +524,25 @@ impl Transport {
         let Some(c) = self.peers[p as usize].conn.as_mut() else {
             return;
         };
-        if let Some(InOp::McRecv { chain, .. }) = c.served(op) {
-            let (next, written_by_other) = match chain.as_deref() {
-                Some(ch) => (
-                    ch.next.filter(|_| ch.next_got > 0),
-                    ch.prev != p && ch.cts_sent,
-                ),
+        // A cancel comes behind its request on the same ring: one for an
+        // operation not requested yet is no cancel of anything.
+        if c.may_start(Ring::Rx, op) {
+            return;
+        }
+        if let Some(InOp::McRecv { chain, .. }) = c.served_mut(op) {
+            let (next, written_by_other) = match chain.as_deref_mut() {
+                Some(ch) => {
+                    let next = ch.next.filter(|_| ch.next_got > 0);
+                    let kept = ch.prev != p && ch.cts_sent;
+                    if kept {
+                        // Whatever `prev` still does, nothing of ours goes
+                        // on to the storage we release now.
+                        ch.cancelled = true;
+                        ch.next_sgl = Vec::new();
+                        ch.next_got = 0;
+                    }
+                    (next, kept)
+                }
                 None => (None, false),
             };
             if let Some(n) = next {
@@ -566,7 +582,7 @@ impl Transport {
     }
 
     /// Stops serving `origin`'s op `op` and frees what it held.
-    fn end_served(&mut self, origin: Port, op: u64) {
+    pub(crate) fn end_served(&mut self, origin: Port, op: u64) {
         if let Some(io) = self.peers[origin as usize]
             .conn
             .as_mut()
@@ -574,6 +590,21 @@ impl Transport {
         {
             self.served_ended(&io);
         }
+    }
+
+    /// `origin`'s op `op`, which we stopped serving without finishing it
+    /// (it timed out, or the connection to `origin` ended): frees what it
+    /// held and, for a chain link, releases the next target's storage,
+    /// which we will never write.
+    pub(crate) fn served_abandoned(&mut self, origin: Port, op: u64, io: &InOp) {
+        if let InOp::McRecv {
+            chain: Some(ch), ..
+        } = io
+            && let Some(n) = ch.next.filter(|_| ch.next_got > 0)
+        {
+            self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+        }
+        self.served_ended(io);
     }
 
     /// Drops the next targets' storage kept for `origin`'s op `op` from
@@ -594,6 +625,7 @@ impl Transport {
     }
 
     fn mc_maybe_put(&mut self, op: u64) {
+        let lost = self.lost;
         let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(OutKind::Multicast {
             src,
@@ -621,7 +653,7 @@ impl Transport {
                 .enumerate()
                 .filter(|(i, t)| t.status.is_none() && (!chain || *i == 0))
             {
-                let Some(c) = peers[t.peer as usize].conn.as_ref() else {
+                let Some(c) = peers[t.peer as usize].conn.as_ref().filter(|_| !lost) else {
                     t.status = Some(Status::PeerDown);
                     continue;
                 };

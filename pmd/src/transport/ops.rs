@@ -174,6 +174,11 @@ pub(crate) struct ChainLink {
     pub next_got: u32,
     /// Whether we sent our own storage to `prev` (clear to send).
     pub cts_sent: bool,
+    /// Whether the initiator cancelled the operation while `prev` may
+    /// still write our storage: we wait for `prev` to be done with it
+    /// (`ChainDone` or `ChainRelease`), then free it, delivering and
+    /// forwarding nothing.
+    pub cancelled: bool,
 }
 
 /// A chain target's storage that arrived before our own request to send.

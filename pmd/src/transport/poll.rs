@@ -137,13 +137,15 @@ impl Transport {
             "this host was dropped from the fabric (stalled past the heartbeat timeout): \
              the transport stops; drop it and its device, then join again"
         );
+        // First, so that the teardowns write nothing either (no cancel,
+        // release or put to the peers still listed).
+        self.lost = true;
         for p in 0..self.peers.len() as Port {
             if p != self.me {
                 self.teardown(p, Status::PeerDown);
                 self.peers[p as usize].state = PeerState::Lost;
             }
         }
-        self.lost = true;
     }
 
     /// Fails our operations past their deadline, drops served ones (freeing
@@ -191,8 +193,8 @@ impl Transport {
                 continue;
             };
             let wedge = c.wedged(&self.local, now, timeout);
-            for io in c.expire_served(now) {
-                self.served_ended(&io);
+            for (op, io) in c.expire_served(now) {
+                self.served_abandoned(p, op, &io);
             }
             if wedge {
                 wedged.push(p);

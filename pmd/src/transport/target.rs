@@ -292,6 +292,15 @@ impl Transport {
         if !legit {
             return self.count(from, DropKind::UnknownOp);
         }
+        // A chain link the initiator cancelled: the previous link is done
+        // with our storage, which goes; nothing is delivered or forwarded.
+        if let Some(InOp::McRecv {
+            chain: Some(ch), ..
+        }) = c.served(op)
+            && ch.cancelled
+        {
+            return self.end_served(origin, op);
+        }
         let entry = c.unserve(op);
         let counters = &mut self.peers[origin as usize].counters;
         let reply = match entry {
