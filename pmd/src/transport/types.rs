@@ -224,9 +224,11 @@ pub enum Status {
     /// (a region scattered into many small extents) does not fit what its
     /// queue to us holds now. These pass, so a retry can succeed, unless
     /// the range alone needs more than half that queue (about 163 835 SGL
-    /// entries). A multicast down a chain refused at one link leaves the
-    /// other links holding their storage (and their share of our quota)
-    /// until the operation timeout.
+    /// entries). A multicast refused at one target gives the other
+    /// targets' storage (and its share of our quota there) back as soon as
+    /// they hear of the failure (a cancel, and down a chain a release from
+    /// the link that would have written it), not at their operation
+    /// timeout: a retry right after the completion may still find it held.
     TooLarge,
     /// A posted receive was discarded because its queue pair was reset.
     Flushed,
