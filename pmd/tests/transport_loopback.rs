@@ -563,23 +563,7 @@ fn chain_multicast_stores_and_forwards_down_the_list() {
 #[test]
 fn a_broken_chain_fails_the_multicast() {
     let (fabric, mut ts) = loopback(4, WIN, geo(4));
-    let qps: Vec<_> = [2u16, 1, 3]
-        .iter()
-        .map(|&p| ts[0].create_qp(p).unwrap())
-        .collect();
-    let src = ts[0].register_region(100_000, Access::LOCAL).unwrap();
-    ts[0]
-        .post_multicast_put_with(
-            &qps,
-            &[Sge {
-                key: src,
-                offset: 0,
-                len: 100_000,
-            }],
-            MulticastMode::Chain,
-            7,
-        )
-        .unwrap();
+    post_chain(&mut ts[0], &[2, 1, 3], 7);
     // The middle target dies before answering.
     fabric.kill(1);
     let mut rest = vec![ts.remove(0), ts.remove(1), ts.remove(1)];
@@ -589,6 +573,21 @@ fn a_broken_chain_fails_the_multicast() {
         (OpKind::MulticastPut, 7, Status::PeerDown)
     );
     assert_eq!(rest[0].outstanding(), 0);
+}
+
+/// Posts a 100 000-byte multicast from `t` down the chain `ports`; returns
+/// its queue pairs and source.
+fn post_chain(t: &mut Transport, ports: &[u16], cookie: u64) -> (Vec<Qp>, [Sge; 1]) {
+    let qps: Vec<_> = ports.iter().map(|&p| t.create_qp(p).unwrap()).collect();
+    let src = t.register_region(100_000, Access::LOCAL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 100_000,
+    }];
+    t.post_multicast_put_with(&qps, &sge, MulticastMode::Chain, cookie)
+        .unwrap();
+    (qps, sge)
 }
 
 #[test]
@@ -601,16 +600,7 @@ fn a_chain_refused_at_one_link_frees_the_other_links_storage_at_once() {
         ..Config::new(geo(4))
     });
     let chain = [2u16, 1, 3];
-    let qps: Vec<_> = chain.iter().map(|&p| ts[0].create_qp(p).unwrap()).collect();
-    let src = ts[0].register_region(100_000, Access::LOCAL).unwrap();
-    let sge = [Sge {
-        key: src,
-        offset: 0,
-        len: 100_000,
-    }];
-    ts[0]
-        .post_multicast_put_with(&qps, &sge, MulticastMode::Chain, 7)
-        .unwrap();
+    let (qps, sge) = post_chain(&mut ts[0], &chain, 7);
     let c = collect(&mut ts, 0, 1);
     assert_eq!((c[0].op, c[0].cookie), (OpKind::MulticastPut, 7));
     assert!(!c[0].status.is_ok(), "{c:?}");
@@ -1158,19 +1148,7 @@ fn a_chain_link_that_gives_up_releases_its_successors_storage() {
         op_timeout: Duration::from_millis(if p == 1 { 300 } else { 60_000 }),
         ..Config::new(geo(3))
     });
-    let qps: Vec<_> = [1u16, 2]
-        .iter()
-        .map(|&p| ts[0].create_qp(p).unwrap())
-        .collect();
-    let src = ts[0].register_region(100_000, Access::LOCAL).unwrap();
-    let sge = [Sge {
-        key: src,
-        offset: 0,
-        len: 100_000,
-    }];
-    ts[0]
-        .post_multicast_put_with(&qps, &sge, MulticastMode::Chain, 7)
-        .unwrap();
+    post_chain(&mut ts[0], &[1, 2], 7);
     let q = ts[2].create_qp(0).unwrap();
     let end = Instant::now() + Duration::from_secs(5);
     while ts[2].resources(q).serving == 0 {
