@@ -1516,3 +1516,37 @@ fn a_cancelled_link_forwards_nothing_into_released_storage() {
     let q31 = ts[2].create_qp(1).unwrap();
     assert_eq!(ts[2].counters(q31).dropped_total(), 0);
 }
+
+/// Storage a next target (here the rogue) sent for a chain of port 0's
+/// before port 0's request arrived is released to it when the victim's
+/// connection to port 0 ends, not kept until it expires (and then counted
+/// against the next target, which did nothing wrong).
+#[test]
+fn early_chain_storage_is_released_when_its_origin_goes() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let area = s.ts[1].layout().region_area_start() as u64;
+    let early = Msg::ChainSgl {
+        op: 5,
+        origin: 0,
+        start: 0,
+        n: 1,
+        sges: sgl(5, 0, &[(area, 4096)]),
+    };
+    s.inj.push(Ring::Tx, &wire::encode(&early)).unwrap();
+    s.ts[1].progress();
+    let release = Msg::ChainRelease { op: 5, origin: 0 };
+    assert!(
+        !in_rogue_cq(&s, release),
+        "released while its request may come"
+    );
+    s._fabric.kill(0);
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].is_connected(0) {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the victim did not see the death");
+    }
+    assert!(in_rogue_cq(&s, release), "no release when the origin went");
+    assert_eq!(s.ts[1].counters(q).dropped_total(), 0);
+    assert!(s.ts[1].is_connected(2));
+}

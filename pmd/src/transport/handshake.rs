@@ -329,6 +329,7 @@ impl Transport {
 
     /// Ends the connection with `peer` (if any): fails what involves it.
     pub(crate) fn teardown(&mut self, peer: Port, status: Status) {
+        self.forget_early(peer);
         let p = &mut self.peers[peer as usize];
         let conn = p.conn.take();
         p.watch.down();

@@ -270,10 +270,12 @@ impl Transport {
         let Some(c) = self.peers[origin as usize].conn.as_mut() else {
             return;
         };
+        let deadline_now = self.cfg.op_deadline();
         let Some(InOp::McRecv {
             region,
             len,
             chain: Some(ch),
+            deadline,
             ..
         }) = c.served_mut(op)
         else {
@@ -283,6 +285,9 @@ impl Transport {
             return;
         }
         ch.cts_sent = true;
+        // From now on our storage waits for the data: as long as the
+        // initiator waits for the whole chain, not less.
+        *deadline = deadline_now;
         let (prev, region, len) = (ch.prev, *region, *len);
         let next = ch.next.filter(|_| ch.next_got > 0);
         let ext = self.regions.extents(region, len);
@@ -336,9 +341,10 @@ impl Transport {
         }
         let deadline_now = self.cfg.op_deadline();
         let Some(c) = self.peers[origin as usize].conn.as_mut() else {
-            // No connection to the origin: nothing of its is served here,
-            // so this storage will never be written.
-            return self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
+            // No connection to the origin yet (a handshake completes on
+            // one side first): kept for its request, as below, and
+            // released if none comes.
+            return self.keep_early(s, origin, op, start, sges);
         };
         let total: u64 = sges.iter().map(|x| u64::from(x.len)).sum();
         let may_start = c.may_start(Ring::Rx, op);
@@ -370,25 +376,48 @@ impl Transport {
                 }
             }
             Some(_) => self.count(s, DropKind::UnknownOp),
-            None if may_start
-                && self.chain_early.len() < EARLY_MAX
-                && self.chain_early.iter().filter(|e| e.from == s).count() < EARLY_PER_PEER =>
-            {
-                self.chain_early.push(EarlySgl {
-                    origin,
-                    op,
-                    from: s,
-                    start,
-                    sges: sges.to_vec(),
-                    at: Instant::now(),
-                });
-            }
+            None if may_start => self.keep_early(s, origin, op, start, sges),
             // An operation we saw and do not serve (refused, cancelled or
             // over): we will never write this storage.
             None if !may_start => {
                 self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
             }
             None => self.count(s, DropKind::UnknownOp),
+        }
+    }
+
+    /// Keeps part of a next target's storage that came before our own
+    /// request (bounded: [`EARLY_MAX`] in all, [`EARLY_PER_PEER`] from one
+    /// sender; past that it is dropped and counted).
+    fn keep_early(&mut self, s: Port, origin: Port, op: u64, start: u32, sges: &[WireSge]) {
+        if self.chain_early.len() >= EARLY_MAX
+            || self.chain_early.iter().filter(|e| e.from == s).count() >= EARLY_PER_PEER
+        {
+            return self.count(s, DropKind::UnknownOp);
+        }
+        self.chain_early.push(EarlySgl {
+            origin,
+            op,
+            from: s,
+            start,
+            sges: sges.to_vec(),
+            at: Instant::now(),
+        });
+    }
+
+    /// Our connection to `peer` ended: the next targets' storage kept for
+    /// its operations is released (they will never be served), and what
+    /// `peer` itself sent us as a next target goes.
+    pub(crate) fn forget_early(&mut self, peer: Port) {
+        let mut release = Vec::new();
+        self.chain_early.retain(|e| {
+            if e.origin == peer && !release.contains(&(e.from, e.op)) {
+                release.push((e.from, e.op));
+            }
+            e.origin != peer && e.from != peer
+        });
+        for (s, op) in release {
+            self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin: peer });
         }
     }
 
@@ -670,8 +699,18 @@ impl Transport {
                     t.status = Some(Status::PeerDown);
                 }
             }
+            // The targets the put did not reach (its copy failed, or, in a
+            // chain, the first link's did) hold storage only we wrote.
+            let missed: Vec<Port> = targets
+                .iter()
+                .filter(|t| !dones.contains(&t.peer) && t.status == Some(Status::PeerDown))
+                .map(|t| t.peer)
+                .collect();
             for d in dones {
                 self.emit(d, Ring::Cq, &Msg::Done { op, len });
+            }
+            for t in missed {
+                self.emit(t, Ring::Rx, &Msg::Cancel { op });
             }
         }
         let Some(OutKind::Multicast { targets, .. }) = self.ops.get(&op).map(|o| &o.kind) else {

@@ -152,16 +152,19 @@ impl Transport {
     /// the storage they hold) and early chain storage nobody claimed.
     fn expire(&mut self, now: Instant) {
         let timeout = self.cfg.op_timeout;
-        let stale: Vec<Port> = self
+        // A next target's storage whose request never came: released,
+        // not counted (a request refused or lost with its connection is
+        // no fault of the next target's).
+        let stale: Vec<(Port, Port, u64)> = self
             .chain_early
             .iter()
             .filter(|e| now.duration_since(e.at) >= timeout)
-            .map(|e| e.from)
+            .map(|e| (e.from, e.origin, e.op))
             .collect();
         self.chain_early
             .retain(|e| now.duration_since(e.at) < timeout);
-        for from in stale {
-            self.count(from, DropKind::UnknownOp);
+        for (from, origin, op) in stale {
+            self.emit(from, Ring::Cq, &Msg::ChainRelease { op, origin });
         }
         let expired: Vec<u64> = self
             .ops
