@@ -1166,3 +1166,45 @@ fn a_chain_link_that_gives_up_releases_its_successors_storage() {
         );
     }
 }
+
+#[test]
+fn a_chain_link_cut_off_from_its_origin_keeps_its_storage_until_its_previous_link_is_done() {
+    let (fabric, mut ts) = loopback(3, WIN, geo(3));
+    // 0 → 1 → 2: port 2's storage is written by port 1, not the origin.
+    post_chain(&mut ts[0], &[1, 2], 7);
+    let (q1, q2) = (ts[1].create_qp(0).unwrap(), ts[2].create_qp(0).unwrap());
+    let free2 = ts[2].region_area_free();
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[1].resources(q1).serving == 0 || ts[2].resources(q2).serving == 0 {
+        ts[1].progress();
+        ts[2].progress();
+        assert!(Instant::now() < end, "the chain was not served");
+    }
+    // Both links hold storage; then the origin goes. Port 2 sees it
+    // first, while port 1 (which could still forward into port 2's
+    // storage) does not poll.
+    ts[1].progress();
+    ts[2].progress();
+    let held = ts[2].region_area_free();
+    assert!(held < free2);
+    fabric.kill(0);
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[2].is_connected(0) {
+        ts[2].progress();
+        assert!(Instant::now() < end, "port 2 did not see the death");
+    }
+    assert_eq!(
+        ts[2].region_area_free(),
+        held,
+        "freed while port 1 may write it"
+    );
+    // Port 1 sees it too and, giving the operation up, releases port 2.
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[2].region_area_free() != free2 {
+        ts[1].progress();
+        ts[2].progress();
+        assert!(Instant::now() < end, "port 2's storage was never freed");
+    }
+    let q21 = ts[2].create_qp(1).unwrap();
+    assert_eq!(ts[2].counters(q21).dropped_total(), 0);
+}

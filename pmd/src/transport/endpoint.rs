@@ -20,7 +20,7 @@ use super::dma::{CpuEngine, DmaEngine};
 use super::error::{Result, TransportError};
 use super::geometry::Layout;
 use super::idhash::IdMap;
-use super::ops::{EarlySgl, OutKind, OutOp};
+use super::ops::{EarlySgl, KeptStorage, OutKind, OutOp};
 use super::peer::Peer;
 use super::region::RegionTable;
 use super::stats_page::StatsPage;
@@ -127,6 +127,9 @@ pub struct Transport {
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
+    /// Chain links' storage set aside when the initiator's connection
+    /// ended while the previous link could still write it.
+    pub(crate) chain_kept: Vec<KeptStorage>,
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).
     pub(crate) storage_quota: u64,
@@ -244,6 +247,7 @@ impl Transport {
             scratch: Vec::new(),
             send_stage: Vec::new(),
             chain_early: Vec::new(),
+            chain_kept: Vec::new(),
             storage_quota,
             isolated: false,
             lost: false,

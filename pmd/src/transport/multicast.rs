@@ -24,7 +24,7 @@ use super::endpoint::{Movers, Transport};
 use super::error::{Result, TransportError};
 use super::initiator::status_of;
 use super::key::{Access, RegionKey};
-use super::ops::{ChainLink, EarlySgl, InOp, McTarget, OutKind};
+use super::ops::{ChainLink, EarlySgl, InOp, KeptStorage, McTarget, OutKind};
 use super::region::GRAIN;
 use super::sgl::{ExtentPos, Sge};
 use super::types::{Qp, Status};
@@ -592,13 +592,15 @@ impl Transport {
         if origin as usize >= self.peers.len() || origin == self.me || origin == s {
             return self.count(s, DropKind::OutOfRange);
         }
-        let Some(c) = self.peers[origin as usize].conn.as_ref() else {
-            return;
-        };
+        let served = self.peers[origin as usize]
+            .conn
+            .as_ref()
+            .and_then(|c| c.served(op));
         let Some(InOp::McRecv {
             chain: Some(ch), ..
-        }) = c.served(op)
+        }) = served
         else {
+            self.release_kept(s, origin, op);
             return;
         };
         if ch.prev != s {
@@ -634,6 +636,62 @@ impl Transport {
             self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
         }
         self.served_ended(io);
+    }
+
+    /// [`served_abandoned`](Self::served_abandoned) for an operation whose
+    /// initiator's connection ended: a chain link's storage that its
+    /// previous link (another peer) may still write is set aside instead
+    /// of freed, until that link is done with it (see [`KeptStorage`]).
+    pub(crate) fn served_cut_off(&mut self, origin: Port, op: u64, io: InOp) {
+        match io {
+            InOp::McRecv {
+                region,
+                chain: Some(ref ch),
+                ..
+            } if ch.prev != origin && ch.cts_sent && !self.lost => {
+                if let Some(n) = ch.next.filter(|_| ch.next_got > 0) {
+                    self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+                }
+                self.chain_kept.push(KeptStorage {
+                    origin,
+                    op,
+                    prev: ch.prev,
+                    region,
+                    at: Instant::now(),
+                });
+            }
+            io => self.served_abandoned(origin, op, &io),
+        }
+    }
+
+    /// The previous link `from` is done with the storage we set aside for
+    /// op `op` of `origin` (its `ChainDone` or `ChainRelease`): it goes.
+    /// Whether there was such storage.
+    pub(crate) fn release_kept(&mut self, from: Port, origin: Port, op: u64) -> bool {
+        let Some(i) = self
+            .chain_kept
+            .iter()
+            .position(|k| k.origin == origin && k.op == op && k.prev == from)
+        else {
+            return false;
+        };
+        let k = self.chain_kept.swap_remove(i);
+        let _ = self.regions.deregister(k.region);
+        true
+    }
+
+    /// Frees the storage set aside that `pred` selects.
+    pub(crate) fn free_kept(&mut self, pred: impl Fn(&KeptStorage) -> bool) {
+        let mut gone = Vec::new();
+        self.chain_kept.retain(|k| {
+            if pred(k) {
+                gone.push(k.region);
+            }
+            !pred(k)
+        });
+        for region in gone {
+            let _ = self.regions.deregister(region);
+        }
     }
 
     /// Drops the next targets' storage kept for `origin`'s op `op` from

@@ -181,6 +181,25 @@ pub(crate) struct ChainLink {
     pub cancelled: bool,
 }
 
+/// Our storage for a chain link whose connection to the initiator ended
+/// while its previous link may still write it: kept aside, not reused,
+/// until that link is done with it (`ChainDone`, `ChainRelease`) or an
+/// operation timeout passes (a connection to it that ends proves nothing:
+/// it may not have noticed yet, and still forward).
+#[derive(Debug)]
+pub(crate) struct KeptStorage {
+    /// The chain's initiator.
+    pub origin: Port,
+    /// Its op id.
+    pub op: u64,
+    /// The previous link, the one peer that may write the storage.
+    pub prev: Port,
+    /// The storage.
+    pub region: RegionKey,
+    /// When it was set aside.
+    pub at: Instant,
+}
+
 /// A chain target's storage that arrived before our own request to send.
 #[derive(Debug)]
 pub(crate) struct EarlySgl {

@@ -166,6 +166,7 @@ impl Transport {
         for (from, origin, op) in stale {
             self.emit(from, Ring::Cq, &Msg::ChainRelease { op, origin });
         }
+        self.free_kept(|k| now.duration_since(k.at) >= timeout);
         let expired: Vec<u64> = self
             .ops
             .iter()

@@ -279,10 +279,11 @@ impl Transport {
         if origin as usize >= self.peers.len() {
             return self.count(from, DropKind::UnknownOp);
         }
-        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
-            return self.count(from, DropKind::UnknownOp);
-        };
-        let legit = match c.served(op) {
+        let legit = match self.peers[origin as usize]
+            .conn
+            .as_ref()
+            .and_then(|c| c.served(op))
+        {
             Some(InOp::McRecv {
                 chain: Some(ch), ..
             }) => ch.prev == from,
@@ -290,8 +291,16 @@ impl Transport {
             None => false,
         };
         if !legit {
+            // Storage set aside when the initiator's connection ended: the
+            // previous link is done with it now.
+            if origin != from && self.release_kept(from, origin, op) {
+                return;
+            }
             return self.count(from, DropKind::UnknownOp);
         }
+        let Some(c) = self.peers[origin as usize].conn.as_mut() else {
+            return;
+        };
         // A chain link the initiator cancelled: the previous link is done
         // with our storage, which goes; nothing is delivered or forwarded.
         if let Some(InOp::McRecv {
