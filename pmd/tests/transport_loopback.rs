@@ -1208,3 +1208,69 @@ fn a_chain_link_cut_off_from_its_origin_keeps_its_storage_until_its_previous_lin
     let q21 = ts[2].create_qp(1).unwrap();
     assert_eq!(ts[2].counters(q21).dropped_total(), 0);
 }
+
+#[test]
+fn storage_set_aside_still_counts_against_its_origins_quota() {
+    // Port 2 gives port 0's requests at most 150 000 bytes of storage.
+    let (fabric, mut ts) = loopback_with(3, WIN, |p| Config {
+        peer_storage_quota: (p == 2).then_some(150_000),
+        ..Config::new(geo(3))
+    });
+    let free2 = ts[2].region_area_free();
+    post_chain(&mut ts[0], &[1, 2], 7);
+    let q2 = ts[2].create_qp(0).unwrap();
+    let q1 = ts[1].create_qp(0).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[1].resources(q1).serving == 0 || ts[2].resources(q2).serving == 0 {
+        ts[1].progress();
+        ts[2].progress();
+        assert!(Instant::now() < end, "the chain was not served");
+    }
+    ts[1].progress();
+    ts[2].progress();
+    // Port 0 goes and comes back as a new host; port 1 (the previous
+    // link, which could still write port 2's storage) is not polled, so
+    // port 2 keeps that storage aside.
+    fabric.kill(0);
+    while ts[2].is_connected(0) {
+        ts[2].progress();
+        assert!(Instant::now() < end + Duration::from_secs(5));
+    }
+    let mut t0 = ts.remove(0);
+    drop(t0);
+    t0 = Transport::new(Arc::new(fabric.join(0).unwrap()), Config::new(geo(3))).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !t0.is_connected(2) || !ts[1].is_connected(0) {
+        t0.progress();
+        ts[1].progress();
+        assert!(Instant::now() < end, "port 0 did not reconnect to port 2");
+    }
+    // The new port 0 asks for 100 000 bytes more: over its quota there.
+    let put = |t0: &mut Transport, cookie| {
+        let q = t0.create_qp(2).unwrap();
+        let src = t0.register_region(100_000, Access::LOCAL).unwrap();
+        let sge = [Sge {
+            key: src,
+            offset: 0,
+            len: 100_000,
+        }];
+        t0.post_multicast_put(&[q], &sge, cookie).unwrap();
+    };
+    put(&mut t0, 8);
+    let mut hosts = vec![t0, ts.remove(1)];
+    let c = collect(&mut hosts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (8, Status::TooLarge));
+    // Once port 1 is polled, it gives the old chain up and releases port
+    // 2's storage: the same request then fits.
+    let mut all = vec![hosts.remove(0), ts.remove(0), hosts.remove(0)];
+    let end = Instant::now() + Duration::from_secs(5);
+    while all[2].region_area_free() != free2 {
+        for t in all.iter_mut() {
+            t.progress();
+        }
+        assert!(Instant::now() < end, "port 2 kept the old storage");
+    }
+    put(&mut all[0], 9);
+    let c = collect(&mut all, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (9, Status::Success));
+}

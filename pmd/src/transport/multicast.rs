@@ -143,10 +143,19 @@ impl Transport {
     /// quota of our region area; if not, refuses `op` ("no room") and
     /// counts an overload.
     fn within_quota(&mut self, p: Port, op: u64, len: u32) -> bool {
-        let held = self.peers[p as usize]
-            .conn
-            .as_ref()
-            .map_or(0, |c| c.storage_held());
+        // Storage set aside from an earlier connection of `p`'s counts too:
+        // reconnecting does not buy a peer a fresh quota.
+        let kept: u64 = self
+            .chain_kept
+            .iter()
+            .filter(|k| k.origin == p)
+            .map(|k| u64::from(k.len))
+            .sum();
+        let held = kept
+            + self.peers[p as usize]
+                .conn
+                .as_ref()
+                .map_or(0, |c| c.storage_held());
         if held + u64::from(len) <= self.storage_quota {
             return true;
         }
@@ -336,7 +345,7 @@ impl Transport {
         start: u32,
         sges: &[WireSge],
     ) {
-        if origin as usize >= self.peers.len() || origin == self.me {
+        if origin as usize >= self.peers.len() || origin == self.me || origin == s {
             return self.count(s, DropKind::UnknownOp);
         }
         let deadline_now = self.cfg.op_deadline();
@@ -393,7 +402,9 @@ impl Transport {
         if self.chain_early.len() >= EARLY_MAX
             || self.chain_early.iter().filter(|e| e.from == s).count() >= EARLY_PER_PEER
         {
-            return self.count(s, DropKind::UnknownOp);
+            // No room to keep it: we will not write it, so say so at once.
+            self.count(s, DropKind::Overload);
+            return self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
         }
         self.chain_early.push(EarlySgl {
             origin,
@@ -604,7 +615,10 @@ impl Transport {
             return;
         };
         if ch.prev != s {
-            return self.count(s, DropKind::UnknownOp);
+            if !self.release_kept(s, origin, op) {
+                self.count(s, DropKind::UnknownOp);
+            }
+            return;
         }
         if let Some(n) = ch.next.filter(|_| ch.next_got > 0) {
             self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
@@ -646,6 +660,7 @@ impl Transport {
         match io {
             InOp::McRecv {
                 region,
+                len,
                 chain: Some(ref ch),
                 ..
             } if ch.prev != origin && ch.cts_sent && !self.lost => {
@@ -657,6 +672,7 @@ impl Transport {
                     op,
                     prev: ch.prev,
                     region,
+                    len,
                     at: Instant::now(),
                 });
             }
@@ -733,6 +749,10 @@ impl Transport {
         if waiting == 0 && !*put {
             *put = true;
             let mut dones = Vec::new();
+            // The targets the put did not reach (its copy failed, or, in a
+            // chain, the first link's did): they hold storage only we
+            // wrote, and are told to let it go.
+            let mut missed = Vec::new();
             // Fan-out: one copy per target. Chain: to the first only; it
             // deposits and forwards.
             for (_, t) in targets
@@ -750,20 +770,15 @@ impl Transport {
                     dones.push(t.peer);
                 } else {
                     t.status = Some(Status::PeerDown);
+                    missed.push(t.peer);
                 }
             }
             if chain && dones.is_empty() {
                 for t in targets.iter_mut().filter(|t| t.status.is_none()) {
                     t.status = Some(Status::PeerDown);
+                    missed.push(t.peer);
                 }
             }
-            // The targets the put did not reach (its copy failed, or, in a
-            // chain, the first link's did) hold storage only we wrote.
-            let missed: Vec<Port> = targets
-                .iter()
-                .filter(|t| !dones.contains(&t.peer) && t.status == Some(Status::PeerDown))
-                .map(|t| t.peer)
-                .collect();
             for d in dones {
                 self.emit(d, Ring::Cq, &Msg::Done { op, len });
             }

@@ -196,6 +196,8 @@ pub(crate) struct KeptStorage {
     pub prev: Port,
     /// The storage.
     pub region: RegionKey,
+    /// Its length (it still counts against the initiator's quota).
+    pub len: u32,
     /// When it was set aside.
     pub at: Instant,
 }
