@@ -15,7 +15,10 @@ use ntbdk_pmd::transport::{
     Access, Completion, Config, DropKind, Geometry, OpKind, Part, Qp, RegionKey, RemoteAddr, Sge,
     Status, Transport, TransportError, epoch,
 };
-use ntbdk_pmd::transport::{Ring, inject::Injector};
+use ntbdk_pmd::transport::{
+    Ring,
+    inject::{Injector, first_op_id},
+};
 use proptest::prelude::*;
 use transport_common::{Rng, collect, drain};
 
@@ -430,13 +433,14 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
     let q = s.ts[1].create_qp(2).unwrap();
     let src = s.ts[1].register_region(4096, Access::LOCAL).unwrap();
     write_to_rogue(&mut s, q, src, 9);
-    // The victim's first op id is 1; the SGL claims 200 bytes of a 100-byte write.
-    let big = sgl(1, 0, &[((1 << 20) as u64, 200)]);
+    // The victim's first op; the SGL claims 200 bytes of a 100-byte write.
+    let op1 = first_op_id(s.ts[1].incarnation());
+    let big = sgl(op1, 0, &[((1 << 20) as u64, 200)]);
     s.inj
         .push(
             Ring::Tx,
             &wire::encode(&Msg::Sgl {
-                op: 1,
+                op: op1,
                 start: 0,
                 n: 1,
                 sges: big,
@@ -451,7 +455,7 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
         .push(
             Ring::Cq,
             &wire::encode(&Msg::Ack {
-                op: 2,
+                op: op1 + 1,
                 status: WireStatus::Ok,
                 len: 100,
             }),
@@ -463,12 +467,12 @@ fn a_write_with_a_bad_sgl_fails_with_a_protocol_error() {
     // dropped and counted, and fails the write it names at once (not by
     // its 10 s timeout).
     write_to_rogue(&mut s, q, src, 11);
-    let outside = sgl(3, 0, &[((64 << 20) as u64, 100)]);
+    let outside = sgl(op1 + 2, 0, &[((64 << 20) as u64, 100)]);
     s.inj
         .push(
             Ring::Tx,
             &wire::encode(&Msg::Sgl {
-                op: 3,
+                op: op1 + 2,
                 start: 0,
                 n: 1,
                 sges: outside,
@@ -1334,8 +1338,13 @@ fn a_cancel_frees_only_storage_no_other_peer_may_write() {
     let cancels = [
         (Ring::Rx, Msg::Cancel { op: 1 }),
         (Ring::Rx, Msg::Cancel { op: 2 }),
-        // Port 0's op 1 (its first) too: not the rogue's to cancel.
-        (Ring::Rx, Msg::Cancel { op: 1 }),
+        // Port 0's first op: not the rogue's to cancel.
+        (
+            Ring::Rx,
+            Msg::Cancel {
+                op: first_op_id(s.ts[0].incarnation()),
+            },
+        ),
         // Never asked for.
         (Ring::Rx, Msg::Cancel { op: 77 }),
         // The rogue is the chain's origin, not its previous link.
@@ -1406,7 +1415,8 @@ fn only_the_previous_link_of_a_chain_can_release_its_storage() {
     let free0 = s.ts[1].region_area_free();
     let before = s.ts[1].counters(q2).dropped(DropKind::UnknownOp);
     let release = |op| Msg::ChainRelease { op, origin: 0 };
-    s.inj.push(Ring::Cq, &wire::encode(&release(1))).unwrap();
+    let op1 = first_op_id(s.ts[0].incarnation());
+    s.inj.push(Ring::Cq, &wire::encode(&release(op1))).unwrap();
     s.ts[1].progress();
     assert_eq!(
         s.ts[1].resources(q0).serving,
@@ -1417,7 +1427,9 @@ fn only_the_previous_link_of_a_chain_can_release_its_storage() {
         s.ts[1].counters(q2).dropped(DropKind::UnknownOp),
         before + 1
     );
-    s.inj.push(Ring::Cq, &wire::encode(&release(2))).unwrap();
+    s.inj
+        .push(Ring::Cq, &wire::encode(&release(op1 + 1)))
+        .unwrap();
     s.ts[1].progress();
     assert_eq!(s.ts[1].resources(q0).serving, 1);
     let each = (free - free0) / 2;
@@ -1492,7 +1504,7 @@ fn a_cancelled_link_forwards_nothing_into_released_storage() {
     );
     // The rogue says it deposited the data.
     let done = Msg::ChainDone {
-        op: 1,
+        op: first_op_id(ts[0].incarnation()),
         origin: 0,
         len,
     };

@@ -178,6 +178,18 @@ impl std::fmt::Debug for Transport {
     }
 }
 
+/// The first op id of a transport of incarnation `incarnation`: its low
+/// 31 bits above the 32 bits of a counter. A peer tells our operations
+/// apart by id alone (`Done`, `ChainRelease`, ... name an op of ours), so
+/// a transport that replaces another on the same port must not reuse the
+/// old one's ids while messages about them may still be on their way;
+/// ids still only rise (a peer refuses an id at or below the highest it
+/// has seen from us, on each connection), from at most 2^63: 2^63
+/// operations before they could wrap.
+pub(crate) fn first_op_id(incarnation: u64) -> u64 {
+    ((incarnation & 0x7fff_ffff) << 32) | 1
+}
+
 /// A random nonzero 64-bit number (incarnations, first region keys).
 pub(crate) fn random_u64(salt: u64) -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -232,7 +244,7 @@ impl Transport {
             connected: Vec::new(),
             regions,
             ops: IdMap::default(),
-            next_op: 1,
+            next_op: first_op_id(incarnation),
             completions: CompletionQueue::default(),
             cq_overrun: false,
             engine: Box::new(CpuEngine {
@@ -530,6 +542,25 @@ impl Transport {
     pub(crate) fn ring_doorbell(&self, peer: Port) {
         if self.cfg.doorbell {
             let _ = self.dev.peer_db_set(peer, 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_op_id;
+
+    #[test]
+    fn op_ids_of_another_incarnation_start_elsewhere_and_cannot_wrap() {
+        let a = first_op_id(0x1234_5678_9abc_def0);
+        let b = first_op_id(0x1234_5678_9abc_def1);
+        // 2^32 operations apart at least: one cannot reach the other's ids
+        // in any realistic run.
+        assert!(a.abs_diff(b) >= 1 << 32, "{a:#x} {b:#x}");
+        for inc in [0, 1, u64::MAX, 0x8000_0000, 0x7fff_ffff] {
+            let first = first_op_id(inc);
+            let highest = (1 << 63) - (1 << 32) + 1;
+            assert!((1..=highest).contains(&first), "{first:#x}");
         }
     }
 }

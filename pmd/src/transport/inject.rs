@@ -8,6 +8,14 @@ use super::geometry::{DataPart, Layout, Part};
 use super::queue::tag;
 use super::wire::{Body, Ring, SLOT, TAG_OFFSET};
 
+/// The id of the first operation a transport of incarnation `incarnation`
+/// posts (see [`Transport::incarnation`](super::Transport::incarnation));
+/// its later ones follow one by one. For tests that name an honest
+/// transport's operations in injected messages.
+pub fn first_op_id(incarnation: u64) -> u64 {
+    super::endpoint::first_op_id(incarnation)
+}
+
 /// Writes raw slots into `victim`'s rings as port `me` of connection epoch
 /// `epoch` (see [`epoch`](super::epoch)). Use it on a port whose own
 /// transport has connected to the victim and then stopped posting (its

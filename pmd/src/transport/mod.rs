@@ -34,7 +34,9 @@
 //!
 //! # Messages
 //! Every message is one slot (except a long inline send, see below); `op`
-//! is the initiator's operation id.
+//! is the initiator's operation id (rising from a start drawn from the
+//! transport's incarnation, so that a transport replacing another on the
+//! same port never reuses an id its peers may still hear about).
 //!
 //! | operation | flow | implements |
 //! | --- | --- | --- |
