@@ -973,10 +973,9 @@ impl LocalWindow {
         if !inside {
             return None;
         }
-        // SAFETY: in bounds (checked just above) and 8-byte aligned (the
-        // offset checked above, the base as every window's, `from_raw`'s
-        // contract); AtomicU64 has u64's layout; the mapping lives while
-        // `_keep` does.
+        // SAFETY: in bounds and 8-byte aligned (offset checked above, base
+        // by `from_raw`'s contract); AtomicU64 has u64's layout; the mapping
+        // lives while `_keep` does.
         let a = unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) };
         Some(a.load(Ordering::Acquire))
     }

@@ -298,11 +298,11 @@ impl Transport {
         // initiator waits for the whole chain, not less.
         *deadline = deadline_now;
         let (prev, region, len) = (ch.prev, *region, *len);
-        let next = ch.next.filter(|_| ch.next_got > 0);
+        let next = ch.holding_next();
         let ext = self.regions.extents(region, len);
         let refuse = |t: &mut Self, status: WireStatus| {
             if let Some(n) = next {
-                t.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+                t.release_storage(n, origin, op);
             }
             t.end_served(origin, op);
             t.nak(origin, op, status);
@@ -373,7 +373,7 @@ impl Transport {
                     }
                     self.count(s, DropKind::OutOfRange);
                     // We will write none of the next target's storage.
-                    self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
+                    self.release_storage(s, origin, op);
                     return self.nak(origin, op, WireStatus::Protocol);
                 }
                 ch.next_sgl
@@ -389,7 +389,7 @@ impl Transport {
             // An operation we saw and do not serve (refused, cancelled or
             // over): we will never write this storage.
             None if !may_start => {
-                self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
+                self.release_storage(s, origin, op);
             }
             None => self.count(s, DropKind::UnknownOp),
         }
@@ -404,7 +404,7 @@ impl Transport {
         {
             // No room to keep it: we will not write it, so say so at once.
             self.count(s, DropKind::Overload);
-            return self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
+            return self.release_storage(s, origin, op);
         }
         self.chain_early.push(EarlySgl {
             origin,
@@ -428,7 +428,7 @@ impl Transport {
             e.origin != peer && e.from != peer
         });
         for (s, op) in release {
-            self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin: peer });
+            self.release_storage(s, peer, op);
         }
     }
 
@@ -572,7 +572,7 @@ impl Transport {
         if let Some(InOp::McRecv { chain, .. }) = c.served_mut(op) {
             let (next, written_by_other) = match chain.as_deref_mut() {
                 Some(ch) => {
-                    let next = ch.next.filter(|_| ch.next_got > 0);
+                    let next = ch.holding_next();
                     let kept = ch.prev != p && ch.cts_sent;
                     if kept {
                         // Whatever `prev` still does, nothing of ours goes
@@ -586,7 +586,7 @@ impl Transport {
                 None => (None, false),
             };
             if let Some(n) = next {
-                self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin: p });
+                self.release_storage(n, p, op);
             }
             if !written_by_other {
                 self.end_served(p, op);
@@ -620,10 +620,16 @@ impl Transport {
             }
             return;
         }
-        if let Some(n) = ch.next.filter(|_| ch.next_got > 0) {
-            self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+        if let Some(n) = ch.holding_next() {
+            self.release_storage(n, origin, op);
         }
         self.end_served(origin, op);
+    }
+
+    /// Tells `to`, the next link of chain op `op` of `origin`, that we will
+    /// never write the storage it gave us (`ChainRelease`).
+    pub(crate) fn release_storage(&mut self, to: Port, origin: Port, op: u64) {
+        self.emit(to, Ring::Cq, &Msg::ChainRelease { op, origin });
     }
 
     /// Stops serving `origin`'s op `op` and frees what it held.
@@ -645,9 +651,9 @@ impl Transport {
         if let InOp::McRecv {
             chain: Some(ch), ..
         } = io
-            && let Some(n) = ch.next.filter(|_| ch.next_got > 0)
+            && let Some(n) = ch.holding_next()
         {
-            self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+            self.release_storage(n, origin, op);
         }
         self.served_ended(io);
     }
@@ -664,8 +670,8 @@ impl Transport {
                 chain: Some(ref ch),
                 ..
             } if ch.prev != origin && ch.cts_sent && !self.lost => {
-                if let Some(n) = ch.next.filter(|_| ch.next_got > 0) {
-                    self.emit(n, Ring::Cq, &Msg::ChainRelease { op, origin });
+                if let Some(n) = ch.holding_next() {
+                    self.release_storage(n, origin, op);
                 }
                 self.chain_kept.push(KeptStorage {
                     origin,
@@ -723,7 +729,7 @@ impl Transport {
             !mine
         });
         for s in from {
-            self.emit(s, Ring::Cq, &Msg::ChainRelease { op, origin });
+            self.release_storage(s, origin, op);
         }
     }
 

@@ -181,6 +181,13 @@ pub(crate) struct ChainLink {
     pub cancelled: bool,
 }
 
+impl ChainLink {
+    /// The next link, when we hold (part of) the storage it gave us.
+    pub fn holding_next(&self) -> Option<Port> {
+        self.next.filter(|_| self.next_got > 0)
+    }
+}
+
 /// Our storage for a chain link whose connection to the initiator ended
 /// while its previous link may still write it: kept aside, not reused,
 /// until that link is done with it (`ChainDone`, `ChainRelease`) or an

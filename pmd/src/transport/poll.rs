@@ -164,7 +164,7 @@ impl Transport {
         self.chain_early
             .retain(|e| now.duration_since(e.at) < timeout);
         for (from, origin, op) in stale {
-            self.emit(from, Ring::Cq, &Msg::ChainRelease { op, origin });
+            self.release_storage(from, origin, op);
         }
         self.free_kept(|k| now.duration_since(k.at) >= timeout);
         let expired: Vec<u64> = self
