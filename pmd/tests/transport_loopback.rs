@@ -1175,6 +1175,55 @@ fn a_chain_link_that_gives_up_releases_its_successors_storage() {
 }
 
 #[test]
+fn a_chain_link_that_times_out_keeps_its_storage_until_its_previous_link_is_done() {
+    // Port 2, the chain's last link, gives its served operations up after
+    // 300 ms; its previous link (port 1) and the origin wait a minute.
+    let (_f, mut ts) = loopback_with(3, WIN, |p| Config {
+        op_timeout: Duration::from_millis(if p == 2 { 300 } else { 60_000 }),
+        ..Config::new(geo(3))
+    });
+    let free2 = ts[2].region_area_free();
+    let q = serve_chain_from_0(&mut ts);
+    // Only port 2 is polled: it gives the operation up while port 1,
+    // honest but slow, may still forward into its storage.
+    let end = Instant::now() + Duration::from_secs(10);
+    while ts[2].resources(q).serving > 0 {
+        ts[2].progress();
+        assert!(Instant::now() < end, "port 2 never gave the operation up");
+    }
+    let held = ts[2].region_area_free();
+    assert!(held < free2, "freed while port 1 may write it");
+    // New memory of port 2's, filled, must not be where port 1 writes.
+    let mine = ts[2].register_region(100_000, Access::LOCAL).unwrap();
+    ts[2].region_write(mine, 0, &[0xee; 100_000]).unwrap();
+    let after = ts[2].region_area_free();
+    // Now port 1 gets the data and forwards it; its `ChainDone` frees
+    // the storage set aside.
+    let end = Instant::now() + Duration::from_secs(10);
+    while ts[2].region_area_free() != after + (free2 - held) {
+        for t in ts.iter_mut() {
+            t.progress();
+        }
+        assert!(
+            Instant::now() < end,
+            "the storage set aside was never freed"
+        );
+    }
+    let mut back = vec![0u8; 100_000];
+    ts[2].region_read(mine, 0, &mut back).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0xee),
+        "the late forward landed in reused memory"
+    );
+    assert!(
+        drain(&mut ts[2]).is_empty(),
+        "nothing is delivered once given up"
+    );
+    let q21 = ts[2].create_qp(1).unwrap();
+    assert_eq!(ts[2].counters(q21).dropped_total(), 0);
+}
+
+#[test]
 fn a_chain_link_cut_off_from_its_origin_keeps_its_storage_until_its_previous_link_is_done() {
     let (fabric, mut ts) = loopback(3, WIN, geo(3));
     // 0 → 1 → 2: port 2's storage is written by port 1, not the origin.

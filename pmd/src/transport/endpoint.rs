@@ -127,8 +127,9 @@ pub struct Transport {
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
-    /// Chain links' storage set aside when the initiator's connection
-    /// ended while the previous link could still write it.
+    /// Chain links' storage set aside when we gave the operation up (its
+    /// timeout, or the initiator's connection ended) while the previous
+    /// link could still write it.
     pub(crate) chain_kept: Vec<KeptStorage>,
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).

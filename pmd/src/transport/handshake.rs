@@ -341,7 +341,7 @@ impl Transport {
         }
         let recvs: Vec<_> = p.recvs.drain(..).collect();
         for (op, io) in conn.into_served() {
-            self.served_cut_off(peer, op, io);
+            self.served_abandoned(peer, op, io);
         }
         for r in recvs {
             self.completions.push_back(Completion {

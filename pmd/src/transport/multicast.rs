@@ -646,33 +646,27 @@ impl Transport {
     /// `origin`'s op `op`, which we stopped serving without finishing it
     /// (it timed out, or the connection to `origin` ended): frees what it
     /// held and, for a chain link, releases the next target's storage,
-    /// which we will never write.
-    pub(crate) fn served_abandoned(&mut self, origin: Port, op: u64, io: &InOp) {
+    /// which we will never write. A chain link's own storage that its
+    /// previous link (another peer) may still write is set aside instead
+    /// of freed, until that link is done with it (see [`KeptStorage`]):
+    /// that link's deadline restarted at its own clear-to-send, after
+    /// ours, so an honest one may still forward after we give up.
+    pub(crate) fn served_abandoned(&mut self, origin: Port, op: u64, io: InOp) {
         if let InOp::McRecv {
-            chain: Some(ch), ..
+            chain: Some(ref ch),
+            ..
         } = io
             && let Some(n) = ch.holding_next()
         {
             self.release_storage(n, origin, op);
         }
-        self.served_ended(io);
-    }
-
-    /// [`served_abandoned`](Self::served_abandoned) for an operation whose
-    /// initiator's connection ended: a chain link's storage that its
-    /// previous link (another peer) may still write is set aside instead
-    /// of freed, until that link is done with it (see [`KeptStorage`]).
-    pub(crate) fn served_cut_off(&mut self, origin: Port, op: u64, io: InOp) {
         match io {
             InOp::McRecv {
                 region,
                 len,
-                chain: Some(ref ch),
+                chain: Some(ch),
                 ..
             } if ch.prev != origin && ch.cts_sent && !self.lost => {
-                if let Some(n) = ch.holding_next() {
-                    self.release_storage(n, origin, op);
-                }
                 self.chain_kept.push(KeptStorage {
                     origin,
                     op,
@@ -682,7 +676,7 @@ impl Transport {
                     at: Instant::now(),
                 });
             }
-            io => self.served_abandoned(origin, op, &io),
+            io => self.served_ended(&io),
         }
     }
 

@@ -188,11 +188,12 @@ impl ChainLink {
     }
 }
 
-/// Our storage for a chain link whose connection to the initiator ended
-/// while its previous link may still write it: kept aside, not reused,
-/// until that link is done with it (`ChainDone`, `ChainRelease`) or an
-/// operation timeout passes (a connection to it that ends proves nothing:
-/// it may not have noticed yet, and still forward).
+/// Our storage for a chain link we stopped serving (it timed out, or our
+/// connection to the initiator ended) while its previous link may still
+/// write it: kept aside, not reused, until that link is done with it
+/// (`ChainDone`, `ChainRelease`) or a further operation timeout passes (a
+/// connection to it that ends proves nothing: it may not have noticed yet,
+/// and still forward).
 #[derive(Debug)]
 pub(crate) struct KeptStorage {
     /// The chain's initiator.

@@ -198,7 +198,7 @@ impl Transport {
             };
             let wedge = c.wedged(&self.local, now, timeout);
             for (op, io) in c.expire_served(now) {
-                self.served_abandoned(p, op, &io);
+                self.served_abandoned(p, op, io);
             }
             if wedge {
                 wedged.push(p);

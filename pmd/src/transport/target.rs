@@ -291,7 +291,7 @@ impl Transport {
             None => false,
         };
         if !legit {
-            // Storage set aside when the initiator's connection ended: the
+            // Storage set aside when we gave the operation up: the
             // previous link is done with it now.
             if origin != from && self.release_kept(from, origin, op) {
                 return;
