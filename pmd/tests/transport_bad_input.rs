@@ -1562,3 +1562,159 @@ fn early_chain_storage_is_released_when_its_origin_goes() {
     assert_eq!(s.ts[1].counters(q).dropped_total(), 0);
     assert!(s.ts[1].is_connected(2));
 }
+
+/// A next target's storage for a chain of `origin`'s, op `op`, as the
+/// rogue (the next target) would send it: one 4096-byte extent at the
+/// start of the victim's region area.
+fn early_sgl(s: &Setup, op: u64, origin: u16) -> Msg {
+    let area = s.ts[1].layout().region_area_start() as u64;
+    Msg::ChainSgl {
+        op,
+        origin,
+        start: 0,
+        n: 1,
+        sges: sgl(op, 0, &[(area, 4096)]),
+    }
+}
+
+/// Storage for a chain the rogue says it started itself (it names itself
+/// as the origin of a chain it is the next link of) is no storage: counted
+/// as an unknown operation, not kept and not released.
+#[test]
+fn chain_storage_from_its_own_origin_is_refused() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let m = early_sgl(&s, 5, 2);
+    s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), 1);
+    assert_eq!(s.ts[1].counters(q).dropped_total(), 1);
+    assert!(!in_rogue_cq(&s, Msg::ChainRelease { op: 5, origin: 2 }));
+    assert!(s.ts[1].is_connected(2));
+    honest_traffic_works(&mut s);
+}
+
+/// Storage sent before its request is kept for at most 64 operations of
+/// one sender: the 65th is counted as an overload and released to its
+/// sender at once (the victim will never write it), the others kept.
+#[test]
+fn early_chain_storage_past_the_per_sender_bound_is_released_at_once() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let first = 1000u64;
+    for k in 0..65 {
+        let m = early_sgl(&s, first + k, 0);
+        s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert_eq!(s.ts[1].counters(q).dropped_total(), 1);
+    let release = |op| Msg::ChainRelease { op, origin: 0 };
+    assert!(
+        in_rogue_cq(&s, release(first + 64)),
+        "the 65th was not released"
+    );
+    assert!(!in_rogue_cq(&s, release(first)), "a kept one was released");
+    assert!(s.ts[1].is_connected(2));
+    honest_traffic_works(&mut s);
+}
+
+/// Storage for a chain whose origin the victim is not connected to (a
+/// handshake completes on one side first) is kept for its request, and
+/// released to its sender when no request comes within the operation
+/// timeout; the sender is not counted against.
+#[test]
+fn early_chain_storage_before_a_connection_is_kept_then_released() {
+    let mut s = setup_with(Config {
+        op_timeout: Duration::from_millis(300),
+        ..Config::new(Geometry::small(3))
+    });
+    let q = s.ts[1].create_qp(2).unwrap();
+    s._fabric.kill(0);
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].is_connected(0) {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the victim did not see the death");
+    }
+    let m = early_sgl(&s, 5, 0);
+    s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+    s.ts[1].progress();
+    let release = Msg::ChainRelease { op: 5, origin: 0 };
+    assert!(
+        !in_rogue_cq(&s, release),
+        "released while its request may come"
+    );
+    let end = Instant::now() + Duration::from_secs(5);
+    while !in_rogue_cq(&s, release) {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "never released");
+    }
+    assert_eq!(s.ts[1].counters(q).dropped_total(), 0);
+    assert!(s.ts[1].is_connected(2));
+}
+
+/// A `Cancel` comes behind its request on the same ring, so one for an
+/// operation not requested yet cancels nothing: in a chain the rogue
+/// starts (2 → 1 → 0), port 0's storage, which reached the victim before
+/// the victim's request, is not released by it, and the request that
+/// follows still finds it.
+#[test]
+fn a_cancel_before_its_request_releases_nothing() {
+    let mut s = setup();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(s.ts[0].is_connected(2) && s.rogue.is_connected(0)) {
+        s.ts[0].progress();
+        s.rogue.progress();
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the rogue did not connect to port 0");
+    }
+    let e0 = epoch(s.rogue.incarnation(), s.ts[0].incarnation());
+    let mut inj0 = Injector::new(&*s.rogue_dev, 0, *s.ts[0].layout(), e0).unwrap();
+    let (op, len) = (5, 100_000);
+    // Port 0, the chain's last link: its storage goes to the victim.
+    let last = Msg::ChainRts {
+        op,
+        len,
+        prev: 1,
+        next: None,
+    };
+    inj0.push(Ring::Rx, &wire::encode(&last)).unwrap();
+    let q02 = s.ts[0].create_qp(2).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[0].resources(q02).serving == 0 {
+        s.ts[0].progress();
+        assert!(Instant::now() < end, "port 0 did not serve the chain");
+    }
+    for _ in 0..10 {
+        s.ts[1].progress();
+    }
+    // The rogue cancels at the victim what it has not asked for yet.
+    s.inj
+        .push(Ring::Rx, &wire::encode(&Msg::Cancel { op }))
+        .unwrap();
+    for _ in 0..10 {
+        s.ts[1].progress();
+        s.ts[0].progress();
+    }
+    assert_eq!(
+        s.ts[0].resources(q02).serving,
+        1,
+        "a cancel before its request released port 0's storage"
+    );
+    // The request: the victim takes port 0's storage as its successor's.
+    let middle = Msg::ChainRts {
+        op,
+        len,
+        prev: 2,
+        next: Some(0),
+    };
+    s.inj.push(Ring::Rx, &wire::encode(&middle)).unwrap();
+    s.ts[1].progress();
+    let q12 = s.ts[1].create_qp(2).unwrap();
+    assert_eq!(s.ts[1].resources(q12).serving, 1);
+    assert_eq!(s.ts[1].counters(q12).dropped_total(), 0);
+    let q10 = s.ts[1].create_qp(0).unwrap();
+    assert_eq!(s.ts[1].counters(q10).dropped_total(), 0);
+    assert_eq!(s.ts[0].counters(q02).dropped_total(), 0);
+    honest_traffic_works(&mut s);
+}
