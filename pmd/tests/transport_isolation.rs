@@ -935,3 +935,102 @@ fn a_stopped_process_is_dropped_and_told_so_when_resumed() {
     drop((b, c, child));
     EmuFabric::destroy_in(dir.path(), "sigstop").unwrap();
 }
+
+/// A chain multicast 0 → 2 (a rogue) → 1 whose first link answers with
+/// storage that host 0 may not write (memory of the rogue's not granted
+/// to it): the put's copy is refused, the multicast fails, and every link
+/// is cancelled. Host 1 then takes the rogue's claim that it forwarded the
+/// data as the end of its storage's use: it delivers nothing, acknowledges
+/// nothing, and counts nothing against anyone.
+#[test]
+fn a_chain_whose_put_is_refused_is_cancelled_down_the_chain() {
+    use ntbdk_pmd::transport::inject::{Injector, first_op_id};
+    use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge};
+    use ntbdk_pmd::transport::{MulticastMode, OpKind, Ring, epoch};
+
+    let dir = TestDir::new("putcancel");
+    let (_fabric, mut hs) = three(&dir, "putcancel");
+    // From here on, host 2 acts only through injectors.
+    let rogue = hs.pop().unwrap();
+    let inject = |victim: &Host| {
+        let e = epoch(rogue.t.incarnation(), victim.t.incarnation());
+        Injector::new(&**rogue.t.device(), victim.t.port(), *victim.t.layout(), e).unwrap()
+    };
+    let (mut to0, mut to1) = (inject(&hs[0]), inject(&hs[1]));
+    let len = 16_384u32;
+    let src = hs[0]
+        .t
+        .register_region(len as usize, Access::LOCAL)
+        .unwrap();
+    let qps = [hs[0].qp(2), hs[0].qp(1)];
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    hs[0]
+        .t
+        .post_multicast_put_with(&qps, &sge, MulticastMode::Chain, 4)
+        .unwrap();
+    let op = first_op_id(hs[0].t.incarnation());
+    let q10 = hs[1].qp(0);
+    let end = Instant::now() + LONG;
+    while hs[1].t.resources(q10).serving == 0 {
+        hs[0].pump();
+        hs[1].pump();
+        assert!(Instant::now() < end, "host 1 did not serve the chain");
+    }
+    // The rogue's "storage": the start of its region area, where it
+    // registered nothing for host 0.
+    let mut sges = [WireSge::default(); SGES_PER_MSG];
+    sges[0] = WireSge {
+        offset: rogue.t.layout().region_area_start() as u64,
+        len,
+    };
+    let answer = Msg::Sgl {
+        op,
+        start: 0,
+        n: 1,
+        sges,
+    };
+    to0.push(Ring::Tx, &wire::encode(&answer)).unwrap();
+    let refused = hs[0].t.device().counters().ungranted_writes;
+    let end = Instant::now() + LONG;
+    let failed = loop {
+        hs[0].pump();
+        hs[1].pump();
+        if let Some(c) = hs[0].done.remove(&4) {
+            break c;
+        }
+        assert!(Instant::now() < end, "the multicast never completed");
+    };
+    assert_eq!(failed.op, OpKind::MulticastPut);
+    assert!(!failed.status.is_ok(), "{failed:?}");
+    assert!(
+        hs[0].t.device().counters().ungranted_writes > refused,
+        "the put was not refused by the device"
+    );
+    // The rogue says it forwarded the data into host 1's storage.
+    let done = Msg::ChainDone { op, origin: 0, len };
+    to1.push(Ring::Cq, &wire::encode(&done)).unwrap();
+    let end = Instant::now() + LONG;
+    while hs[1].t.resources(q10).serving > 0 {
+        hs[0].pump();
+        hs[1].pump();
+        assert!(Instant::now() < end, "host 1 still holds its storage");
+    }
+    for _ in 0..100 {
+        hs[0].pump();
+        hs[1].pump();
+    }
+    assert!(hs[1].mc.is_empty(), "delivered: {:?}", hs[1].mc);
+    let q12 = hs[1].qp(2);
+    assert_eq!(hs[1].t.counters(q12).dropped_total(), 0);
+    assert_eq!(hs[1].t.counters(q10).dropped_total(), 0);
+    assert!(hs[1].t.is_connected(0) && hs[1].t.is_connected(2));
+    let (h0, rest) = hs.split_at_mut(1);
+    exchange(&mut h0[0], &mut rest[0], 0, 1, 20, 0x60);
+    drop(hs);
+    drop(rogue);
+    EmuFabric::destroy_in(dir.path(), "putcancel").unwrap();
+}
