@@ -1653,14 +1653,8 @@ fn early_chain_storage_before_a_connection_is_kept_then_released() {
     assert!(s.ts[1].is_connected(2));
 }
 
-/// A `Cancel` comes behind its request on the same ring, so one for an
-/// operation not requested yet cancels nothing: in a chain the rogue
-/// starts (2 → 1 → 0), port 0's storage, which reached the victim before
-/// the victim's request, is not released by it, and the request that
-/// follows still finds it.
-#[test]
-fn a_cancel_before_its_request_releases_nothing() {
-    let mut s = setup();
+/// The rogue's injector into port 0's window, once the two are connected.
+fn injector_into_0(s: &mut Setup) -> Injector {
     let end = Instant::now() + Duration::from_secs(5);
     while !(s.ts[0].is_connected(2) && s.rogue.is_connected(0)) {
         s.ts[0].progress();
@@ -1669,7 +1663,18 @@ fn a_cancel_before_its_request_releases_nothing() {
         assert!(Instant::now() < end, "the rogue did not connect to port 0");
     }
     let e0 = epoch(s.rogue.incarnation(), s.ts[0].incarnation());
-    let mut inj0 = Injector::new(&*s.rogue_dev, 0, *s.ts[0].layout(), e0).unwrap();
+    Injector::new(&*s.rogue_dev, 0, *s.ts[0].layout(), e0).unwrap()
+}
+
+/// A `Cancel` comes behind its request on the same ring, so one for an
+/// operation not requested yet cancels nothing: in a chain the rogue
+/// starts (2 → 1 → 0), port 0's storage, which reached the victim before
+/// the victim's request, is not released by it, and the request that
+/// follows still finds it.
+#[test]
+fn a_cancel_before_its_request_releases_nothing() {
+    let mut s = setup();
+    let mut inj0 = injector_into_0(&mut s);
     let (op, len) = (5, 100_000);
     // Port 0, the chain's last link: its storage goes to the victim.
     let last = Msg::ChainRts {
@@ -1715,6 +1720,174 @@ fn a_cancel_before_its_request_releases_nothing() {
     assert_eq!(s.ts[1].counters(q12).dropped_total(), 0);
     let q10 = s.ts[1].create_qp(0).unwrap();
     assert_eq!(s.ts[1].counters(q10).dropped_total(), 0);
+    assert_eq!(s.ts[0].counters(q02).dropped_total(), 0);
+    honest_traffic_works(&mut s);
+}
+
+/// A chain link's storage is written only after its clear-to-send: a
+/// `Done` from its previous link before that (here the rogue is both the
+/// origin and the previous link, and the next link, port 0, never answers)
+/// is counted as an unknown operation, and nothing is delivered.
+#[test]
+fn a_done_before_the_clear_to_send_delivers_nothing() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let (op, len) = (5, 4096);
+    let rts = Msg::ChainRts {
+        op,
+        len,
+        prev: 2,
+        next: Some(0),
+    };
+    s.inj.push(Ring::Rx, &wire::encode(&rts)).unwrap();
+    s.ts[1].progress();
+    assert_eq!(s.ts[1].resources(q).serving, 1);
+    s.inj
+        .push(Ring::Cq, &wire::encode(&Msg::Done { op, len }))
+        .unwrap();
+    for _ in 0..10 {
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::UnknownOp), 1);
+    assert_eq!(
+        s.ts[1].resources(q).serving,
+        1,
+        "still waiting for its data"
+    );
+    let got = drain(&mut s.ts[1]);
+    assert!(
+        !got.iter().any(|c| c.op == OpKind::MulticastRecv),
+        "delivered before any data could be there: {got:?}"
+    );
+    assert!(!acked(&s, op, WireStatus::Ok));
+    honest_traffic_works(&mut s);
+}
+
+/// A multicast 0 → {1, 2 (the rogue)} where the rogue sends its storage in
+/// pieces, each just inside the operation timeout: port 1's storage, ready
+/// from the start, waits longer than port 1's own deadline, and port 1
+/// gives it up and reuses the memory. The put must not write it: port 1 is
+/// failed with a timeout instead, and its new region keeps its bytes.
+#[test]
+fn a_put_never_writes_storage_that_waited_past_its_targets_deadline() {
+    let timeout = Duration::from_millis(400);
+    let mut s = setup_with(Config {
+        op_timeout: timeout,
+        ..Config::new(Geometry::small(3))
+    });
+    let len = 3 * 4096u32;
+    let src = s.ts[0]
+        .register_region(len as usize, Access::LOCAL)
+        .unwrap();
+    s.ts[0]
+        .region_write(src, 0, &vec![0x11; len as usize])
+        .unwrap();
+    let qps = [s.ts[0].create_qp(1).unwrap(), s.ts[0].create_qp(2).unwrap()];
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    s.ts[0].post_multicast_put(&qps, &sge, 6).unwrap();
+    let op = first_op_id(s.ts[0].incarnation());
+    let q10 = s.ts[1].create_qp(0).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].resources(q10).serving == 0 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "port 1 did not serve the multicast");
+    }
+    let ready = Instant::now();
+    let mut inj0 = injector_into_0(&mut s);
+    let area = s.rogue.layout().region_area_start() as u64;
+    let piece = |k: u32| Msg::Sgl {
+        op,
+        start: k * 4096,
+        n: 1,
+        sges: sgl(op, 0, &[(area + u64::from(k) * 4096, 4096)]),
+    };
+    let mut reused = None;
+    for k in 0..3 {
+        // Each piece within the timeout of the one before: the put's
+        // operation stays alive while port 1's storage waits.
+        let at = ready + timeout * 5 * k / 8;
+        while Instant::now() < at {
+            s.ts[0].progress();
+            s.ts[1].progress();
+        }
+        if k == 2 {
+            // Port 1 has given its storage up: its memory goes to a new
+            // region of its own, filled.
+            assert_eq!(s.ts[1].resources(q10).serving, 0);
+            let mine = s.ts[1]
+                .register_region(len as usize, Access::LOCAL)
+                .unwrap();
+            s.ts[1]
+                .region_write(mine, 0, &vec![0xee; len as usize])
+                .unwrap();
+            reused = Some(mine);
+        }
+        inj0.push(Ring::Tx, &wire::encode(&piece(k))).unwrap();
+    }
+    let c = collect(&mut s.ts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].op), (6, OpKind::MulticastPut));
+    assert!(!c[0].status.is_ok(), "{c:?}");
+    let mut back = vec![0u8; len as usize];
+    s.ts[1].region_read(reused.unwrap(), 0, &mut back).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0xee),
+        "the put wrote storage its target had given up"
+    );
+    assert!(drain(&mut s.ts[1]).is_empty());
+    assert!(s.ts[1].is_connected(0));
+}
+
+/// A chain the rogue starts, 2 → 1 (the victim) → 0, whose data the rogue
+/// then claims with the wrong length: the victim fails its part (an
+/// out-of-range drop) and, as it will never forward, releases port 0's
+/// storage at once.
+#[test]
+fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
+    let mut s = setup();
+    let mut inj0 = injector_into_0(&mut s);
+    let (op, len) = (5, 4096);
+    let last = Msg::ChainRts {
+        op,
+        len,
+        prev: 1,
+        next: None,
+    };
+    inj0.push(Ring::Rx, &wire::encode(&last)).unwrap();
+    let middle = Msg::ChainRts {
+        op,
+        len,
+        prev: 2,
+        next: Some(0),
+    };
+    s.inj.push(Ring::Rx, &wire::encode(&middle)).unwrap();
+    let (q02, q12) = (s.ts[0].create_qp(2).unwrap(), s.ts[1].create_qp(2).unwrap());
+    // The victim holds port 0's storage and has sent its own to the rogue.
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[0].resources(q02).serving == 0 || s.ts[1].resources(q12).serving == 0 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the chain was not served");
+    }
+    for _ in 0..10 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+    }
+    let wrong = Msg::Done { op, len: len - 1 };
+    s.inj.push(Ring::Cq, &wire::encode(&wrong)).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[0].resources(q02).serving > 0 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "port 0's storage was not released");
+    }
+    assert_eq!(s.ts[1].resources(q12).serving, 0);
+    assert_eq!(s.ts[1].counters(q12).dropped(DropKind::OutOfRange), 1);
+    assert!(acked(&s, op, WireStatus::Protocol));
     assert_eq!(s.ts[0].counters(q02).dropped_total(), 0);
     honest_traffic_works(&mut s);
 }

@@ -9,7 +9,7 @@
 //! successor's storage before sending ours to the predecessor, deposit,
 //! forward with `ChainDone`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Most chain storage announcements kept while their request is awaited.
 const EARLY_MAX: usize = 1024;
@@ -86,7 +86,7 @@ impl Transport {
                         peer: t.peer,
                         sgl: Vec::new(),
                         got: 0,
-                        ready: false,
+                        ready_since: None,
                         status: None,
                     })
                     .collect(),
@@ -455,7 +455,9 @@ impl Transport {
         let Some(t) = targets
             .iter_mut()
             .enumerate()
-            .find(|(i, t)| t.peer == p && !t.ready && t.status.is_none() && (!chain || *i == 0))
+            .find(|(i, t)| {
+                t.peer == p && t.ready_since.is_none() && t.status.is_none() && (!chain || *i == 0)
+            })
             .map(|(_, t)| t)
         else {
             return self.count(p, DropKind::UnknownOp);
@@ -473,12 +475,13 @@ impl Transport {
         t.got += total as u32;
         o.deadline = deadline_now;
         if t.got == *len {
-            t.ready = true;
+            let now = Some(Instant::now());
+            t.ready_since = now;
             if chain {
                 // The first target's clear-to-send comes only once the
                 // whole chain is ready.
                 for t in targets.iter_mut() {
-                    t.ready = true;
+                    t.ready_since = now;
                 }
             }
             self.mc_maybe_put(op);
@@ -503,7 +506,7 @@ impl Transport {
             return self.count(p, DropKind::UnknownOp);
         };
         let s = match status {
-            WireStatus::Ok if *put && t.ready && len == *l => Status::Success,
+            WireStatus::Ok if *put && t.ready_since.is_some() && len == *l => Status::Success,
             WireStatus::Ok => Status::Protocol,
             other => status_of(other),
         };
@@ -727,8 +730,23 @@ impl Transport {
         }
     }
 
+    /// How long a target's storage may wait for the put after it was
+    /// announced complete: three quarters of the operation timeout. The
+    /// target's own deadline started when it sent the storage, a message's
+    /// travel before we saw it; the quarter is the margin for that
+    /// travel and for our polling. (Hosts are assumed to use the same
+    /// timeout, as everywhere a peer's deadline is guessed.)
+    fn put_window(&self) -> Duration {
+        let t = self.cfg.op_timeout;
+        t - t / 4
+    }
+
+    /// Puts to every target once none is still waiting for its storage
+    /// (the check-in counter at zero), then completes once every target's
+    /// outcome is known.
     fn mc_maybe_put(&mut self, op: u64) {
         let lost = self.lost;
+        let (now, put_window) = (Instant::now(), self.put_window());
         let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(OutKind::Multicast {
             src,
@@ -744,7 +762,7 @@ impl Transport {
         // The check-in counter: targets neither ready nor failed.
         let waiting = targets
             .iter()
-            .filter(|t| !t.ready && t.status.is_none())
+            .filter(|t| t.ready_since.is_none() && t.status.is_none())
             .count();
         if waiting == 0 && !*put {
             *put = true;
@@ -764,6 +782,16 @@ impl Transport {
                     t.status = Some(Status::PeerDown);
                     continue;
                 };
+                // A target whose storage has waited for the others most of
+                // an operation timeout may have given it up (its deadline
+                // started when it sent the storage): it is not written.
+                if t.ready_since
+                    .is_some_and(|r| now.duration_since(r) >= put_window)
+                {
+                    t.status = Some(Status::Timeout);
+                    missed.push(t.peer);
+                    continue;
+                }
                 let at = &mut ExtentPos::default();
                 if copy_to_sgl(engine, local, c.win(), src, at, 0, &to_wire(&t.sgl)) {
                     peers[t.peer as usize].counters.bytes_out += u64::from(len);

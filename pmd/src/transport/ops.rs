@@ -99,8 +99,9 @@ pub(crate) struct McTarget {
     pub sgl: Vec<(u64, u64)>,
     /// Bytes of storage announced so far.
     pub got: u32,
-    /// Whether its storage is complete (clear to send).
-    pub ready: bool,
+    /// Since when its storage is complete (clear to send): its own
+    /// deadline for the put started about then.
+    pub ready_since: Option<Instant>,
     /// Its outcome, once known.
     pub status: Option<Status>,
 }

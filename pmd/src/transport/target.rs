@@ -284,9 +284,11 @@ impl Transport {
             .as_ref()
             .and_then(|c| c.served(op))
         {
+            // A chain link's storage goes to its previous link only with
+            // our clear-to-send: no data can be in it before.
             Some(InOp::McRecv {
                 chain: Some(ch), ..
-            }) => ch.prev == from,
+            }) => ch.prev == from && ch.cts_sent,
             Some(_) => from == origin,
             None => false,
         };
@@ -323,12 +325,23 @@ impl Transport {
                 region,
                 len: l,
                 chain,
-                ..
+                deadline,
             }) if l == len => {
                 counters.served += 1;
                 counters.bytes_in += u64::from(len);
-                if let Some(ch) = chain {
-                    self.chain_forward(origin, op, len, region, &ch);
+                // Forwarded only before our deadline: past it, the next
+                // link may have given its storage up (its deadline started
+                // before ours, at its own clear-to-send).
+                match chain {
+                    Some(ch) if Instant::now() < deadline => {
+                        self.chain_forward(origin, op, len, region, &ch);
+                    }
+                    Some(ch) => {
+                        if let Some(n) = ch.holding_next() {
+                            self.release_storage(n, origin, op);
+                        }
+                    }
+                    None => {}
                 }
                 self.completions.push_back(Completion {
                     peer: origin,
@@ -342,6 +355,15 @@ impl Transport {
             }
             Some(other) => {
                 counters.drop_one(DropKind::OutOfRange);
+                if let InOp::McRecv {
+                    chain: Some(ref ch),
+                    ..
+                } = other
+                    && let Some(n) = ch.holding_next()
+                {
+                    // We will never write the next link's storage.
+                    self.release_storage(n, origin, op);
+                }
                 self.served_ended(&other);
                 WireStatus::Protocol
             }
