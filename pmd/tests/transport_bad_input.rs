@@ -1891,3 +1891,25 @@ fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
     assert_eq!(s.ts[0].counters(q02).dropped_total(), 0);
     honest_traffic_works(&mut s);
 }
+
+/// Storage counts against a peer's quota as the region area takes it, in
+/// whole 64-byte grains: 1-byte requests cannot hold 64 times the quota.
+#[test]
+fn tiny_storage_requests_count_whole_grains_against_the_quota() {
+    let mut s = setup_with(Config {
+        peer_storage_quota: Some(32 * 64),
+        ..Config::new(Geometry::small(3))
+    });
+    let q = s.ts[1].create_qp(2).unwrap();
+    for op in 1..=33u64 {
+        s.inj
+            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 1 }))
+            .unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].resources(q).serving, 32);
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert!(acked(&s, 33, WireStatus::NoRoom));
+    assert!(s.ts[1].is_connected(2));
+    honest_traffic_works(&mut s);
+}

@@ -21,8 +21,9 @@ pub struct Config {
     /// Most operations outstanding at once (as initiator).
     pub max_outstanding: usize,
     /// Most bytes of our region area the storage one peer asks us for
-    /// (multicast targets) may hold at once; more is refused with "no
-    /// room". `None`: the area divided evenly among the other ports.
+    /// (multicast targets) may hold at once, each request counted in
+    /// whole 64-byte grains as the area allocates it; more is refused with
+    /// "no room". `None`: the area divided evenly among the other ports.
     pub peer_storage_quota: Option<u64>,
     /// Whether each send completes with an [`OpKind::Send`](super::OpKind)
     /// completion (default, as a verbs queue pair with `sq_sig_all`). Off,

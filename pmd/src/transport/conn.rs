@@ -18,6 +18,7 @@ use super::geometry::{Layout, Part};
 use super::key::RegionKey;
 use super::ops::InOp;
 use super::queue::{Consumer, Producer, free_entry, parse_free_entry};
+use super::region::footprint;
 use super::types::SendWr;
 use super::wire::{self, Body, Msg, Ring};
 
@@ -542,7 +543,7 @@ impl Conn {
         self.served
             .values()
             .map(|o| match o {
-                InOp::McRecv { len, .. } => u64::from(*len),
+                InOp::McRecv { len, .. } => footprint(*len),
                 _ => 0,
             })
             .sum()

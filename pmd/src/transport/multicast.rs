@@ -25,7 +25,7 @@ use super::error::{Result, TransportError};
 use super::initiator::status_of;
 use super::key::{Access, RegionKey};
 use super::ops::{ChainLink, EarlySgl, InOp, KeptStorage, McTarget, OutKind};
-use super::region::GRAIN;
+use super::region::{GRAIN, footprint};
 use super::sgl::{ExtentPos, Sge};
 use super::types::{Qp, Status};
 use super::wire::{self, Msg, Ring, WireSge, WireStatus};
@@ -149,14 +149,16 @@ impl Transport {
             .chain_kept
             .iter()
             .filter(|k| k.origin == p)
-            .map(|k| u64::from(k.len))
+            .map(|k| footprint(k.len))
             .sum();
         let held = kept
             + self.peers[p as usize]
                 .conn
                 .as_ref()
                 .map_or(0, |c| c.storage_held());
-        if held + u64::from(len) <= self.storage_quota {
+        // Counted as the region area takes it (whole grains), so that tiny
+        // requests cannot hold more than the quota.
+        if held + footprint(len) <= self.storage_quota {
             return true;
         }
         self.count(p, DropKind::Overload);

@@ -27,6 +27,11 @@ use super::key::{Access, RegionKey};
 /// Allocation granularity of the region area (a cache line).
 pub const GRAIN: u64 = 64;
 
+/// Bytes of the region area a region of `len` bytes takes: whole grains.
+pub(crate) fn footprint(len: u32) -> u64 {
+    u64::from(len).next_multiple_of(GRAIN)
+}
+
 /// Window extents `(offset, len)` of a resolved range, inline when there is
 /// only one (receive buffers usually are contiguous: no allocation per
 /// posted receive).
