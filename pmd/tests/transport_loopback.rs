@@ -1177,9 +1177,10 @@ fn a_chain_link_that_gives_up_releases_its_successors_storage() {
 #[test]
 fn a_chain_link_that_times_out_keeps_its_storage_until_its_previous_link_is_done() {
     // Port 2, the chain's last link, gives its served operations up after
-    // 300 ms; its previous link (port 1) and the origin wait a minute.
+    // a second (and keeps what it sets aside as long); its previous link
+    // (port 1) and the origin wait a minute.
     let (_f, mut ts) = loopback_with(3, WIN, |p| Config {
-        op_timeout: Duration::from_millis(if p == 2 { 300 } else { 60_000 }),
+        op_timeout: Duration::from_millis(if p == 2 { 1000 } else { 60_000 }),
         ..Config::new(geo(3))
     });
     let free2 = ts[2].region_area_free();
