@@ -86,7 +86,8 @@ impl Transport {
                         peer: t.peer,
                         sgl: Vec::new(),
                         got: 0,
-                        ready_since: None,
+                        ready: false,
+                        since: None,
                         status: None,
                     })
                     .collect(),
@@ -457,9 +458,7 @@ impl Transport {
         let Some(t) = targets
             .iter_mut()
             .enumerate()
-            .find(|(i, t)| {
-                t.peer == p && t.ready_since.is_none() && t.status.is_none() && (!chain || *i == 0)
-            })
+            .find(|(i, t)| t.peer == p && !t.ready && t.status.is_none() && (!chain || *i == 0))
             .map(|(_, t)| t)
         else {
             return self.count(p, DropKind::UnknownOp);
@@ -475,15 +474,17 @@ impl Transport {
         t.sgl
             .extend(sges.iter().map(|s| (s.offset, u64::from(s.len))));
         t.got += total as u32;
+        let now = Instant::now();
+        t.since.get_or_insert(now);
         o.deadline = deadline_now;
         if t.got == *len {
-            let now = Some(Instant::now());
-            t.ready_since = now;
+            t.ready = true;
             if chain {
                 // The first target's clear-to-send comes only once the
                 // whole chain is ready.
                 for t in targets.iter_mut() {
-                    t.ready_since = now;
+                    t.ready = true;
+                    t.since.get_or_insert(now);
                 }
             }
             self.mc_maybe_put(op);
@@ -508,7 +509,7 @@ impl Transport {
             return self.count(p, DropKind::UnknownOp);
         };
         let s = match status {
-            WireStatus::Ok if *put && t.ready_since.is_some() && len == *l => Status::Success,
+            WireStatus::Ok if *put && t.ready && len == *l => Status::Success,
             WireStatus::Ok => Status::Protocol,
             other => status_of(other),
         };
@@ -732,12 +733,12 @@ impl Transport {
         }
     }
 
-    /// How long a target's storage may wait for the put after it was
-    /// announced complete: three quarters of the operation timeout. The
-    /// target's own deadline started when it sent the storage, a message's
-    /// travel before we saw it; the quarter is the margin for that
-    /// travel and for our polling. (Hosts are assumed to use the same
-    /// timeout, as everywhere a peer's deadline is guessed.)
+    /// How long a target's storage may wait for the put after its first
+    /// piece came: three quarters of the operation timeout. The target's
+    /// own deadline started when it sent the storage, a message's travel
+    /// before we saw it; the quarter is the margin for that travel and for
+    /// our polling. (Hosts are assumed to use the same timeout: see
+    /// [`Config::op_timeout`](super::Config::op_timeout).)
     fn put_window(&self) -> Duration {
         let t = self.cfg.op_timeout;
         t - t / 4
@@ -764,7 +765,7 @@ impl Transport {
         // The check-in counter: targets neither ready nor failed.
         let waiting = targets
             .iter()
-            .filter(|t| t.ready_since.is_none() && t.status.is_none())
+            .filter(|t| !t.ready && t.status.is_none())
             .count();
         if waiting == 0 && !*put {
             *put = true;
@@ -787,9 +788,7 @@ impl Transport {
                 // A target whose storage has waited for the others most of
                 // an operation timeout may have given it up (its deadline
                 // started when it sent the storage): it is not written.
-                if t.ready_since
-                    .is_some_and(|r| now.duration_since(r) >= put_window)
-                {
+                if t.since.is_some_and(|r| now.duration_since(r) >= put_window) {
                     t.status = Some(Status::Timeout);
                     missed.push(t.peer);
                     continue;

@@ -99,9 +99,11 @@ pub(crate) struct McTarget {
     pub sgl: Vec<(u64, u64)>,
     /// Bytes of storage announced so far.
     pub got: u32,
-    /// Since when its storage is complete (clear to send): its own
-    /// deadline for the put started about then.
-    pub ready_since: Option<Instant>,
+    /// Whether its storage is complete (clear to send).
+    pub ready: bool,
+    /// When the first piece of its storage came: its own deadline for the
+    /// put started before that (when it sent it, or earlier).
+    pub since: Option<Instant>,
     /// Its outcome, once known.
     pub status: Option<Status>,
 }
@@ -192,7 +194,7 @@ impl ChainLink {
 /// Our storage for a chain link we stopped serving (it timed out, or our
 /// connection to the initiator ended) while its previous link may still
 /// write it: kept aside, not reused, until that link is done with it
-/// (`ChainDone`, `ChainRelease`) or a further operation timeout passes (a
+/// (`ChainDone`, `ChainRelease`) or two more operation timeouts pass (a
 /// connection to it that ends proves nothing: it may not have noticed yet,
 /// and still forward).
 #[derive(Debug)]
