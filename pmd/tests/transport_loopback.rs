@@ -1317,3 +1317,43 @@ fn storage_set_aside_still_counts_against_its_origins_quota() {
     let c = collect(&mut all, 0, 1);
     assert_eq!((c[0].cookie, c[0].status), (9, Status::Success));
 }
+
+#[test]
+fn a_chain_link_never_forwards_into_a_restarted_next_links_memory() {
+    let (fabric, mut ts) = loopback(3, WIN, geo(3));
+    // 0 → 1 → 2: port 1 holds port 2's storage and has told port 0 it is
+    // clear to send; port 0 has not polled since.
+    serve_chain_from_0(&mut ts);
+    ts[1].progress();
+    ts[2].progress();
+    // Port 2 goes and a new host takes its port; port 1 reconnects to it.
+    fabric.kill(2);
+    drop(ts.pop());
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[1].is_connected(2) {
+        ts[1].progress();
+        assert!(Instant::now() < end, "port 1 did not see the death");
+    }
+    let mut t2 = Transport::new(Arc::new(fabric.join(2).unwrap()), Config::new(geo(3))).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !t2.is_connected(1) || !ts[1].is_connected(2) {
+        t2.progress();
+        ts[1].progress();
+        assert!(Instant::now() < end, "port 2 did not come back");
+    }
+    // The new host's first memory, where the old one's storage was.
+    let mine = t2.register_region(100_000, Access::LOCAL).unwrap();
+    t2.region_write(mine, 0, &[0xee; 100_000]).unwrap();
+    // Port 0 puts to port 1, which gets the data.
+    for _ in 0..200 {
+        ts[0].progress();
+        ts[1].progress();
+        t2.progress();
+    }
+    let mut back = vec![0u8; 100_000];
+    t2.region_read(mine, 0, &mut back).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0xee),
+        "port 1 forwarded into the new host's memory"
+    );
+}
