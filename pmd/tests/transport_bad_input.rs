@@ -1920,3 +1920,54 @@ fn tiny_storage_requests_count_whole_grains_against_the_quota() {
     assert!(s.ts[1].is_connected(2));
     honest_traffic_works(&mut s);
 }
+
+/// A target that sends its storage in crumbs, each just inside the
+/// operation timeout, cannot keep a multicast open: it fails within about
+/// a timeout of the first crumb (300 ms here), not a timeout after the
+/// last (the crumbs here would take seven seconds).
+#[test]
+fn a_target_sending_storage_in_crumbs_cannot_keep_a_multicast_open() {
+    let timeout = Duration::from_millis(300);
+    let mut s = setup_with(Config {
+        op_timeout: timeout,
+        ..Config::new(Geometry::small(3))
+    });
+    let mut inj0 = injector_into_0(&mut s);
+    let len = 35 * 64u32;
+    let src = s.ts[0]
+        .register_region(len as usize, Access::LOCAL)
+        .unwrap();
+    let q = s.ts[0].create_qp(2).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    s.ts[0].post_multicast_put(&[q], &sge, 8).unwrap();
+    let op = first_op_id(s.ts[0].incarnation());
+    let area = s.rogue.layout().region_area_start() as u64;
+    let first = Instant::now();
+    let mut buf = [Completion::default(); 4];
+    for k in 0..35u32 {
+        let crumb = Msg::Sgl {
+            op,
+            start: k * 64,
+            n: 1,
+            sges: sgl(op, 0, &[(area + u64::from(k) * 64, 64)]),
+        };
+        inj0.push(Ring::Tx, &wire::encode(&crumb)).unwrap();
+        let next = Instant::now() + timeout * 2 / 3;
+        while Instant::now() < next {
+            if s.ts[0].poll_completions(&mut buf) > 0 {
+                assert_eq!((buf[0].cookie, buf[0].status), (8, Status::Timeout));
+                assert!(
+                    first.elapsed() < timeout * 5,
+                    "it took {:?}",
+                    first.elapsed()
+                );
+                return;
+            }
+        }
+    }
+    panic!("the multicast was still open after every crumb");
+}

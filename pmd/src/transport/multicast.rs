@@ -440,6 +440,7 @@ impl Transport {
     /// the whole chain's).
     pub(crate) fn on_multicast_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
         let deadline_now = self.cfg.op_deadline();
+        let timeout = self.cfg.op_timeout;
         let Some(o) = self.ops.get_mut(&op) else {
             return self.count(p, DropKind::UnknownOp);
         };
@@ -476,9 +477,17 @@ impl Transport {
         t.got += total as u32;
         let now = Instant::now();
         t.since.get_or_insert(now);
-        o.deadline = deadline_now;
-        if t.got == *len {
-            t.ready = true;
+        let ready = t.got == *len;
+        t.ready = ready;
+        // Each piece of storage is progress, but only within a timeout of
+        // the first piece any target sent (a put could not write that
+        // target's storage after it anyway): a target sending crumbs of
+        // storage slowly cannot keep the multicast open.
+        let first = targets.iter().filter_map(|t| t.since).min();
+        o.deadline = first
+            .and_then(|f| f.checked_add(timeout))
+            .map_or(deadline_now, |cap| deadline_now.min(cap));
+        if ready {
             if chain {
                 // The first target's clear-to-send comes only once the
                 // whole chain is ready.
