@@ -1971,3 +1971,40 @@ fn a_target_sending_storage_in_crumbs_cannot_keep_a_multicast_open() {
     }
     panic!("the multicast was still open after every crumb");
 }
+
+/// Storage for a chain we serve from a port that is not our next link (a
+/// hostile origin may have told that port we are its previous link) is
+/// released to it at once, not dropped and counted against it: it frees
+/// the storage instead of holding it until its timeout.
+#[test]
+fn chain_storage_from_a_port_that_is_not_our_next_link_is_released() {
+    let mut s = setup();
+    // Port 0's chain with the victim as its only (last) link.
+    let q10 = s.ts[1].create_qp(0).unwrap();
+    let q01 = s.ts[0].create_qp(1).unwrap();
+    let src = s.ts[0].register_region(4096, Access::LOCAL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 4096,
+    }];
+    let mode = ntbdk_pmd::transport::MulticastMode::Chain;
+    s.ts[0]
+        .post_multicast_put_with(&[q01], &sge, mode, 3)
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[1].resources(q10).serving == 0 {
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the victim did not serve the chain");
+    }
+    let op = first_op_id(s.ts[0].incarnation());
+    let m = early_sgl(&s, op, 0);
+    s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+    s.ts[1].progress();
+    assert!(in_rogue_cq(&s, Msg::ChainRelease { op, origin: 0 }));
+    let q12 = s.ts[1].create_qp(2).unwrap();
+    assert_eq!(s.ts[1].counters(q12).dropped_total(), 0);
+    // Port 0's chain still completes.
+    let c = collect(&mut s.ts, 0, 1);
+    assert_eq!((c[0].cookie, c[0].status), (3, Status::Success));
+}

@@ -387,7 +387,13 @@ impl Transport {
                     self.chain_cts(origin, op);
                 }
             }
-            Some(_) => self.count(s, DropKind::UnknownOp),
+            // More of it once our clear-to-send is out: not storage we take.
+            Some(InOp::McRecv {
+                chain: Some(ch), ..
+            }) if ch.next == Some(s) => self.count(s, DropKind::UnknownOp),
+            // Storage from a port that is not our next link (its origin may
+            // have told it we are its previous one): we will never write it.
+            Some(_) => self.release_storage(s, origin, op),
             None if may_start => self.keep_early(s, origin, op, start, sges),
             // An operation we saw and do not serve (refused, cancelled or
             // over): we will never write this storage.
