@@ -42,9 +42,10 @@ fn setup_with(cfg: Config) -> Setup {
     setup_on(cfg, 4 << 20)
 }
 
-/// [`setup_with`] on windows of `window` bytes.
+/// [`setup_with`] on windows of `window` bytes (a fabric of as many ports
+/// as `cfg`'s geometry has: ports past 2 stay empty).
 fn setup_on(cfg: Config, window: usize) -> Setup {
-    let fabric = LoopbackFabric::new(3, window);
+    let fabric = LoopbackFabric::new(cfg.geometry.ports, window);
     let rogue_dev: Arc<LoopbackDevice> = Arc::new(fabric.join(2).unwrap());
     let mut ts: Vec<Transport> = (0..2)
         .map(|p| Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap())
@@ -1595,11 +1596,13 @@ fn chain_storage_from_its_own_origin_is_refused() {
 }
 
 /// Storage sent before its request is kept for at most 64 operations of
-/// one sender: the 65th is counted as an overload and released to its
-/// sender at once (the victim will never write it), the others kept.
+/// one origin from one sender: the 65th is counted as an overload and
+/// released to its sender at once (the victim will never write it), the
+/// others kept. Another origin's storage from the same sender still has
+/// room (port 3, which has not joined the fabric yet).
 #[test]
-fn early_chain_storage_past_the_per_sender_bound_is_released_at_once() {
-    let mut s = setup();
+fn early_chain_storage_past_the_per_pair_bound_is_released_at_once() {
+    let mut s = setup_with(Config::new(Geometry::small(4)));
     let q = s.ts[1].create_qp(2).unwrap();
     let first = 1000u64;
     for k in 0..65 {
@@ -1615,6 +1618,21 @@ fn early_chain_storage_past_the_per_sender_bound_is_released_at_once() {
         "the 65th was not released"
     );
     assert!(!in_rogue_cq(&s, release(first)), "a kept one was released");
+    let other = early_sgl(&s, first, 3);
+    s.inj.push(Ring::Tx, &wire::encode(&other)).unwrap();
+    s.ts[1].progress();
+    assert_eq!(
+        s.ts[1].counters(q).dropped_total(),
+        1,
+        "no room for port 3's"
+    );
+    assert!(!in_rogue_cq(
+        &s,
+        Msg::ChainRelease {
+            op: first,
+            origin: 3
+        }
+    ));
     assert!(s.ts[1].is_connected(2));
     honest_traffic_works(&mut s);
 }

@@ -11,10 +11,15 @@
 
 use std::time::{Duration, Instant};
 
-/// Most chain storage announcements kept while their request is awaited.
-const EARLY_MAX: usize = 1024;
-/// Of those, most from one sender.
-const EARLY_PER_PEER: usize = 64;
+/// Most chain storage announcements kept while their request is awaited,
+/// for one origin from one sender. Per pair, not per sender: a hostile
+/// origin can make an honest port send us storage for its chains, and
+/// must not use up that port's room for other origins' chains.
+const EARLY_PER_PAIR: usize = 64;
+/// Most kept in all, per port of the fabric: room for every pair of two
+/// hostile ports (as origins and as senders) twice over, so they cannot
+/// fill it for the honest ones.
+const EARLY_MAX_PER_PORT: usize = 4 * EARLY_PER_PAIR;
 
 use crate::hw::Port;
 
@@ -405,11 +410,18 @@ impl Transport {
     }
 
     /// Keeps part of a next target's storage that came before our own
-    /// request (bounded: [`EARLY_MAX`] in all, [`EARLY_PER_PEER`] from one
-    /// sender; past that it is dropped and counted).
+    /// request (bounded: [`EARLY_PER_PAIR`] for one origin from one sender,
+    /// [`EARLY_MAX_PER_PORT`] per port in all; past that it is released at
+    /// once and counted against the sender).
     fn keep_early(&mut self, s: Port, origin: Port, op: u64, start: u32, sges: &[WireSge]) {
-        if self.chain_early.len() >= EARLY_MAX
-            || self.chain_early.iter().filter(|e| e.from == s).count() >= EARLY_PER_PEER
+        let most = EARLY_MAX_PER_PORT * self.peers.len();
+        if self.chain_early.len() >= most
+            || self
+                .chain_early
+                .iter()
+                .filter(|e| e.from == s && e.origin == origin)
+                .count()
+                >= EARLY_PER_PAIR
         {
             // No room to keep it: we will not write it, so say so at once.
             self.count(s, DropKind::Overload);
