@@ -1320,9 +1320,25 @@ fn storage_set_aside_still_counts_against_its_origins_quota() {
 
 #[test]
 fn a_chain_link_never_forwards_into_a_restarted_next_links_memory() {
+    // The scenario needs port 0 to read port 1's answer before it notices
+    // port 2's death (its housekeeping runs every 64th poll): tried again
+    // in the rare run where it noticed first.
+    for _ in 0..8 {
+        if let Some(intact) = forward_after_the_next_link_restarted() {
+            assert!(intact, "port 1 forwarded into the new host's memory");
+            return;
+        }
+    }
+    panic!("port 0 never put before it noticed port 2's death");
+}
+
+/// 0 → 1 → 2, port 2 replaced by a new host after it gave port 1 its
+/// storage, then port 0 puts: whether the new host's first region kept
+/// its bytes, or `None` when port 0 cancelled instead of putting.
+fn forward_after_the_next_link_restarted() -> Option<bool> {
     let (fabric, mut ts) = loopback(3, WIN, geo(3));
-    // 0 → 1 → 2: port 1 holds port 2's storage and has told port 0 it is
-    // clear to send; port 0 has not polled since.
+    // Port 1 holds port 2's storage and has told port 0 it is clear to
+    // send; port 0 has not polled since.
     serve_chain_from_0(&mut ts);
     ts[1].progress();
     ts[2].progress();
@@ -1350,10 +1366,11 @@ fn a_chain_link_never_forwards_into_a_restarted_next_links_memory() {
         ts[1].progress();
         t2.progress();
     }
+    let got = drain(&mut ts[1]);
+    if !got.iter().any(|c| c.op == OpKind::MulticastRecv) {
+        return None;
+    }
     let mut back = vec![0u8; 100_000];
     t2.region_read(mine, 0, &mut back).unwrap();
-    assert!(
-        back.iter().all(|&b| b == 0xee),
-        "port 1 forwarded into the new host's memory"
-    );
+    Some(back.iter().all(|&b| b == 0xee))
 }

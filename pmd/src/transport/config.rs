@@ -16,8 +16,8 @@ pub struct Config {
     /// An operation that makes no progress for this long fails with
     /// [`Status::Timeout`](super::Status::Timeout). Use the same value on
     /// every host: a host guesses from its own how long a peer keeps
-    /// storage it gave out (a multicast put skips a target whose storage
-    /// waited three quarters of it; a chain link keeps storage its
+    /// storage it gave out (a multicast put writes nothing later than three
+    /// quarters of it after its post; a chain link keeps storage its
     /// previous link may write for two of it after giving the operation
     /// up), so a peer with a much shorter timeout may free storage a late
     /// honest write still reaches.

@@ -549,22 +549,6 @@ impl Conn {
             .sum()
     }
 
-    /// Forgets the storage `next` gave us for the chains we serve (our
-    /// connection to it ended: that storage may belong to a new host on
-    /// its port by the time the data comes, so it is never written).
-    pub fn forget_next(&mut self, next: Port) {
-        for io in self.served.values_mut() {
-            if let InOp::McRecv {
-                chain: Some(ch), ..
-            } = io
-                && ch.next == Some(next)
-            {
-                ch.next_sgl = Vec::new();
-                ch.next_got = 0;
-            }
-        }
-    }
-
     /// How many of the peer's operations we serve.
     pub fn serving(&self) -> usize {
         self.served.len()

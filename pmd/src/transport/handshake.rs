@@ -330,11 +330,6 @@ impl Transport {
     /// Ends the connection with `peer` (if any): fails what involves it.
     pub(crate) fn teardown(&mut self, peer: Port, status: Status) {
         self.forget_early(peer);
-        for p in self.peers.iter_mut() {
-            if let Some(c) = p.conn.as_mut() {
-                c.forget_next(peer);
-            }
-        }
         let p = &mut self.peers[peer as usize];
         let conn = p.conn.take();
         p.watch.down();

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 /// origin can make an honest port send us storage for its chains, and
 /// must not use up that port's room for other origins' chains.
 const EARLY_PER_PAIR: usize = 64;
-/// Most kept in all, per port of the fabric: room for every pair of two
-/// hostile ports (as origins and as senders) twice over, so they cannot
-/// fill it for the honest ones.
+/// Most kept in all, per port of the fabric. One hostile port takes part
+/// in about two pairs per port (as the origin, and as the sender), so it
+/// can fill at most about half of this; honest pairs keep the rest.
 const EARLY_MAX_PER_PORT: usize = 4 * EARLY_PER_PAIR;
 
 use crate::hw::Port;
@@ -83,6 +83,7 @@ impl Transport {
         let op = self.new_op(
             cookie,
             OutKind::Multicast {
+                posted: Instant::now(),
                 src,
                 len,
                 targets: targets
@@ -92,7 +93,6 @@ impl Transport {
                         sgl: Vec::new(),
                         got: 0,
                         ready: false,
-                        since: None,
                         status: None,
                     })
                     .collect(),
@@ -203,7 +203,7 @@ impl Transport {
         ch: &ChainLink,
     ) {
         let Some(next) = ch.next else { return };
-        if ch.next_got != len {
+        if ch.next_got != len || self.peers[next as usize].peer_inc != ch.next_inc {
             return;
         }
         let src = self.regions.extents(region, len);
@@ -260,6 +260,7 @@ impl Transport {
             next,
             next_sgl: Vec::new(),
             next_got: 0,
+            next_inc: 0,
             cts_sent: false,
             cancelled: false,
         };
@@ -356,6 +357,8 @@ impl Transport {
         if origin as usize >= self.peers.len() || origin == self.me || origin == s {
             return self.count(s, DropKind::UnknownOp);
         }
+        // Which host on `s`'s port gives this storage.
+        let sender_inc = self.peers[s as usize].peer_inc;
         let deadline_now = self.cfg.op_deadline();
         let Some(c) = self.peers[origin as usize].conn.as_mut() else {
             // No connection to the origin yet (a handshake completes on
@@ -383,6 +386,9 @@ impl Transport {
                     // We will write none of the next target's storage.
                     self.release_storage(s, origin, op);
                     return self.nak(origin, op, WireStatus::Protocol);
+                }
+                if ch.next_got == 0 {
+                    ch.next_inc = sender_inc;
                 }
                 ch.next_sgl
                     .extend(sges.iter().map(|x| (x.offset, u64::from(x.len))));
@@ -463,6 +469,7 @@ impl Transport {
             return self.count(p, DropKind::UnknownOp);
         };
         let OutKind::Multicast {
+            posted,
             targets,
             len,
             put: false,
@@ -493,17 +500,13 @@ impl Transport {
         t.sgl
             .extend(sges.iter().map(|s| (s.offset, u64::from(s.len))));
         t.got += total as u32;
-        let now = Instant::now();
-        t.since.get_or_insert(now);
         let ready = t.got == *len;
         t.ready = ready;
         // Each piece of storage is progress, but only within a timeout of
-        // the first piece any target sent (a put could not write that
-        // target's storage after it anyway): a target sending crumbs of
-        // storage slowly cannot keep the multicast open.
-        let first = targets.iter().filter_map(|t| t.since).min();
-        o.deadline = first
-            .and_then(|f| f.checked_add(timeout))
+        // the post (no put may come after it anyway): a target sending
+        // crumbs of storage slowly cannot keep the multicast open.
+        o.deadline = posted
+            .checked_add(timeout)
             .map_or(deadline_now, |cap| deadline_now.min(cap));
         if ready {
             if chain {
@@ -511,7 +514,6 @@ impl Transport {
                 // whole chain is ready.
                 for t in targets.iter_mut() {
                     t.ready = true;
-                    t.since.get_or_insert(now);
                 }
             }
             self.mc_maybe_put(op);
@@ -760,11 +762,11 @@ impl Transport {
         }
     }
 
-    /// How long a target's storage may wait for the put after its first
-    /// piece came: three quarters of the operation timeout. The target's
-    /// own deadline started when it sent the storage, a message's travel
-    /// before we saw it; the quarter is the margin for that travel and for
-    /// our polling. (Hosts are assumed to use the same timeout: see
+    /// How long after the post a put may still write: three quarters of
+    /// the operation timeout. Each target's deadline for the put started
+    /// when its request reached it, after the post; the quarter is the
+    /// margin for our polling and a copy in progress. (Hosts are assumed
+    /// to use the same timeout: see
     /// [`Config::op_timeout`](super::Config::op_timeout).)
     fn put_window(&self) -> Duration {
         let t = self.cfg.op_timeout;
@@ -777,17 +779,25 @@ impl Transport {
     fn mc_maybe_put(&mut self, op: u64) {
         let lost = self.lost;
         let (now, put_window) = (Instant::now(), self.put_window());
+        let deadline_now = self.cfg.op_deadline();
         let Movers(ops, peers, engine, local, _) = self.movers();
-        let Some(OutKind::Multicast {
+        let Some(o) = ops.get_mut(&op) else {
+            return;
+        };
+        let OutKind::Multicast {
+            posted,
             src,
             len,
             targets,
             put,
             chain,
-        }) = ops.get_mut(&op).map(|o| &mut o.kind)
+        } = &mut o.kind
         else {
             return;
         };
+        // Too late to write anyone's storage: a target may have given it
+        // up (and, stalled or slow, we may only now read its answer).
+        let late = now.duration_since(*posted) >= put_window;
         let (len, chain) = (*len, *chain);
         // The check-in counter: targets neither ready nor failed.
         let waiting = targets
@@ -812,10 +822,7 @@ impl Transport {
                     t.status = Some(Status::PeerDown);
                     continue;
                 };
-                // A target whose storage has waited for the others most of
-                // an operation timeout may have given it up (its deadline
-                // started when it sent the storage): it is not written.
-                if t.since.is_some_and(|r| now.duration_since(r) >= put_window) {
+                if late {
                     t.status = Some(Status::Timeout);
                     missed.push(t.peer);
                     continue;
@@ -830,10 +837,19 @@ impl Transport {
                 }
             }
             if chain && dones.is_empty() {
+                let status = if late {
+                    Status::Timeout
+                } else {
+                    Status::PeerDown
+                };
                 for t in targets.iter_mut().filter(|t| t.status.is_none()) {
-                    t.status = Some(Status::PeerDown);
+                    t.status = Some(status);
                     missed.push(t.peer);
                 }
+            }
+            if !dones.is_empty() {
+                // The targets' acknowledgements get a whole timeout.
+                o.deadline = deadline_now;
             }
             for d in dones {
                 self.emit(d, Ring::Cq, &Msg::Done { op, len });

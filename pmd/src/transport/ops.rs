@@ -77,6 +77,9 @@ pub(crate) enum OutKind {
     },
     /// A multicast put: every target's storage, one copy each, their acks.
     Multicast {
+        /// When it was posted: every target's deadline for the put
+        /// started after that (when it got the request).
+        posted: Instant,
         /// Our source extents.
         src: Vec<(u64, u64)>,
         /// Transfer length.
@@ -101,9 +104,6 @@ pub(crate) struct McTarget {
     pub got: u32,
     /// Whether its storage is complete (clear to send).
     pub ready: bool,
-    /// When the first piece of its storage came: its own deadline for the
-    /// put started before that (when it sent it, or earlier).
-    pub since: Option<Instant>,
     /// Its outcome, once known.
     pub status: Option<Status>,
 }
@@ -175,6 +175,10 @@ pub(crate) struct ChainLink {
     pub next_sgl: Vec<(u64, u64)>,
     /// Bytes of the next target's storage announced so far.
     pub next_got: u32,
+    /// The incarnation of the host on `next`'s port that gave us that
+    /// storage: a new host there (the old one restarted) may have reused
+    /// the memory, so it is written only while this one is there.
+    pub next_inc: u64,
     /// Whether we sent our own storage to `prev` (clear to send).
     pub cts_sent: bool,
     /// Whether the initiator cancelled the operation while `prev` may
