@@ -1789,6 +1789,22 @@ fn a_done_before_the_clear_to_send_delivers_nothing() {
 /// multicast fails with a timeout and port 1's new region keeps its bytes.
 #[test]
 fn a_put_never_writes_storage_that_waited_past_its_targets_deadline() {
+    // The scenario needs port 0 to read both answers before its expiry
+    // (every 64th poll) fails the operation: tried again in the rare run
+    // where it expired first.
+    for _ in 0..8 {
+        if let Some(intact) = put_after_the_initiator_stalled() {
+            assert!(intact, "the put wrote storage its target had given up");
+            return;
+        }
+    }
+    panic!("port 0 never read the answers before its expiry");
+}
+
+/// [`a_put_never_writes_storage_that_waited_past_its_targets_deadline`]'s
+/// scenario: whether port 1's new region kept its bytes, or `None` when
+/// port 0 expired the operation before it read the answers.
+fn put_after_the_initiator_stalled() -> Option<bool> {
     let timeout = Duration::from_millis(400);
     let mut s = setup_with(Config {
         op_timeout: timeout,
@@ -1842,14 +1858,14 @@ fn a_put_never_writes_storage_that_waited_past_its_targets_deadline() {
     let c = collect(&mut s.ts, 0, 1);
     assert_eq!((c[0].cookie, c[0].op), (6, OpKind::MulticastPut));
     assert_eq!(c[0].status, Status::Timeout, "{c:?}");
+    if qps.iter().any(|&q| s.ts[0].counters(q).dropped_total() > 0) {
+        return None;
+    }
     let mut back = vec![0u8; len as usize];
     s.ts[1].region_read(mine, 0, &mut back).unwrap();
-    assert!(
-        back.iter().all(|&b| b == 0xee),
-        "the put wrote storage its target had given up"
-    );
     assert!(drain(&mut s.ts[1]).is_empty());
     assert!(s.ts[1].is_connected(0));
+    Some(back.iter().all(|&b| b == 0xee))
 }
 
 /// A chain the rogue starts, 2 → 1 (the victim) → 0, whose data the rogue

@@ -203,7 +203,13 @@ impl Transport {
         ch: &ChainLink,
     ) {
         let Some(next) = ch.next else { return };
-        if ch.next_got != len || self.peers[next as usize].peer_inc != ch.next_inc {
+        let peer = &self.peers[next as usize];
+        if ch.next_got != len || peer.peer_inc != ch.next_inc || peer.conn.is_none() {
+            // Not the host that gave the storage, or not all of it: we
+            // will never write it (a new host ignores the release).
+            if ch.next_got > 0 {
+                self.release_storage(next, origin, op);
+            }
             return;
         }
         let src = self.regions.extents(region, len);
@@ -778,7 +784,7 @@ impl Transport {
     /// outcome is known.
     fn mc_maybe_put(&mut self, op: u64) {
         let lost = self.lost;
-        let (now, put_window) = (Instant::now(), self.put_window());
+        let put_window = self.put_window();
         let deadline_now = self.cfg.op_deadline();
         let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(o) = ops.get_mut(&op) else {
@@ -795,9 +801,13 @@ impl Transport {
         else {
             return;
         };
-        // Too late to write anyone's storage: a target may have given it
-        // up (and, stalled or slow, we may only now read its answer).
-        let late = now.duration_since(*posted) >= put_window;
+        // Whether it is too late to write a target's storage: it may have
+        // given it up (and, stalled or slow, we may only now read its
+        // answer). Asked before each copy, as earlier copies take time (a
+        // single copy longer than a quarter of the timeout is not covered).
+        let posted = *posted;
+        let late = || posted.elapsed() >= put_window;
+        let mut was_late = false;
         let (len, chain) = (*len, *chain);
         // The check-in counter: targets neither ready nor failed.
         let waiting = targets
@@ -822,7 +832,8 @@ impl Transport {
                     t.status = Some(Status::PeerDown);
                     continue;
                 };
-                if late {
+                if late() {
+                    was_late = true;
                     t.status = Some(Status::Timeout);
                     missed.push(t.peer);
                     continue;
@@ -837,7 +848,7 @@ impl Transport {
                 }
             }
             if chain && dones.is_empty() {
-                let status = if late {
+                let status = if was_late {
                     Status::Timeout
                 } else {
                     Status::PeerDown
