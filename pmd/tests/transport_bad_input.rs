@@ -1684,17 +1684,12 @@ fn injector_into_0(s: &mut Setup) -> Injector {
     Injector::new(&*s.rogue_dev, 0, *s.ts[0].layout(), e0).unwrap()
 }
 
-/// A `Cancel` comes behind its request on the same ring, so one for an
-/// operation not requested yet cancels nothing: in a chain the rogue
-/// starts (2 → 1 → 0), port 0's storage, which reached the victim before
-/// the victim's request, is not released by it, and the request that
-/// follows still finds it.
-#[test]
-fn a_cancel_before_its_request_releases_nothing() {
-    let mut s = setup();
-    let mut inj0 = injector_into_0(&mut s);
-    let (op, len) = (5, 100_000);
-    // Port 0, the chain's last link: its storage goes to the victim.
+/// Starts the rogue's chain op `op` of `len` bytes whose last link is port
+/// 0, with the victim as its previous link: port 0 serves it and sends its
+/// storage to the victim, which has not been asked yet and keeps it for
+/// its request. Returns port 0's queue pair to the rogue.
+fn rogue_chain_ending_at_0(s: &mut Setup, op: u64, len: u32) -> Qp {
+    let mut inj0 = injector_into_0(s);
     let last = Msg::ChainRts {
         op,
         len,
@@ -1711,6 +1706,19 @@ fn a_cancel_before_its_request_releases_nothing() {
     for _ in 0..10 {
         s.ts[1].progress();
     }
+    q02
+}
+
+/// A `Cancel` comes behind its request on the same ring, so one for an
+/// operation not requested yet cancels nothing: in a chain the rogue
+/// starts (2 → 1 → 0), port 0's storage, which reached the victim before
+/// the victim's request, is not released by it, and the request that
+/// follows still finds it.
+#[test]
+fn a_cancel_before_its_request_releases_nothing() {
+    let mut s = setup();
+    let (op, len) = (5, 100_000);
+    let q02 = rogue_chain_ending_at_0(&mut s, op, len);
     // The rogue cancels at the victim what it has not asked for yet.
     s.inj
         .push(Ring::Rx, &wire::encode(&Msg::Cancel { op }))
@@ -1875,15 +1883,8 @@ fn put_after_the_initiator_stalled() -> Option<bool> {
 #[test]
 fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
     let mut s = setup();
-    let mut inj0 = injector_into_0(&mut s);
     let (op, len) = (5, 4096);
-    let last = Msg::ChainRts {
-        op,
-        len,
-        prev: 1,
-        next: None,
-    };
-    inj0.push(Ring::Rx, &wire::encode(&last)).unwrap();
+    let q02 = rogue_chain_ending_at_0(&mut s, op, len);
     let middle = Msg::ChainRts {
         op,
         len,
@@ -1891,7 +1892,7 @@ fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
         next: Some(0),
     };
     s.inj.push(Ring::Rx, &wire::encode(&middle)).unwrap();
-    let (q02, q12) = (s.ts[0].create_qp(2).unwrap(), s.ts[1].create_qp(2).unwrap());
+    let q12 = s.ts[1].create_qp(2).unwrap();
     // The victim holds port 0's storage and has sent its own to the rogue.
     let end = Instant::now() + Duration::from_secs(5);
     while s.ts[0].resources(q02).serving == 0 || s.ts[1].resources(q12).serving == 0 {
