@@ -12,8 +12,8 @@ use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DropKind, Geometry, OpKind, Part, Qp, RegionKey, RemoteAddr, Sge,
-    Status, Transport, TransportError, epoch,
+    Access, Completion, Config, DropKind, Geometry, MulticastMode, OpKind, Part, Qp, RegionKey,
+    RemoteAddr, Sge, Status, Transport, TransportError, epoch,
 };
 use ntbdk_pmd::transport::{
     Ring,
@@ -78,6 +78,28 @@ fn setup_on(cfg: Config, window: usize) -> Setup {
         protected,
         open,
     }
+}
+
+/// Posts an honest multicast of `len` bytes (0x11 each) from port 0 to
+/// the ports `to`; returns port 0's queue pairs to them.
+fn multicast_from_0(
+    s: &mut Setup,
+    to: &[u16],
+    len: u32,
+    mode: MulticastMode,
+    cookie: u64,
+) -> Vec<Qp> {
+    let t = &mut s.ts[0];
+    let src = t.register_region(len as usize, Access::LOCAL).unwrap();
+    t.region_write(src, 0, &vec![0x11; len as usize]).unwrap();
+    let qps: Vec<Qp> = to.iter().map(|&p| t.create_qp(p).unwrap()).collect();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: len.into(),
+    }];
+    t.post_multicast_put_with(&qps, &sge, mode, cookie).unwrap();
+    qps
 }
 
 /// The victim still serves the honest peer and its protected region is intact.
@@ -1318,16 +1340,7 @@ fn a_cancel_frees_only_storage_no_other_peer_may_write() {
     // What one request's storage takes of the area.
     let each = (free0 - s.ts[1].region_area_free()) / 2;
     // An honest multicast from port 0, served beside them.
-    let src = s.ts[0]
-        .register_region(len as usize, Access::LOCAL)
-        .unwrap();
-    let q01 = s.ts[0].create_qp(1).unwrap();
-    let sge = [Sge {
-        key: src,
-        offset: 0,
-        len: len.into(),
-    }];
-    s.ts[0].post_multicast_put(&[q01], &sge, 9).unwrap();
+    multicast_from_0(&mut s, &[1], len, MulticastMode::FanOut, 9);
     let end = Instant::now() + Duration::from_secs(5);
     while s.ts[1].resources(q0).serving == 0 {
         s.ts[1].progress();
@@ -1709,6 +1722,18 @@ fn rogue_chain_ending_at_0(s: &mut Setup, op: u64, len: u32) -> Qp {
     q02
 }
 
+/// The rogue asks the victim to be the middle link of its chain op `op`
+/// (2 → 1 → 0).
+fn ask_victim_as_middle_link(s: &mut Setup, op: u64, len: u32) {
+    let middle = Msg::ChainRts {
+        op,
+        len,
+        prev: 2,
+        next: Some(0),
+    };
+    s.inj.push(Ring::Rx, &wire::encode(&middle)).unwrap();
+}
+
 /// A `Cancel` comes behind its request on the same ring, so one for an
 /// operation not requested yet cancels nothing: in a chain the rogue
 /// starts (2 → 1 → 0), port 0's storage, which reached the victim before
@@ -1733,13 +1758,7 @@ fn a_cancel_before_its_request_releases_nothing() {
         "a cancel before its request released port 0's storage"
     );
     // The request: the victim takes port 0's storage as its successor's.
-    let middle = Msg::ChainRts {
-        op,
-        len,
-        prev: 2,
-        next: Some(0),
-    };
-    s.inj.push(Ring::Rx, &wire::encode(&middle)).unwrap();
+    ask_victim_as_middle_link(&mut s, op, len);
     s.ts[1].progress();
     let q12 = s.ts[1].create_qp(2).unwrap();
     assert_eq!(s.ts[1].resources(q12).serving, 1);
@@ -1759,13 +1778,7 @@ fn a_done_before_the_clear_to_send_delivers_nothing() {
     let mut s = setup();
     let q = s.ts[1].create_qp(2).unwrap();
     let (op, len) = (5, 4096);
-    let rts = Msg::ChainRts {
-        op,
-        len,
-        prev: 2,
-        next: Some(0),
-    };
-    s.inj.push(Ring::Rx, &wire::encode(&rts)).unwrap();
+    ask_victim_as_middle_link(&mut s, op, len);
     s.ts[1].progress();
     assert_eq!(s.ts[1].resources(q).serving, 1);
     s.inj
@@ -1822,19 +1835,7 @@ fn put_after_the_initiator_stalled() -> Option<bool> {
     // answers the request only through the injector.
     let mut inj0 = injector_into_0(&mut s);
     let len = 4096u32;
-    let src = s.ts[0]
-        .register_region(len as usize, Access::LOCAL)
-        .unwrap();
-    s.ts[0]
-        .region_write(src, 0, &vec![0x11; len as usize])
-        .unwrap();
-    let qps = [s.ts[0].create_qp(1).unwrap(), s.ts[0].create_qp(2).unwrap()];
-    let sge = [Sge {
-        key: src,
-        offset: 0,
-        len: len.into(),
-    }];
-    s.ts[0].post_multicast_put(&qps, &sge, 6).unwrap();
+    let qps = multicast_from_0(&mut s, &[1, 2], len, MulticastMode::FanOut, 6);
     let op = first_op_id(s.ts[0].incarnation());
     // Only port 1 is polled: it answers, then gives its storage up.
     let q10 = s.ts[1].create_qp(0).unwrap();
@@ -1885,13 +1886,7 @@ fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
     let mut s = setup();
     let (op, len) = (5, 4096);
     let q02 = rogue_chain_ending_at_0(&mut s, op, len);
-    let middle = Msg::ChainRts {
-        op,
-        len,
-        prev: 2,
-        next: Some(0),
-    };
-    s.inj.push(Ring::Rx, &wire::encode(&middle)).unwrap();
+    ask_victim_as_middle_link(&mut s, op, len);
     let q12 = s.ts[1].create_qp(2).unwrap();
     // The victim holds port 0's storage and has sent its own to the rogue.
     let end = Instant::now() + Duration::from_secs(5);
@@ -1954,16 +1949,7 @@ fn a_target_sending_storage_in_crumbs_cannot_keep_a_multicast_open() {
     });
     let mut inj0 = injector_into_0(&mut s);
     let len = 35 * 64u32;
-    let src = s.ts[0]
-        .register_region(len as usize, Access::LOCAL)
-        .unwrap();
-    let q = s.ts[0].create_qp(2).unwrap();
-    let sge = [Sge {
-        key: src,
-        offset: 0,
-        len: len.into(),
-    }];
-    s.ts[0].post_multicast_put(&[q], &sge, 8).unwrap();
+    multicast_from_0(&mut s, &[2], len, MulticastMode::FanOut, 8);
     let op = first_op_id(s.ts[0].incarnation());
     let area = s.rogue.layout().region_area_start() as u64;
     let first = Instant::now();
@@ -2001,17 +1987,7 @@ fn chain_storage_from_a_port_that_is_not_our_next_link_is_released() {
     let mut s = setup();
     // Port 0's chain with the victim as its only (last) link.
     let q10 = s.ts[1].create_qp(0).unwrap();
-    let q01 = s.ts[0].create_qp(1).unwrap();
-    let src = s.ts[0].register_region(4096, Access::LOCAL).unwrap();
-    let sge = [Sge {
-        key: src,
-        offset: 0,
-        len: 4096,
-    }];
-    let mode = ntbdk_pmd::transport::MulticastMode::Chain;
-    s.ts[0]
-        .post_multicast_put_with(&[q01], &sge, mode, 3)
-        .unwrap();
+    multicast_from_0(&mut s, &[1], 4096, MulticastMode::Chain, 3);
     let end = Instant::now() + Duration::from_secs(5);
     while s.ts[1].resources(q10).serving == 0 {
         s.ts[1].progress();
