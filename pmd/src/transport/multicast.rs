@@ -23,6 +23,7 @@ const EARLY_MAX_PER_PORT: usize = 4 * EARLY_PER_PAIR;
 
 use crate::hw::Port;
 
+use super::config::saturating_after;
 use super::counters::DropKind;
 use super::dma::{copy_to_sgl, to_wire};
 use super::endpoint::{Movers, Transport};
@@ -206,7 +207,8 @@ impl Transport {
         let peer = &self.peers[next as usize];
         if ch.next_got != len || peer.peer_inc != ch.next_inc || peer.conn.is_none() {
             // Not the host that gave the storage, or not all of it: we
-            // will never write it (a new host ignores the release).
+            // will never write it (a new host ignores the release; with no
+            // connection there is nobody to tell).
             if ch.next_got > 0 {
                 self.release_storage(next, origin, op);
             }
@@ -215,7 +217,7 @@ impl Transport {
         let src = self.regions.extents(region, len);
         let Movers(_, peers, engine, local, _) = self.movers();
         let Some(c) = peers[next as usize].conn.as_ref() else {
-            return;
+            return; // checked above
         };
         let at = &mut ExtentPos::default();
         if copy_to_sgl(engine, local, c.win(), &src, at, 0, &to_wire(&ch.next_sgl)) {
@@ -595,7 +597,8 @@ impl Transport {
     /// multicast `op`. Our storage for it goes now unless another target
     /// may still write it: a chain link whose storage went to a previous
     /// target keeps it until that target releases it (`ChainRelease`) or
-    /// the operation times out, so that only the one peer that may write
+    /// is done with it (`ChainDone`), or, past the operation's timeout, for
+    /// two more timeouts set aside, so that only the one peer that may write
     /// a range can end its use, never the initiator for it. A next
     /// target's storage we hold, from the request or from before it, is
     /// released to that target. Only `p`'s own operations can be
@@ -785,7 +788,7 @@ impl Transport {
     fn mc_maybe_put(&mut self, op: u64) {
         let lost = self.lost;
         let put_window = self.put_window();
-        let deadline_now = self.cfg.op_deadline();
+        let timeout = self.cfg.op_timeout;
         let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(o) = ops.get_mut(&op) else {
             return;
@@ -859,8 +862,9 @@ impl Transport {
                 }
             }
             if !dones.is_empty() {
-                // The targets' acknowledgements get a whole timeout.
-                o.deadline = deadline_now;
+                // The targets' acknowledgements get a whole timeout from
+                // the end of the copies.
+                o.deadline = saturating_after(timeout);
             }
             for d in dones {
                 self.emit(d, Ring::Cq, &Msg::Done { op, len });
