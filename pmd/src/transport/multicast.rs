@@ -194,7 +194,9 @@ impl Transport {
     }
 
     /// Chain target: the data is deposited in `region`; forward it to the
-    /// next target's storage and tell it.
+    /// next target's storage and tell it, if our `deadline` has not passed
+    /// (past it, the next link may have given its storage up: its
+    /// deadline started before ours, at its own clear-to-send).
     pub(crate) fn chain_forward(
         &mut self,
         origin: Port,
@@ -202,17 +204,19 @@ impl Transport {
         len: u32,
         region: RegionKey,
         ch: &ChainLink,
+        deadline: Instant,
     ) {
         let Some(next) = ch.next else { return };
         let peer = &self.peers[next as usize];
-        if ch.next_got != len || peer.peer_inc != ch.next_inc || peer.conn.is_none() {
-            // Not the host that gave the storage, or not all of it: we
-            // will never write it (a new host ignores the release; with no
-            // connection there is nobody to tell).
-            if ch.next_got > 0 {
-                self.release_storage(next, origin, op);
-            }
-            return;
+        if ch.next_got != len
+            || peer.peer_inc != ch.next_inc
+            || peer.conn.is_none()
+            || Instant::now() >= deadline
+        {
+            // Too late, not the host that gave the storage, or not all of
+            // it: we will never write it (a new host ignores the release;
+            // with no connection there is nobody to tell).
+            return self.release_next(ch, origin, op);
         }
         let src = self.regions.extents(region, len);
         let Movers(_, peers, engine, local, _) = self.movers();
@@ -471,13 +475,10 @@ impl Transport {
     /// complete it is ready (in a chain, the first target's readiness means
     /// the whole chain's).
     pub(crate) fn on_multicast_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
-        let deadline_now = self.cfg.op_deadline();
-        let timeout = self.cfg.op_timeout;
         let Some(o) = self.ops.get_mut(&op) else {
             return self.count(p, DropKind::UnknownOp);
         };
         let OutKind::Multicast {
-            posted,
             targets,
             len,
             put: false,
@@ -508,14 +509,11 @@ impl Transport {
         t.sgl
             .extend(sges.iter().map(|s| (s.offset, u64::from(s.len))));
         t.got += total as u32;
+        // The operation's deadline stays a timeout after the post (no put
+        // may come later anyway): a target sending crumbs of storage
+        // slowly cannot keep the multicast open.
         let ready = t.got == *len;
         t.ready = ready;
-        // Each piece of storage is progress, but only within a timeout of
-        // the post (no put may come after it anyway): a target sending
-        // crumbs of storage slowly cannot keep the multicast open.
-        o.deadline = posted
-            .checked_add(timeout)
-            .map_or(deadline_now, |cap| deadline_now.min(cap));
         if ready {
             if chain {
                 // The first target's clear-to-send comes only once the
@@ -676,6 +674,14 @@ impl Transport {
         self.emit(to, Ring::Cq, &Msg::ChainRelease { op, origin });
     }
 
+    /// [`release_storage`](Self::release_storage) to `ch`'s next link, if
+    /// we hold any of the storage it gave us.
+    pub(crate) fn release_next(&mut self, ch: &ChainLink, origin: Port, op: u64) {
+        if let Some(n) = ch.holding_next() {
+            self.release_storage(n, origin, op);
+        }
+    }
+
     /// Stops serving `origin`'s op `op` and frees what it held.
     pub(crate) fn end_served(&mut self, origin: Port, op: u64) {
         if let Some(io) = self.peers[origin as usize]
@@ -700,9 +706,8 @@ impl Transport {
             chain: Some(ref ch),
             ..
         } = io
-            && let Some(n) = ch.holding_next()
         {
-            self.release_storage(n, origin, op);
+            self.release_next(ch, origin, op);
         }
         match io {
             InOp::McRecv {

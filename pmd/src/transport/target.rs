@@ -329,19 +329,8 @@ impl Transport {
             }) if l == len => {
                 counters.served += 1;
                 counters.bytes_in += u64::from(len);
-                // Forwarded only before our deadline: past it, the next
-                // link may have given its storage up (its deadline started
-                // before ours, at its own clear-to-send).
-                match chain {
-                    Some(ch) if Instant::now() < deadline => {
-                        self.chain_forward(origin, op, len, region, &ch);
-                    }
-                    Some(ch) => {
-                        if let Some(n) = ch.holding_next() {
-                            self.release_storage(n, origin, op);
-                        }
-                    }
-                    None => {}
+                if let Some(ch) = chain {
+                    self.chain_forward(origin, op, len, region, &ch, deadline);
                 }
                 self.completions.push_back(Completion {
                     peer: origin,
@@ -359,10 +348,9 @@ impl Transport {
                     chain: Some(ref ch),
                     ..
                 } = other
-                    && let Some(n) = ch.holding_next()
                 {
                     // We will never write the next link's storage.
-                    self.release_storage(n, origin, op);
+                    self.release_next(ch, origin, op);
                 }
                 self.served_ended(&other);
                 WireStatus::Protocol
