@@ -20,7 +20,7 @@ use ntbdk_pmd::transport::{
     inject::{Injector, first_op_id},
 };
 use proptest::prelude::*;
-use transport_common::{Rng, collect, drain};
+use transport_common::{Rng, collect, drain, until_reached};
 
 struct Setup {
     _fabric: Arc<LoopbackFabric>,
@@ -1811,15 +1811,12 @@ fn a_done_before_the_clear_to_send_delivers_nothing() {
 #[test]
 fn a_put_never_writes_storage_that_waited_past_its_targets_deadline() {
     // The scenario needs port 0 to read both answers before its expiry
-    // (every 64th poll) fails the operation: tried again in the rare run
-    // where it expired first.
-    for _ in 0..8 {
-        if let Some(intact) = put_after_the_initiator_stalled() {
-            assert!(intact, "the put wrote storage its target had given up");
-            return;
-        }
-    }
-    panic!("port 0 never read the answers before its expiry");
+    // fails the operation.
+    let intact = until_reached(
+        "port 0 never read the answers before its expiry",
+        put_after_the_initiator_stalled,
+    );
+    assert!(intact, "the put wrote storage its target had given up");
 }
 
 /// [`a_put_never_writes_storage_that_waited_past_its_targets_deadline`]'s

@@ -12,7 +12,7 @@ use ntbdk_pmd::transport::{
     Access, Completion, Config, Geometry, MulticastMode, OpKind, PeerState, Qp, RecvWr, RegionKey,
     RemoteAddr, SendWr, Sge, Status, Transport, TransportError,
 };
-use transport_common::{Rng, collect, drain, loopback, loopback_with};
+use transport_common::{Rng, collect, drain, loopback, loopback_with, until_reached};
 
 const WIN: usize = 8 << 20;
 
@@ -1321,15 +1321,12 @@ fn storage_set_aside_still_counts_against_its_origins_quota() {
 #[test]
 fn a_chain_link_never_forwards_into_a_restarted_next_links_memory() {
     // The scenario needs port 0 to read port 1's answer before it notices
-    // port 2's death (its housekeeping runs every 64th poll): tried again
-    // in the rare run where it noticed first.
-    for _ in 0..8 {
-        if let Some(intact) = forward_after_the_next_link_restarted() {
-            assert!(intact, "port 1 forwarded into the new host's memory");
-            return;
-        }
-    }
-    panic!("port 0 never put before it noticed port 2's death");
+    // port 2's death.
+    let intact = until_reached(
+        "port 0 never put before it noticed port 2's death",
+        forward_after_the_next_link_restarted,
+    );
+    assert!(intact, "port 1 forwarded into the new host's memory");
 }
 
 /// 0 → 1 → 2, port 2 replaced by a new host after it gave port 1 its

@@ -8,6 +8,17 @@ use ntbdk_pmd::hw::Port;
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::{Completion, Config, Geometry, Transport};
 
+/// Runs `scenario` until a run reaches its check (`Some`, with the
+/// check's verdict), at most 8 times: for a scenario that depends on a poll
+/// order the transport does not fix (its housekeeping runs every 64th
+/// poll), so that a rare run that missed it is tried again rather than
+/// passing unchecked. Panics, saying `missed`, when no run reached it.
+pub fn until_reached(missed: &str, mut scenario: impl FnMut() -> Option<bool>) -> bool {
+    (0..8)
+        .find_map(|_| scenario())
+        .unwrap_or_else(|| panic!("{missed}"))
+}
+
 /// A tiny deterministic generator (xorshift64*), so tests need no extra crates.
 pub struct Rng(pub u64);
 
