@@ -1882,20 +1882,7 @@ fn put_after_the_initiator_stalled() -> Option<bool> {
 fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
     let mut s = setup();
     let (op, len) = (5, 4096);
-    let q02 = rogue_chain_ending_at_0(&mut s, op, len);
-    ask_victim_as_middle_link(&mut s, op, len);
-    let q12 = s.ts[1].create_qp(2).unwrap();
-    // The victim holds port 0's storage and has sent its own to the rogue.
-    let end = Instant::now() + Duration::from_secs(5);
-    while s.ts[0].resources(q02).serving == 0 || s.ts[1].resources(q12).serving == 0 {
-        s.ts[0].progress();
-        s.ts[1].progress();
-        assert!(Instant::now() < end, "the chain was not served");
-    }
-    for _ in 0..10 {
-        s.ts[0].progress();
-        s.ts[1].progress();
-    }
+    let (q02, q12) = victim_cleared_to_send(&mut s, op, len);
     let wrong = Msg::Done { op, len: len - 1 };
     s.inj.push(Ring::Cq, &wire::encode(&wrong)).unwrap();
     let end = Instant::now() + Duration::from_secs(5);
@@ -1909,6 +1896,63 @@ fn a_done_of_the_wrong_length_releases_the_next_links_storage() {
     assert!(acked(&s, op, WireStatus::Protocol));
     assert_eq!(s.ts[0].counters(q02).dropped_total(), 0);
     honest_traffic_works(&mut s);
+}
+
+/// The rogue's chain op `op` (2 → 1 → 0) up to the victim's clear to
+/// send: the victim holds port 0's storage and has sent its own to the
+/// rogue. Returns port 0's queue pair to the rogue and the victim's.
+fn victim_cleared_to_send(s: &mut Setup, op: u64, len: u32) -> (Qp, Qp) {
+    let q02 = rogue_chain_ending_at_0(s, op, len);
+    ask_victim_as_middle_link(s, op, len);
+    let q12 = s.ts[1].create_qp(2).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.ts[0].resources(q02).serving == 0 || s.ts[1].resources(q12).serving == 0 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+        assert!(Instant::now() < end, "the chain was not served");
+    }
+    for _ in 0..10 {
+        s.ts[0].progress();
+        s.ts[1].progress();
+    }
+    (q02, q12)
+}
+
+/// A chain link forwards only before its own deadline: the previous
+/// link's `Done` that comes after it, handled before the housekeeping
+/// (every 64th poll) expires the operation, releases the next link's
+/// storage, into which nothing is written: the next link may have given
+/// it up and reused it by then. A run whose first poll after the deadline
+/// was the housekeeping's does not reach the check and is tried again.
+#[test]
+fn a_done_past_the_links_deadline_is_not_forwarded() {
+    let timeout = Duration::from_millis(200);
+    let (op, len) = (5, 4096);
+    let forwarded_nothing = until_reached(
+        "every run expired the operation before handling the late Done",
+        || {
+            let mut s = setup_with(Config {
+                op_timeout: timeout,
+                ..Config::new(Geometry::small(3))
+            });
+            victim_cleared_to_send(&mut s, op, len);
+            std::thread::sleep(timeout + Duration::from_millis(50));
+            s.inj
+                .push(Ring::Cq, &wire::encode(&Msg::Done { op, len }))
+                .unwrap();
+            s.ts[1].progress();
+            // Delivered: the `Done` found the operation still served.
+            let delivered = drain(&mut s.ts[1])
+                .iter()
+                .any(|c| c.op == OpKind::MulticastRecv && c.status == Status::Success);
+            if !delivered {
+                return None;
+            }
+            let q10 = s.ts[1].create_qp(0).unwrap();
+            Some(s.ts[1].counters(q10).bytes_out == 0)
+        },
+    );
+    assert!(forwarded_nothing, "forwarded past the link's deadline");
 }
 
 /// Storage counts against a peer's quota as the region area takes it, in
