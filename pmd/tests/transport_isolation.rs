@@ -413,6 +413,103 @@ fn a_wedged_ring_is_detected_and_the_connection_resyncs() {
     assert_eq!(b.t.counters(qb).resyncs, 1);
 }
 
+/// A connection one side ends on its own (here a wedge, as above, with
+/// the roles turned) may still be alive at the other, which goes on
+/// writing the regions it knows until it sees the new incarnation: a
+/// region deregistered in between keeps its bytes out of the area until
+/// then, so a region registered meanwhile never receives those writes;
+/// once the two have connected again the bytes are released.
+#[test]
+fn a_region_revoked_after_a_one_sided_reset_is_not_reused_while_the_peer_may_write_it() {
+    use ntbdk_pmd::hw::loopback::LoopbackFabric;
+    use ntbdk_pmd::transport::inject::Injector;
+    use ntbdk_pmd::transport::{Part, epoch};
+
+    let fabric = LoopbackFabric::new(3, 1 << 20);
+    let mut cfg = Config::new(Geometry { ports: 3, ..geo() });
+    cfg.op_timeout = Duration::from_millis(300);
+    let rogue_dev = Arc::new(fabric.join(2).unwrap());
+    let mut a = Host::new(
+        Transport::new(Arc::new(fabric.join(0).unwrap()), cfg.clone()).unwrap(),
+        3,
+        8,
+    );
+    let mut b = Host::new(
+        Transport::new(Arc::new(fabric.join(1).unwrap()), cfg.clone()).unwrap(),
+        3,
+        8,
+    );
+    let mut rogue = Transport::new(rogue_dev.clone(), cfg).unwrap();
+    let end = Instant::now() + LONG;
+    while !a.t.is_connected(1) || !b.t.is_connected(0) || !rogue.is_connected(0) {
+        a.pump();
+        b.pump();
+        rogue.progress();
+        assert!(Instant::now() < end);
+    }
+    // A's region, for B alone (the rogue, which stops polling, would
+    // never acknowledge a revocation), known to B.
+    let free_at_start = a.t.region_area_free();
+    let len = 4096;
+    let region = a.t.register_region_for(len, Access::ALL, &[1]).unwrap();
+    let qb = b.qp(0);
+    let at = |key| RemoteAddr { key, offset: 0 };
+    let end = Instant::now() + LONG;
+    while let Err(TransportError::UnknownRemoteKey { .. }) =
+        b.t.post_write_direct(qb, &[], at(region), None, 0)
+    {
+        a.pump();
+        b.pump();
+        assert!(Instant::now() < end, "the region was never advertised");
+    }
+    // A's ring from B wedges (the rogue zeroes the tag of B's first
+    // message in A's window); A resets the connection on its own. B is
+    // not polled from then on: it still holds the old connection.
+    let e = epoch(rogue.incarnation(), a.t.incarnation());
+    let inj = Injector::new(&*rogue_dev, 0, *a.t.layout(), e).unwrap();
+    for i in 0..3u8 {
+        b.send(0, &[i; 24]);
+    }
+    inj.scribble(a.t.layout().part(1, Part::PostQ) + 56, &[0u8; 8])
+        .unwrap();
+    let qa = a.qp(1);
+    let end = Instant::now() + LONG;
+    while a.t.counters(qa).resyncs == 0 {
+        b.pump();
+        a.pump();
+        assert!(Instant::now() < end, "the wedge was never detected");
+    }
+    // A deregisters the region and registers another; B, still writing
+    // under the old connection, writes the first.
+    a.t.deregister_region(region).unwrap();
+    let fresh = a.t.register_region_for(len, Access::ALL, &[1]).unwrap();
+    a.t.region_write(fresh, 0, &[0xaa; 4096]).unwrap();
+    b.t.post_write_direct(qb, &[0x55; 4096], at(region), None, 1)
+        .unwrap();
+    let mut got = vec![0u8; len];
+    a.t.region_read(fresh, 0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0xaa),
+        "a late write to the revoked region landed in the new one"
+    );
+    // B sees the new incarnation, both reconnect, and the revoked
+    // region's bytes go back to the area.
+    let end = Instant::now() + LONG;
+    while !(a.t.is_connected(1) && b.t.is_connected(0))
+        || a.t.region_area_free() + len as u64 != free_at_start
+    {
+        a.pump();
+        b.pump();
+        assert!(
+            Instant::now() < end,
+            "no reconnection, or the revoked region's bytes never came back \
+             ({} free, {} at the start, {len} in use)",
+            a.t.region_area_free(),
+            free_at_start
+        );
+    }
+}
+
 #[test]
 fn a_peer_reaches_only_its_own_mailbox_and_section() {
     use ntbdk_pmd::transport::Layout;

@@ -10,7 +10,9 @@
 //! written after the data, tells the target's application (verbs' write
 //! with immediate). Deregistering an advertised region sends `Revoke`; its
 //! bytes return to the area only once every peer has answered `RevokeAck`
-//! or is gone, so a late write never lands in reused memory.
+//! or is gone (left, restarted, or connected again, which it does only
+//! once its side of the old connection has ended), so a late write never
+//! lands in reused memory.
 //!
 //! Threat model: on an NTB a peer can write anywhere in a window it maps;
 //! what the target guarantees is that nothing a peer writes makes it read
@@ -193,14 +195,15 @@ impl Transport {
         );
     }
 
-    /// Revokes `key` at `peers` (after a deregister); a peer not connected
-    /// counts as having acknowledged.
+    /// Revokes `key` at `peers` (after a deregister). A peer still listed
+    /// while not connected is one whose connection we ended ourselves: it
+    /// may still write what it knows until it sees our new incarnation, so
+    /// its acknowledgement is the end of that connection at its side
+    /// ([`settle`](Self::settle)), not an answer.
     pub(crate) fn revoke(&mut self, key: RegionKey, peers: &[Port]) {
         for &p in peers {
             if self.peers[p as usize].conn.is_some() {
                 self.emit(p, Ring::Tx, &Msg::Revoke { rkey: key.0 });
-            } else {
-                self.regions.revoke_acked(key, p);
             }
         }
     }

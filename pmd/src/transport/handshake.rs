@@ -160,6 +160,7 @@ impl Transport {
 
     pub(crate) fn link_down(&mut self, peer: Port) {
         self.teardown(peer, Status::PeerDown);
+        self.settle(peer);
         let p = &mut self.peers[peer as usize];
         p.peer_inc = 0;
         p.state = PeerState::Down;
@@ -245,7 +246,9 @@ impl Transport {
             None
         };
         if let Some(reason) = mismatch {
+            // A hello from a host of another make: a new transport there.
             self.teardown(peer, Status::PeerDown);
+            self.settle(peer);
             let p = &mut self.peers[peer as usize];
             if !matches!(p.state, PeerState::Failed(_)) {
                 tracing::warn!(peer, %reason, "transport handshake failed");
@@ -260,6 +263,7 @@ impl Transport {
         if h.incarnation != self.peers[peer as usize].peer_inc {
             // A new incarnation: forget everything of the old one.
             self.teardown(peer, Status::PeerDown);
+            self.settle(peer);
             let _ = self.reset_section(peer);
             let p = &mut self.peers[peer as usize];
             p.peer_inc = h.incarnation;
@@ -273,8 +277,10 @@ impl Transport {
         let connected = self.peers[peer as usize].conn.is_some();
         let mine = self.peers[peer as usize].my_inc;
         if connected && h.seen != mine {
-            // The peer restarted its view of us: start over.
+            // The peer restarted its view of us (its connection to us is
+            // gone): start over.
             self.teardown(peer, Status::PeerDown);
+            self.settle(peer);
             let _ = self.reset_section(peer);
             self.peers[peer as usize].state = PeerState::Connecting;
             self.send_hello(peer);
@@ -304,6 +310,9 @@ impl Transport {
             self.connected.push(peer);
         }
         tracing::debug!(me = self.me, peer, epoch = e, "transport connected");
+        // The peer answered our current incarnation, so its side of any
+        // earlier connection is gone.
+        self.settle(peer);
         self.advertise_to(peer);
     }
 
@@ -318,13 +327,37 @@ impl Transport {
             peer,
             "transport connection made no progress: resetting it"
         );
-        self.teardown(peer, Status::Reset);
+        self.peers[peer as usize].counters.resyncs += 1;
+        self.start_over(peer, Status::Reset);
+    }
+
+    /// Ends a connection the peer may still hold (what involves it fails
+    /// with `status`) and starts over towards it as a new incarnation: the
+    /// peer, seeing it, ends its side too, and both reconnect under a
+    /// fresh epoch. Until it does, what we advertised to it stays void but
+    /// unreleased (see [`settle`](Self::settle)).
+    pub(crate) fn start_over(&mut self, peer: Port, status: Status) {
+        if self.peers[peer as usize].conn.is_none() {
+            return; // already ended (doomed twice in one poll)
+        }
+        self.teardown(peer, status);
         let _ = self.reset_section(peer);
         let p = &mut self.peers[peer as usize];
         p.my_inc = random_u64(p.my_inc);
-        p.counters.resyncs += 1;
         p.state = PeerState::Connecting;
         self.send_hello(peer);
+    }
+
+    /// `peer` holds nothing of an earlier connection with us any more (it
+    /// is gone, restarted, or has connected again): what we advertised to
+    /// it is void, and revocations it had not acknowledged complete.
+    ///
+    /// Not part of [`teardown`](Self::teardown): a connection we end
+    /// ourselves (a wedge, a broken ring) may still be alive at the peer,
+    /// which may go on writing the regions it knows until it sees our new
+    /// incarnation. Their bytes stay out of the area until then.
+    pub(crate) fn settle(&mut self, peer: Port) {
+        self.regions.forget_peer(peer);
     }
 
     /// Ends the connection with `peer` (if any): fails what involves it.
@@ -370,7 +403,6 @@ impl Transport {
                 self.finish(id, status, 0);
             }
         }
-        self.regions.forget_peer(peer);
         let _ = self.reset_section(peer);
         tracing::debug!(me = self.me, peer, "transport disconnected");
     }

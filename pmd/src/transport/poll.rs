@@ -79,7 +79,7 @@ impl Transport {
             i += 1;
         }
         while let Some(p) = self.doomed.pop() {
-            self.teardown(p, Status::PeerDown);
+            self.start_over(p, Status::PeerDown);
         }
         work
     }
@@ -143,6 +143,8 @@ impl Transport {
         for p in 0..self.peers.len() as Port {
             if p != self.me {
                 self.teardown(p, Status::PeerDown);
+                // Our window, regions and all, is another host's now.
+                self.settle(p);
                 self.peers[p as usize].state = PeerState::Lost;
             }
         }
