@@ -1371,3 +1371,82 @@ fn forward_after_the_next_link_restarted() -> Option<bool> {
     t2.region_read(mine, 0, &mut back).unwrap();
     Some(back.iter().all(|&b| b == 0xee))
 }
+
+/// A rendezvous write starts no copy late: the target gives its storage up
+/// a timeout after the request reached it, and here, while the initiator
+/// was not polled, the target's application deregistered the region,
+/// the served write expired, and a new region took the bytes. The
+/// initiator, polled at last, finds the target's answer past its copy
+/// window (three quarters of the timeout after the post): the write fails
+/// with a timeout and the new region keeps its contents. A run whose first
+/// poll expired the write before reading the answer does not reach the
+/// check and is tried again.
+#[test]
+fn a_write_answered_after_its_copy_window_writes_nothing() {
+    let timeout = Duration::from_millis(200);
+    let len = 64 * 1024;
+    let untouched = until_reached(
+        "every run expired the write before reading the target's answer",
+        || {
+            let (_f, mut ts) = loopback_with(2, WIN, |_| Config {
+                op_timeout: timeout,
+                ..Config::new(geo(2))
+            });
+            // Scattered, so not advertised for one-sided writes (whose
+            // revocation would hold the bytes until the initiator polls).
+            let dst = ts[1]
+                .register_region_scattered(len, Access::ALL, 16 * 1024)
+                .unwrap();
+            let src = ts[0].register_region(len, Access::ALL).unwrap();
+            ts[0].region_write(src, 0, &vec![0x55; len]).unwrap();
+            let q01 = ts[0].create_qp(1).unwrap();
+            let q10 = ts[1].create_qp(0).unwrap();
+            let sge = [Sge {
+                key: src,
+                offset: 0,
+                len: len as u64,
+            }];
+            let at = RemoteAddr {
+                key: dst,
+                offset: 0,
+            };
+            ts[0].post_write(q01, &sge, at, 1).unwrap();
+            let end = Instant::now() + Duration::from_secs(5);
+            while ts[1].resources(q10).serving == 0 {
+                ts[1].progress();
+                assert!(Instant::now() < end, "the target never served the write");
+            }
+            ts[1].deregister_region(dst).unwrap();
+            std::thread::sleep(timeout);
+            while ts[1].resources(q10).serving > 0 {
+                ts[1].progress();
+                assert!(Instant::now() < end, "the served write never expired");
+            }
+            let fresh = ts[1]
+                .register_region_scattered(len, Access::ALL, 16 * 1024)
+                .unwrap();
+            ts[1].region_write(fresh, 0, &vec![0xaa; len]).unwrap();
+            ts[0].progress();
+            if ts[0]
+                .counters(q01)
+                .dropped(ntbdk_pmd::transport::DropKind::UnknownOp)
+                > 0
+            {
+                return None; // expired before the answer was read
+            }
+            let mut got = vec![0u8; len];
+            ts[1].region_read(fresh, 0, &mut got).unwrap();
+            if got.iter().any(|&x| x != 0xaa) {
+                return Some(false);
+            }
+            let done = drain(&mut ts[0]);
+            assert!(
+                done.iter()
+                    .any(|c| c.cookie == 1 && c.status == Status::Timeout),
+                "{done:?}"
+            );
+            Some(true)
+        },
+    );
+    assert!(untouched, "the late copy landed in the new region");
+}

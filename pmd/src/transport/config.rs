@@ -81,6 +81,17 @@ impl Config {
     pub(crate) fn op_deadline(&self) -> Instant {
         saturating_after(self.op_timeout)
     }
+
+    /// How long after its post an operation of ours may still start a
+    /// copy into a target's storage: three quarters of the operation
+    /// timeout. The target gives its storage up a timeout after our request
+    /// reached it, after the post; the quarter is the margin for our
+    /// polling and a copy in progress. (Hosts are assumed to use the same
+    /// timeout: see [`op_timeout`](Self::op_timeout).)
+    pub(crate) fn copy_window(&self) -> Duration {
+        let t = self.op_timeout;
+        t - t / 4
+    }
 }
 
 /// `now + d`, or a time so far ahead it never comes when that overflows

@@ -93,6 +93,7 @@ impl Transport {
             return self.on_multicast_sgl(p, op, start, sges);
         }
         let deadline_now = self.cfg.op_deadline();
+        let window = self.cfg.copy_window();
         let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(o) = ops.get_mut(&op) else {
             return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
@@ -103,12 +104,20 @@ impl Transport {
             len,
             delivered,
             done,
+            posted,
         } = &mut o.kind
         else {
             return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
         };
         if *peer != p || *done {
             return peers[p as usize].counters.drop_one(DropKind::UnknownOp);
+        }
+        // The target gives its storage up a timeout after our request
+        // reached it: a copy started late could still be running then,
+        // into memory it may have reused. We start none (a target sending
+        // its storage in crumbs cannot keep the write open either).
+        if posted.elapsed() >= window {
+            return self.finish(op, Status::Timeout, 0);
         }
         let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
         if start != *delivered || u64::from(start) + total > u64::from(*len) {
@@ -124,10 +133,11 @@ impl Transport {
             return;
         }
         *delivered += total as u32;
-        o.deadline = deadline_now;
         peers[p as usize].counters.bytes_out += total;
         if *delivered == *len {
             *done = true;
+            // The acknowledgement gets a whole timeout from the copy's end.
+            o.deadline = deadline_now;
             let len = *len;
             self.emit(p, Ring::Cq, &Msg::Done { op, len });
         }

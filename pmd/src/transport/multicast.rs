@@ -9,7 +9,7 @@
 //! successor's storage before sending ours to the predecessor, deposit,
 //! forward with `ChainDone`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Most chain storage announcements kept while their request is awaited,
 /// for one origin from one sender. Per pair, not per sender: a hostile
@@ -776,23 +776,12 @@ impl Transport {
         }
     }
 
-    /// How long after the post a put may still write: three quarters of
-    /// the operation timeout. Each target's deadline for the put started
-    /// when its request reached it, after the post; the quarter is the
-    /// margin for our polling and a copy in progress. (Hosts are assumed
-    /// to use the same timeout: see
-    /// [`Config::op_timeout`](super::Config::op_timeout).)
-    fn put_window(&self) -> Duration {
-        let t = self.cfg.op_timeout;
-        t - t / 4
-    }
-
     /// Puts to every target once none is still waiting for its storage
     /// (the check-in counter at zero), then completes once every target's
     /// outcome is known.
     fn mc_maybe_put(&mut self, op: u64) {
         let lost = self.lost;
-        let put_window = self.put_window();
+        let put_window = self.cfg.copy_window();
         let timeout = self.cfg.op_timeout;
         let Movers(ops, peers, engine, local, _) = self.movers();
         let Some(o) = ops.get_mut(&op) else {

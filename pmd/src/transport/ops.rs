@@ -53,6 +53,9 @@ pub(crate) enum OutKind {
         delivered: u32,
         /// Whether we sent `Done` (everything copied).
         done: bool,
+        /// When it was posted: no copy starts past
+        /// [`Config::copy_window`](super::Config::copy_window) after it.
+        posted: Instant,
     },
     /// A read of unknown size: the target's `ReadSize`.
     ReadSize {

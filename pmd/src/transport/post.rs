@@ -2,6 +2,8 @@
 //! `multicast.rs`). A post checks its arguments, records the operation and
 //! writes its first message; the poll loop moves it along from there.
 
+use std::time::Instant;
+
 use crate::hw::Port;
 
 use super::conn::{EagerBuffers, SGL_BACKLOG_ROOM};
@@ -61,6 +63,7 @@ impl Transport {
                     len,
                     delivered: 0,
                     done: false,
+                    posted: Instant::now(),
                 },
             );
             let msg = Msg::WriteReq {
