@@ -87,6 +87,11 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     let mut b = Host::new(Transport::new(join(1, true), cfg.clone()).unwrap(), 2, 8);
     connect(&mut a, &mut b, 0, 1);
     exchange(&mut a, &mut b, 0, 1, 20, 0x10);
+    // A holds grants in slot 0's table (their ids, which C's will reuse,
+    // are withdrawn when A's transport is dropped).
+    for _ in 0..2 {
+        a.t.register_region(4096, Access::ALL).unwrap();
+    }
 
     // A stalls. B's device declares it dead and frees slot 0.
     let stalled = Instant::now();
@@ -113,6 +118,11 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     let qb = b.qp(0);
     let b_connects = b.t.counters(qb).connects;
     let b_drops = b.t.counters(qb).dropped_total();
+    for _ in 0..2 {
+        c.t.register_region(4096, Access::ALL).unwrap();
+    }
+    let c_grants = fabric.status().slots[0].granted_ranges;
+    assert!(c_grants >= 2, "{c_grants} grants for C's two regions");
 
     // A wakes up. It must learn it was dropped, refuse to post, and write
     // nothing into B's window (where slot 0's mailbox and rings are C's now).
@@ -145,8 +155,15 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
         a.t.device().service(),
         Err(HwError::SlotLost { port: 0 })
     ));
-    // Its goodbye on drop is suppressed too.
+    // Its goodbye on drop is suppressed too, and so are its withdrawals
+    // of grants in what is C's table now.
+    assert!(a.t.register_region(4096, Access::ALL).is_err());
     drop(a);
+    assert_eq!(
+        fabric.status().slots[0].granted_ranges,
+        c_grants,
+        "the dropped host edited the new occupant's grant table"
+    );
     exchange(&mut c, &mut b, 0, 1, 50, 0x30);
     assert_eq!(b.t.peer_state(0), PeerState::Connected);
     assert_eq!(c.t.peer_state(1), PeerState::Connected);

@@ -291,6 +291,21 @@ impl EmuDevice {
         self.inner.fabric.regs_of(self.inner.port as usize)
     }
 
+    /// Fails with [`HwError::SlotLost`] unless the slot is still ours: a
+    /// host dropped from the fabric must not edit the grant table of the
+    /// host that took its place (whose grants its stale ids would
+    /// withdraw). Checked before each edit; a reclaim between the check and
+    /// the edit needs this host stalled past the heartbeat timeout in
+    /// between, as any reclaim does.
+    fn still_ours(&self) -> Result<()> {
+        if self.inner.lost.load(Relaxed) || self.regs().word.load(Acquire) != self.inner.word {
+            return Err(HwError::SlotLost {
+                port: self.inner.port,
+            });
+        }
+        Ok(())
+    }
+
     fn spads(&self) -> usize {
         self.inner.fabric.config().spads
     }
@@ -657,6 +672,7 @@ impl NtbDevice for EmuDevice {
                 "a grant of {n} ranges: this fabric keeps at most {MAX_GRANT}"
             )));
         }
+        self.still_ours()?;
         let r = self.regs();
         let entries = grant
             .per_port
@@ -702,6 +718,7 @@ impl NtbDevice for EmuDevice {
             .grant_edits
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.still_ours()?;
         match self.regs().grants.grant(offset, len, peer) {
             Ok(id) => Ok(Some(id)),
             Err(GrantRefused::Full) => Err(HwError::GrantTableFull {
@@ -725,7 +742,10 @@ impl NtbDevice for EmuDevice {
             .grant_edits
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        self.regs().grants.withdraw(id);
+        // The table may be another host's now (see `still_ours`).
+        if self.still_ours().is_ok() {
+            self.regs().grants.withdraw(id);
+        }
     }
 
     fn set_inbound_translation(&self, mw: usize, iova: u64, size: usize) -> Result<()> {
