@@ -80,14 +80,15 @@ impl Transport {
         Ok(())
     }
 
-    /// Zeroes bytes `start..end` of our window.
+    /// Zeroes bytes `start..end` of our window (8-byte aligned), one
+    /// atomic word at a time: data-queue threads may be loading these
+    /// words (credits, lends, descriptor tags) atomically meanwhile, and a
+    /// plain copy racing them would be a data race.
     fn zero(&self, start: usize, end: usize) -> Result<()> {
-        const ZERO: [u8; 4096] = [0u8; 4096];
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(ZERO.len());
-            self.local.write(at, &ZERO[..n])?;
-            at += n;
+        // The layout puts every part on a 64-byte boundary.
+        debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
+        for at in (start..end).step_by(8) {
+            self.local.store_u64(at, 0)?;
         }
         Ok(())
     }
