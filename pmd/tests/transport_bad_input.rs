@@ -2045,3 +2045,55 @@ fn chain_storage_from_a_port_that_is_not_our_next_link_is_released() {
     let c = collect(&mut s.ts, 0, 1);
     assert_eq!((c[0].cookie, c[0].status), (3, Status::Success));
 }
+
+/// Storage the victim allocates for a peer starts zeroed: a rogue that
+/// asks for multicast storage and claims it wrote it all without writing a
+/// byte gets its message delivered as zeros, not as what the area held
+/// before (here the victim application's own bytes; as well another
+/// peer's earlier message).
+#[test]
+fn storage_a_peer_never_wrote_is_delivered_as_zeros_not_as_older_bytes() {
+    let mut s = setup();
+    let len = 4096;
+    let old = s.ts[1].register_region(len, Access::LOCAL).unwrap();
+    s.ts[1].region_write(old, 0, &[0x77; 4096]).unwrap();
+    s.ts[1].deregister_region(old).unwrap();
+    let op = 5;
+    s.inj
+        .push(
+            Ring::Rx,
+            &wire::encode(&Msg::Rts {
+                op,
+                len: len as u32,
+            }),
+        )
+        .unwrap();
+    s.ts[1].progress();
+    let q = s.ts[1].create_qp(2).unwrap();
+    assert_eq!(s.ts[1].resources(q).serving, 1);
+    s.inj
+        .push(
+            Ring::Cq,
+            &wire::encode(&Msg::Done {
+                op,
+                len: len as u32,
+            }),
+        )
+        .unwrap();
+    s.ts[1].progress();
+    let got = drain(&mut s.ts[1]);
+    let c = got
+        .iter()
+        .find(|c| c.op == OpKind::MulticastRecv)
+        .expect("the multicast was not delivered");
+    assert_eq!(c.status, Status::Success);
+    let mut bytes = vec![0xffu8; len];
+    s.ts[1]
+        .region_read(c.region.unwrap(), 0, &mut bytes)
+        .unwrap();
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "older bytes delivered as the rogue's message"
+    );
+    honest_traffic_works(&mut s);
+}

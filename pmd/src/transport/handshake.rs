@@ -72,23 +72,10 @@ impl Transport {
     pub(crate) fn reset_section(&self, peer: Port) -> Result<()> {
         let l = &self.layout;
         let start = l.section_offset(peer);
-        self.zero(start, start + l.data_area())?;
+        self.zero_words(start, start + l.data_area())?;
         for q in 0..l.geometry().data.count {
             let block = l.data_part(peer, q, DataPart::Credit);
-            self.zero(block, l.data_part(peer, q, DataPart::Bufs))?;
-        }
-        Ok(())
-    }
-
-    /// Zeroes bytes `start..end` of our window (8-byte aligned), one
-    /// atomic word at a time: data-queue threads may be loading these
-    /// words (credits, lends, descriptor tags) atomically meanwhile, and a
-    /// plain copy racing them would be a data race.
-    fn zero(&self, start: usize, end: usize) -> Result<()> {
-        // The layout puts every part on a 64-byte boundary.
-        debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
-        for at in (start..end).step_by(8) {
-            self.local.store_u64(at, 0)?;
+            self.zero_words(block, l.data_part(peer, q, DataPart::Bufs))?;
         }
         Ok(())
     }

@@ -12,7 +12,6 @@ use crate::hw::Port;
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
-use super::key::Access;
 use super::ops::OutKind;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
@@ -35,6 +34,7 @@ impl Transport {
         let Some(o) = self.ops.get(&op) else {
             return self.count(p, DropKind::UnknownOp);
         };
+        let cookie = o.cookie;
         let OutKind::ReadSize {
             peer,
             rkey,
@@ -54,10 +54,7 @@ impl Transport {
             return self.finish(op, Status::TooLarge, 0);
         }
         // Storage only the target writes.
-        let Ok(key) = self
-            .regions
-            .register_for(u64::from(len), Access::LOCAL, None, Some(&[p]))
-        else {
+        let Ok(key) = self.storage_for(len, p) else {
             return self.finish(op, Status::TooLarge, 0);
         };
         let ext = self.regions.extents(key, len);
@@ -68,7 +65,6 @@ impl Transport {
             let _ = self.regions.deregister(key);
             return self.finish(op, Status::TooLarge, 0);
         }
-        let cookie = o.cookie;
         self.ops.remove(&op);
         // A fresh op id: ids on the peer's TX ring must only grow.
         let id = self.new_op(

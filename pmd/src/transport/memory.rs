@@ -9,9 +9,41 @@ use super::key::{Access, RegionKey};
 use super::sgl::Sge;
 
 impl Transport {
+    /// Storage the transport allocates for one peer, `writer`, to write
+    /// (a multicast target's, a chain link's, the destination of a read of
+    /// unknown size): `len` bytes in `writer`'s domain only, zeroed, so
+    /// that what an earlier operation (another peer's data, or our
+    /// application's) left in those bytes is never delivered as this one's
+    /// when the writer writes less than it claims.
+    pub(crate) fn storage_for(&mut self, len: u32, writer: Port) -> Result<RegionKey> {
+        let key =
+            self.regions
+                .register_for(u64::from(len), Access::LOCAL, None, Some(&[writer]))?;
+        for (off, l) in self.regions.extents(key, len) {
+            // Extents start on the area's 64-byte grains and own their
+            // grain's padding, so rounding the end up to a word stays in.
+            let end = (off + l).next_multiple_of(8);
+            self.zero_words(off as usize, end as usize)?;
+        }
+        Ok(key)
+    }
+
+    /// Zeroes bytes `start..end` of our window (8-byte aligned), one
+    /// atomic word at a time: data-queue threads may be loading words of a
+    /// section being reset (credits, lends, descriptor tags) atomically
+    /// meanwhile, and a plain copy racing them would be a data race.
+    pub(crate) fn zero_words(&self, start: usize, end: usize) -> Result<()> {
+        debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
+        for at in (start..end).step_by(8) {
+            self.local.store_u64(at, 0)?;
+        }
+        Ok(())
+    }
+
     /// Registers a region of `len` bytes in our window's region area: peers
     /// may place data into it (remote write) or read it (remote read) as
-    /// `access` allows. Returns its key, drawn at random (an OS-seeded hash),
+    /// `access` allows. Returns its key, drawn at random (an OS-seeded
+    /// permutation),
     /// so that a peer cannot guess the keys of regions it was not told of.
     pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
         let key = self.regions.register(len as u64, access, None)?;

@@ -125,10 +125,7 @@ impl Transport {
             return;
         }
         // Storage only the initiator writes.
-        match self
-            .regions
-            .register_for(u64::from(len), Access::LOCAL, None, Some(&[p]))
-        {
+        match self.storage_for(len, p) {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
                 let ext = self.regions.extents(key, len);
@@ -260,10 +257,7 @@ impl Transport {
             return self.release_early(p, op);
         }
         // Storage only the previous link of the chain writes.
-        let Ok(key) = self
-            .regions
-            .register_for(u64::from(len), Access::LOCAL, None, Some(&[prev]))
-        else {
+        let Ok(key) = self.storage_for(len, prev) else {
             self.release_early(p, op);
             return self.nak(p, op, WireStatus::NoRoom);
         };
