@@ -1450,3 +1450,69 @@ fn a_write_answered_after_its_copy_window_writes_nothing() {
     );
     assert!(untouched, "the late copy landed in the new region");
 }
+
+/// The destination of a read of unknown size that failed is set aside,
+/// not reused: the target serves the read from when the request reached
+/// it, and here it reads the request only after the initiator gave up. Its
+/// late copy lands in the storage set aside, never in a region the
+/// initiator registered meanwhile; the storage goes back to the area two
+/// timeouts later.
+#[test]
+fn a_failed_read_keeps_its_destination_while_the_target_may_still_copy_in() {
+    let timeout = Duration::from_millis(200);
+    let len = 16 * 1024;
+    let (_f, mut ts) = loopback_with(2, WIN, |_| Config {
+        op_timeout: timeout,
+        ..Config::new(geo(2))
+    });
+    let src = ts[1].register_region(len, Access::ALL).unwrap();
+    ts[1].region_write(src, 0, &vec![0x55; len]).unwrap();
+    let q01 = ts[0].create_qp(1).unwrap();
+    let free_at_start = ts[0].region_area_free();
+    let at = RemoteAddr {
+        key: src,
+        offset: 0,
+    };
+    ts[0].post_read_unknown(q01, at, len as u64, 1).unwrap();
+    // The target answers the size; the initiator allocates its destination
+    // and sends the request, which the target does not read yet.
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[0].region_area_free() == free_at_start {
+        ts[1].progress();
+        ts[0].progress();
+        assert!(Instant::now() < end, "no destination allocated");
+    }
+    let failed = loop {
+        ts[0].progress();
+        if let Some(c) = drain(&mut ts[0]).into_iter().find(|c| c.cookie == 1) {
+            break c;
+        }
+        assert!(Instant::now() < end, "the read never timed out");
+    };
+    assert_eq!(failed.status, Status::Timeout);
+    let fresh = ts[0]
+        .register_region_scattered(len, Access::LOCAL, len)
+        .unwrap();
+    ts[0].region_write(fresh, 0, &vec![0xaa; len]).unwrap();
+    // The target wakes up and serves the read.
+    let q10 = ts[1].create_qp(0).unwrap();
+    let served = ts[1].counters(q10).served;
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[1].counters(q10).served == served {
+        ts[1].progress();
+        assert!(Instant::now() < end, "the target never served the read");
+    }
+    let mut got = vec![0u8; len];
+    ts[0].region_read(fresh, 0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0xaa),
+        "the late copy landed in a region registered after the read failed"
+    );
+    // Two timeouts later the destination goes back to the area.
+    let end = Instant::now() + Duration::from_secs(5);
+    while ts[0].region_area_free() + len as u64 != free_at_start {
+        ts[0].progress();
+        ts[1].progress();
+        assert!(Instant::now() < end, "the destination was never freed");
+    }
+}

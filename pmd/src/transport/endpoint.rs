@@ -127,10 +127,9 @@ pub struct Transport {
     /// Chain targets' storage that arrived before our request from the
     /// chain's initiator.
     pub(crate) chain_early: Vec<EarlySgl>,
-    /// Chain links' storage set aside when we gave the operation up (its
-    /// timeout, or the initiator's connection ended) while the previous
-    /// link could still write it.
-    pub(crate) chain_kept: Vec<KeptStorage>,
+    /// Storage set aside while a peer could still write it (see
+    /// [`KeptStorage`]).
+    pub(crate) kept_storage: Vec<KeptStorage>,
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).
     pub(crate) storage_quota: u64,
@@ -260,7 +259,7 @@ impl Transport {
             scratch: Vec::new(),
             send_stage: Vec::new(),
             chain_early: Vec::new(),
-            chain_kept: Vec::new(),
+            kept_storage: Vec::new(),
             storage_quota,
             isolated: false,
             lost: false,

@@ -7,12 +7,14 @@
 //! (SGL segments) arrive in order within the transfer. Anything else is
 //! dropped and counted, or fails the operation with [`Status::Protocol`].
 
+use std::time::Instant;
+
 use crate::hw::Port;
 
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
-use super::ops::OutKind;
+use super::ops::{KeptStorage, OutKind};
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
 
@@ -189,7 +191,7 @@ impl Transport {
                 (peer, OpKind::Write, None)
             }
             OutKind::ReadSize { peer, .. } => (peer, OpKind::ReadUnknown, None),
-            OutKind::Read { peer, region, .. } => {
+            OutKind::Read { peer, region, len } => {
                 if ok {
                     self.peers[peer as usize].counters.reads += 1;
                 }
@@ -200,7 +202,17 @@ impl Transport {
                 };
                 let region = match region {
                     Some(k) if !ok => {
-                        let _ = self.regions.deregister(k);
+                        // The target serves the read from when our request
+                        // reached it and may still be copying in: the
+                        // storage is set aside, not reused.
+                        self.kept_storage.push(KeptStorage {
+                            origin: self.me,
+                            op: id,
+                            prev: peer,
+                            region: k,
+                            len,
+                            at: Instant::now(),
+                        });
                         None
                     }
                     r => r,

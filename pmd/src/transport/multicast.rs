@@ -150,7 +150,7 @@ impl Transport {
         // Storage set aside from an earlier connection of `p`'s counts too:
         // reconnecting does not buy a peer a fresh quota.
         let kept: u64 = self
-            .chain_kept
+            .kept_storage
             .iter()
             .filter(|k| k.origin == p)
             .map(|k| footprint(k.len))
@@ -710,7 +710,7 @@ impl Transport {
                 chain: Some(ch),
                 ..
             } if ch.prev != origin && ch.cts_sent && !self.lost => {
-                self.chain_kept.push(KeptStorage {
+                self.kept_storage.push(KeptStorage {
                     origin,
                     op,
                     prev: ch.prev,
@@ -728,13 +728,13 @@ impl Transport {
     /// Whether there was such storage.
     pub(crate) fn release_kept(&mut self, from: Port, origin: Port, op: u64) -> bool {
         let Some(i) = self
-            .chain_kept
+            .kept_storage
             .iter()
             .position(|k| k.origin == origin && k.op == op && k.prev == from)
         else {
             return false;
         };
-        let k = self.chain_kept.swap_remove(i);
+        let k = self.kept_storage.swap_remove(i);
         let _ = self.regions.deregister(k.region);
         true
     }
@@ -742,7 +742,7 @@ impl Transport {
     /// Frees the storage set aside that `pred` selects.
     pub(crate) fn free_kept(&mut self, pred: impl Fn(&KeptStorage) -> bool) {
         let mut gone = Vec::new();
-        self.chain_kept.retain(|k| {
+        self.kept_storage.retain(|k| {
             if pred(k) {
                 gone.push(k.region);
             }

@@ -198,23 +198,28 @@ impl ChainLink {
     }
 }
 
-/// Our storage for a chain link we stopped serving (it timed out, or our
-/// connection to the initiator ended) while its previous link may still
-/// write it: kept aside, not reused, until that link is done with it
-/// (`ChainDone`, `ChainRelease`) or two more operation timeouts pass (a
-/// connection to it that ends proves nothing: it may not have noticed yet,
-/// and still forward).
+/// Storage we stopped using while the one peer that writes it may still
+/// do so: kept aside, not reused, until that peer is done with it or two
+/// more operation timeouts pass (a connection to it that ends proves
+/// nothing: it may not have noticed yet). Two kinds: a chain link's we
+/// stopped serving (it timed out, or our connection to the initiator
+/// ended), which its previous link may still forward into until its
+/// `ChainDone` or `ChainRelease`; and the destination of our read of
+/// unknown size that failed, which the target serves from when our request
+/// reached it and may still be copying into.
 #[derive(Debug)]
 pub(crate) struct KeptStorage {
-    /// The chain's initiator.
+    /// The operation's initiator (we, for a read's destination).
     pub origin: Port,
     /// Its op id.
     pub op: u64,
-    /// The previous link, the one peer that may write the storage.
+    /// The one peer that may write the storage: the previous link, or the
+    /// read's target.
     pub prev: Port,
     /// The storage.
     pub region: RegionKey,
-    /// Its length (it still counts against the initiator's quota).
+    /// Its length (a chain link's still counts against the initiator's
+    /// quota).
     pub len: u32,
     /// When it was set aside.
     pub at: Instant,

@@ -168,8 +168,9 @@ impl Transport {
         for (from, origin, op) in stale {
             self.release_storage(from, origin, op);
         }
-        // Storage set aside waits two timeouts: the previous link's own
-        // deadline may have started up to one timeout after ours.
+        // Storage set aside waits two timeouts: the previous link's (or
+        // the read target's) own deadline may have started up to one
+        // timeout after ours.
         let kept_for = timeout.saturating_mul(2);
         self.free_kept(|k| now.duration_since(k.at) >= kept_for);
         let expired: Vec<u64> = self

@@ -83,6 +83,13 @@ impl Transport {
     /// regions, local write); the size is the total of `local`. We send our
     /// SGL; the peer copies straight into it. Completes with [`OpKind::Read`].
     ///
+    /// A read that fails (a timeout above all) may still be served late: a
+    /// target that reads the request only then copies into `local`, up to
+    /// two more [`Config::op_timeout`](super::Config::op_timeout)s after the
+    /// failure for a live, polling target. Keep `local` registered and
+    /// unused that long (as the transport does with the destination of a
+    /// [`post_read_unknown`](Self::post_read_unknown) that failed).
+    ///
     /// `local` scattered into so many small extents that the SGL would take
     /// more than half the control backlog towards the peer fails with
     /// [`TransportError::SglTooLong`]; with [`TransportError::Busy`] when
