@@ -362,6 +362,17 @@ fn progress_draws_and_clears_its_line() {
     assert!(out.contains("write bw [ 2/12] 4 B ("), "{out:?}");
     assert!(out.ends_with("\r\x1b[K"), "cleared at the end: {out:?}");
 
+    // Cleared before a row is printed, drawn again at the next step; a
+    // clear with nothing drawn writes nothing.
+    let mut p = Progress::with_writer("lat", 2, Vec::new(), Duration::ZERO);
+    p.step("2 B");
+    p.clear();
+    p.clear();
+    p.step("4 B");
+    let out = String::from_utf8(p.finish().unwrap()).unwrap();
+    assert_eq!(out.matches("\r\x1b[K").count(), 4, "{out:?}");
+    assert!(out.contains(" s)\r\x1b[K\r\x1b[Klat [2/2]"), "{out:?}");
+
     // Before its delay it draws nothing at all.
     let mut quiet = Progress::with_writer("lat", 3, Vec::new(), Duration::from_secs(3600));
     quiet.step("64 B");

@@ -918,6 +918,7 @@ fn bandwidth(
         if args.no_peak {
             row.peak_gb_per_s = 0.0;
         }
+        progress.clear();
         println!("{}", bw_line(&row, unit));
         report.bandwidth.push(row);
         check_interrupted()?;
@@ -983,6 +984,7 @@ fn latency(args: &Args, client: &mut Client, budget: Budget, report: &mut Report
             budget,
             samples.then_some(&mut raw),
         )?;
+        progress.clear();
         if samples {
             print_samples(&mut raw, args.unsorted);
             if (raw.len() as u64) < row.iterations {

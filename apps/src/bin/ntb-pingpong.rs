@@ -120,17 +120,13 @@ struct Args {
     #[arg(long, requires = "shared")]
     server: bool,
     /// Core to pin this side to (an index into the usable cores; default 1
-    /// for --server, else 0).
+    /// for --server, else 0; 0 on a single usable core).
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
-    /// Core to pin the spawned echo side to (without --fabric).
-    #[arg(
-        long,
-        value_name = "CORE",
-        default_value_t = 1,
-        conflicts_with = "shared"
-    )]
-    peer_lcore: usize,
+    /// Core to pin the spawned echo side to (without --fabric; default 1,
+    /// or 0 on a single usable core, where the two sides share it).
+    #[arg(long, value_name = "CORE", conflicts_with = "shared")]
+    peer_lcore: Option<usize>,
     /// Seconds to wait for the peer to appear (default: 10 for the
     /// measuring side; the echo side waits until Ctrl-C), and for any answer
     /// (default 10).
@@ -175,7 +171,9 @@ fn run(args: &Args) -> Result<()> {
         }
     }
     let cores = usable_cores();
-    let lcore = args.lcore.unwrap_or(usize::from(args.server));
+    // One usable core (a one-vCPU VM, taskset -c 0): both sides on it.
+    let second = usize::from(cores.len() > 1);
+    let lcore = args.lcore.unwrap_or(if args.server { second } else { 0 });
     let core = pick_core(&cores, lcore, "--lcore")?;
     let vfio_name = args.device.as_ref().map(|spec| spec.to_string());
     let how = if args.device.is_some() {
@@ -255,7 +253,8 @@ fn self_contained(
     core: core_affinity::CoreId,
     timeout: Duration,
 ) -> Result<()> {
-    let peer_core = pick_core(cores, args.peer_lcore, "--peer-lcore")?;
+    let peer_lcore = args.peer_lcore.unwrap_or(usize::from(cores.len() > 1));
+    let peer_core = pick_core(cores, peer_lcore, "--peer-lcore")?;
     warn_shared_cores(
         TOOL,
         &[
@@ -291,7 +290,7 @@ fn self_contained(
             .expect("not skipped")
             .get_name(),
     ])
-    .args(["--lcore", &args.peer_lcore.to_string()])
+    .args(["--lcore", &peer_lcore.to_string()])
     .args(["--timeout", &timeout.as_secs_f64().to_string()])
     .stdin(Stdio::null());
     let mut children = Children::default();

@@ -93,7 +93,7 @@ enum Cmd {
         /// First reclaim slots whose owner is dead.
         #[arg(long)]
         reclaim: bool,
-        /// Print per-host rates (posted writes/s, MB/s, reads/s), joins and
+        /// Print per-host rates (posted writes/s, MiB/s, reads/s), joins and
         /// link downs every SECS seconds (default 1) until Ctrl-C.
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
         watch: Option<f64>,

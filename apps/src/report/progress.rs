@@ -79,7 +79,10 @@ impl<W: Write> Progress<W> {
         self.out.take()
     }
 
-    fn clear(&mut self) {
+    /// Clears the progress line (if one is drawn), so that what is printed
+    /// next to the same terminal starts on a clean line; the next
+    /// [`step`](Self::step) draws it again.
+    pub fn clear(&mut self) {
         if self.drawn {
             if let Some(out) = self.out.as_mut() {
                 let _ = write!(out, "\r\x1b[K").and_then(|()| out.flush());
