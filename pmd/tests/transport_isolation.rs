@@ -430,6 +430,70 @@ fn a_wedged_ring_is_detected_and_the_connection_resyncs() {
     assert_eq!(b.t.counters(qb).resyncs, 1);
 }
 
+/// A (port 0) and B (port 1) on a loopback fabric with a rogue (port 2)
+/// that can wedge A's ring from B: for the tests of a connection A ends on
+/// its own while B, not polled, still holds it.
+struct OneSidedReset {
+    a: Host,
+    b: Host,
+    inj: ntbdk_pmd::transport::inject::Injector,
+}
+
+impl OneSidedReset {
+    fn new(op_timeout: Duration) -> Self {
+        use ntbdk_pmd::hw::loopback::LoopbackFabric;
+        use ntbdk_pmd::transport::epoch;
+        use ntbdk_pmd::transport::inject::Injector;
+
+        let fabric = LoopbackFabric::new(3, 1 << 20);
+        let mut cfg = Config::new(Geometry { ports: 3, ..geo() });
+        cfg.op_timeout = op_timeout;
+        let rogue_dev = Arc::new(fabric.join(2).unwrap());
+        let host = |p| {
+            let t = Transport::new(Arc::new(fabric.join(p).unwrap()), cfg.clone()).unwrap();
+            Host::new(t, 3, 8)
+        };
+        let (mut a, mut b) = (host(0), host(1));
+        let mut rogue = Transport::new(rogue_dev.clone(), cfg.clone()).unwrap();
+        let end = Instant::now() + LONG;
+        while !a.t.is_connected(1) || !b.t.is_connected(0) || !rogue.is_connected(0) {
+            a.pump();
+            b.pump();
+            rogue.progress();
+            assert!(Instant::now() < end);
+        }
+        let e = epoch(rogue.incarnation(), a.t.incarnation());
+        let inj = Injector::new(&*rogue_dev, 0, *a.t.layout(), e).unwrap();
+        Self { a, b, inj }
+    }
+
+    /// A's ring from B wedges: B sends three messages and the rogue zeroes
+    /// the tag of the first in A's window. A resets the connection about
+    /// an operation timeout later.
+    fn wedge(&mut self) {
+        use ntbdk_pmd::transport::Part;
+        for i in 0..3u8 {
+            self.b.send(0, &[i; 24]);
+        }
+        let tag = self.a.t.layout().part(1, Part::PostQ) + 56;
+        self.inj.scribble(tag, &[0u8; 8]).unwrap();
+    }
+
+    /// Polls A alone (B then still holds the old connection) until it has
+    /// reset the connection, or until `limit`: whether it did.
+    fn a_resets_alone(&mut self, limit: Duration) -> bool {
+        let qa = self.a.qp(1);
+        let end = Instant::now() + limit;
+        while self.a.t.counters(qa).resyncs == 0 {
+            self.a.pump();
+            if Instant::now() >= end {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// A connection one side ends on its own (here a wedge, as above, with
 /// the roles turned) may still be alive at the other, which goes on
 /// writing the regions it knows until it sees the new incarnation: a
@@ -438,66 +502,27 @@ fn a_wedged_ring_is_detected_and_the_connection_resyncs() {
 /// once the two have connected again the bytes are released.
 #[test]
 fn a_region_revoked_after_a_one_sided_reset_is_not_reused_while_the_peer_may_write_it() {
-    use ntbdk_pmd::hw::loopback::LoopbackFabric;
-    use ntbdk_pmd::transport::inject::Injector;
-    use ntbdk_pmd::transport::{Part, epoch};
-
-    let fabric = LoopbackFabric::new(3, 1 << 20);
-    let mut cfg = Config::new(Geometry { ports: 3, ..geo() });
-    cfg.op_timeout = Duration::from_millis(300);
-    let rogue_dev = Arc::new(fabric.join(2).unwrap());
-    let mut a = Host::new(
-        Transport::new(Arc::new(fabric.join(0).unwrap()), cfg.clone()).unwrap(),
-        3,
-        8,
-    );
-    let mut b = Host::new(
-        Transport::new(Arc::new(fabric.join(1).unwrap()), cfg.clone()).unwrap(),
-        3,
-        8,
-    );
-    let mut rogue = Transport::new(rogue_dev.clone(), cfg).unwrap();
-    let end = Instant::now() + LONG;
-    while !a.t.is_connected(1) || !b.t.is_connected(0) || !rogue.is_connected(0) {
-        a.pump();
-        b.pump();
-        rogue.progress();
-        assert!(Instant::now() < end);
-    }
+    let mut r = OneSidedReset::new(Duration::from_millis(300));
     // A's region, for B alone (the rogue, which stops polling, would
     // never acknowledge a revocation), known to B.
-    let free_at_start = a.t.region_area_free();
+    let free_at_start = r.a.t.region_area_free();
     let len = 4096;
-    let region = a.t.register_region_for(len, Access::ALL, &[1]).unwrap();
-    let qb = b.qp(0);
+    let region = r.a.t.register_region_for(len, Access::ALL, &[1]).unwrap();
+    let qb = r.b.qp(0);
     let at = |key| RemoteAddr { key, offset: 0 };
     let end = Instant::now() + LONG;
     while let Err(TransportError::UnknownRemoteKey { .. }) =
-        b.t.post_write_direct(qb, &[], at(region), None, 0)
+        r.b.t.post_write_direct(qb, &[], at(region), None, 0)
     {
-        a.pump();
-        b.pump();
+        r.a.pump();
+        r.b.pump();
         assert!(Instant::now() < end, "the region was never advertised");
     }
-    // A's ring from B wedges (the rogue zeroes the tag of B's first
-    // message in A's window); A resets the connection on its own. B is
-    // not polled from then on: it still holds the old connection.
-    let e = epoch(rogue.incarnation(), a.t.incarnation());
-    let inj = Injector::new(&*rogue_dev, 0, *a.t.layout(), e).unwrap();
-    for i in 0..3u8 {
-        b.send(0, &[i; 24]);
-    }
-    inj.scribble(a.t.layout().part(1, Part::PostQ) + 56, &[0u8; 8])
-        .unwrap();
-    let qa = a.qp(1);
-    let end = Instant::now() + LONG;
-    while a.t.counters(qa).resyncs == 0 {
-        b.pump();
-        a.pump();
-        assert!(Instant::now() < end, "the wedge was never detected");
-    }
+    r.wedge();
+    assert!(r.a_resets_alone(LONG), "the wedge was never detected");
     // A deregisters the region and registers another; B, still writing
     // under the old connection, writes the first.
+    let (a, b) = (&mut r.a, &mut r.b);
     a.t.deregister_region(region).unwrap();
     let fresh = a.t.register_region_for(len, Access::ALL, &[1]).unwrap();
     a.t.region_write(fresh, 0, &[0xaa; 4096]).unwrap();
@@ -525,6 +550,110 @@ fn a_region_revoked_after_a_one_sided_reset_is_not_reused_while_the_peer_may_wri
             free_at_start
         );
     }
+}
+
+/// After a one-sided reset, a peer that never comes back (it died on a
+/// device that reports no link change, or stalls) does not hold what it
+/// was advertised for ever: two operation timeouts after the reset the
+/// revocation it cannot answer completes and the bytes go back.
+#[test]
+fn a_peer_that_never_comes_back_after_a_one_sided_reset_releases_its_regions() {
+    let timeout = Duration::from_millis(300);
+    let mut r = OneSidedReset::new(timeout);
+    let free_at_start = r.a.t.region_area_free();
+    let region = r.a.t.register_region_for(4096, Access::ALL, &[1]).unwrap();
+    let qb = r.b.qp(0);
+    let end = Instant::now() + LONG;
+    let probe = RemoteAddr {
+        key: region,
+        offset: 0,
+    };
+    while let Err(TransportError::UnknownRemoteKey { .. }) =
+        r.b.t.post_write_direct(qb, &[], probe, None, 0)
+    {
+        r.a.pump();
+        r.b.pump();
+        assert!(Instant::now() < end, "the region was never advertised");
+    }
+    r.wedge();
+    assert!(r.a_resets_alone(LONG), "the wedge was never detected");
+    let reset = Instant::now();
+    r.a.t.deregister_region(region).unwrap();
+    // B is never polled again.
+    while r.a.t.region_area_free() != free_at_start {
+        r.a.pump();
+        assert!(reset.elapsed() < LONG, "the region was held for good");
+    }
+    let held = reset.elapsed();
+    assert!(
+        held >= timeout * 2 - Duration::from_millis(20),
+        "released after {held:?}, before two timeouts"
+    );
+}
+
+/// The same one-sided reset with a rendezvous write of B's that A was
+/// serving: B, still inside its copy window, copies into the storage A
+/// granted. The reset keeps that hold until the write's deadline, so a
+/// region registered meanwhile never receives the copy. A run where A
+/// reset before serving the write, or B's poll saw the reset first, does
+/// not reach the check and is tried again.
+#[test]
+fn a_write_served_when_we_reset_keeps_its_bytes_until_its_deadline() {
+    let timeout = Duration::from_millis(400);
+    let len = 16 * 1024;
+    let untouched = transport_common::until_reached(
+        "no run had A serve the write just before its reset and B copy after it",
+        || {
+            let mut r = OneSidedReset::new(timeout);
+            // Scattered, so not advertised (its revocation would hold the
+            // bytes on its own).
+            let dst =
+                r.a.t
+                    .register_region_scattered(len, Access::ALL, 4096)
+                    .unwrap();
+            let src = r.b.t.register_region(len, Access::LOCAL).unwrap();
+            r.b.t.region_write(src, 0, &vec![0x55; len]).unwrap();
+            r.wedge();
+            // Polled together until shortly before A detects the wedge.
+            let t0 = Instant::now();
+            while t0.elapsed() < timeout * 8 / 10 {
+                r.a.pump();
+                r.b.pump();
+            }
+            let qb = r.b.qp(0);
+            let sge = [Sge {
+                key: src,
+                offset: 0,
+                len: len as u64,
+            }];
+            let at = RemoteAddr {
+                key: dst,
+                offset: 0,
+            };
+            r.b.t.post_write(qb, &sge, at, 7).unwrap();
+            if !r.a_resets_alone(timeout) {
+                return None;
+            }
+            let (a, b) = (&mut r.a, &mut r.b);
+            a.t.deregister_region(dst).unwrap();
+            let fresh =
+                a.t.register_region_scattered(len, Access::ALL, 4096)
+                    .unwrap();
+            a.t.region_write(fresh, 0, &vec![0xaa; len]).unwrap();
+            let copied = b.t.counters(qb).bytes_out;
+            b.t.progress();
+            if b.t.counters(qb).bytes_out == copied {
+                return None; // A had not served it, or B saw the reset
+            }
+            let mut got = vec![0u8; len];
+            a.t.region_read(fresh, 0, &mut got).unwrap();
+            Some(got.iter().all(|&x| x == 0xaa))
+        },
+    );
+    assert!(
+        untouched,
+        "the late copy landed in a region registered after the reset"
+    );
 }
 
 #[test]

@@ -384,7 +384,8 @@ pub fn completion_error(c: &ntbdk_pmd::transport::Completion) -> anyhow::Error {
         ),
         Status::Reset => anyhow::anyhow!(
             "the connection to port {p} was reset while a {op} was outstanding: its queues \
-             stopped making progress (a lost or corrupted message); it reconnects by itself"
+             stopped making progress (a lost or corrupted message, or the other side stopped \
+             reading them) or a store into its window failed; it reconnects by itself"
         ),
         Status::RemoteAccess => anyhow::anyhow!(
             "port {p} refused a {op} (unknown region key, missing permission or out of its \

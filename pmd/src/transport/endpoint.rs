@@ -20,7 +20,7 @@ use super::dma::{CpuEngine, DmaEngine};
 use super::error::{Result, TransportError};
 use super::geometry::Layout;
 use super::idhash::IdMap;
-use super::ops::{EarlySgl, KeptStorage, OutKind, OutOp};
+use super::ops::{EarlySgl, InOp, KeptStorage, OutKind, OutOp};
 use super::peer::Peer;
 use super::region::RegionTable;
 use super::stats_page::StatsPage;
@@ -130,6 +130,12 @@ pub struct Transport {
     /// Storage set aside while a peer could still write it (see
     /// [`KeptStorage`]).
     pub(crate) kept_storage: Vec<KeptStorage>,
+    /// Operations we served for a connection that ended while the peer
+    /// may still be working on them (it writes what we granted until it
+    /// sees the connection end): each keeps what it holds until its
+    /// deadline, or until the peer is known to hold nothing of that
+    /// connection (`settle`).
+    pub(crate) orphans: Vec<(Port, u64, InOp)>,
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).
     pub(crate) storage_quota: u64,
@@ -260,6 +266,7 @@ impl Transport {
             send_stage: Vec::new(),
             chain_early: Vec::new(),
             kept_storage: Vec::new(),
+            orphans: Vec::new(),
             storage_quota,
             isolated: false,
             lost: false,

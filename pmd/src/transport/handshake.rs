@@ -12,7 +12,13 @@
 //! new incarnation, or a hello that no longer carries our incarnation tears
 //! the connection down: every operation involving the peer completes with
 //! [`Status::PeerDown`], posted receives are flushed, served operations are
-//! dropped (their regions freed), and the section is cleared.
+//! dropped (their regions freed), and the section is cleared. A connection
+//! we end on our own while the peer may still be up (`start_over`: a
+//! wedge, a failed store, a peer that stopped crediting) fails with
+//! [`Status::Reset`] instead, and what the peer may still write stays held:
+//! the operations we served until their deadline, the regions we advertised
+//! until the peer holds nothing of that connection (`settle`) or two
+//! operation timeouts pass.
 
 use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
@@ -80,6 +86,19 @@ impl Transport {
         Ok(())
     }
 
+    /// Zeroes bytes `start..end` of our window (8-byte aligned), one
+    /// atomic word at a time, for a section being reset: data-queue threads
+    /// may be loading its words (credits, lends, descriptor tags)
+    /// atomically meanwhile, and a plain copy racing them would be a data
+    /// race.
+    fn zero_words(&self, start: usize, end: usize) -> Result<()> {
+        debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
+        for at in (start..end).step_by(8) {
+            self.local.store_u64(at, 0)?;
+        }
+        Ok(())
+    }
+
     fn hello(&self, peer: Port) -> Hello {
         let g = &self.cfg.geometry;
         Hello {
@@ -136,7 +155,9 @@ impl Transport {
     pub(crate) fn link_up(&mut self, peer: Port, generation: u64) {
         let p = &mut self.peers[peer as usize];
         if p.conn.is_some() && p.link_gen != generation {
+            // A new generation of the link: the peer's device is a new one.
             self.teardown(peer, Status::PeerDown);
+            self.settle(peer);
         }
         let p = &mut self.peers[peer as usize];
         p.link_gen = generation;
@@ -329,8 +350,8 @@ impl Transport {
             return; // already ended (doomed twice in one poll)
         }
         self.teardown(peer, status);
-        let _ = self.reset_section(peer);
         let p = &mut self.peers[peer as usize];
+        p.unsettled_since.get_or_insert_with(Instant::now);
         p.my_inc = random_u64(p.my_inc);
         p.state = PeerState::Connecting;
         self.send_hello(peer);
@@ -345,7 +366,15 @@ impl Transport {
     /// which may go on writing the regions it knows until it sees our new
     /// incarnation. Their bytes stay out of the area until then.
     pub(crate) fn settle(&mut self, peer: Port) {
+        self.peers[peer as usize].unsettled_since = None;
         self.regions.forget_peer(peer);
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
+            .into_iter()
+            .partition(|&(p, _, _)| p == peer);
+        self.orphans = rest;
+        for (_, op, io) in mine {
+            self.served_abandoned(peer, op, io);
+        }
     }
 
     /// Ends the connection with `peer` (if any): fails what involves it.
@@ -361,8 +390,16 @@ impl Transport {
             p.state = PeerState::Connecting;
         }
         let recvs: Vec<_> = p.recvs.drain(..).collect();
+        // What we served keeps its hold until its deadline, or until the
+        // peer is known to be done with this connection (the callers that
+        // know it settle at once).
+        let now = Instant::now();
         for (op, io) in conn.into_served() {
-            self.served_abandoned(peer, op, io);
+            if io.deadline() <= now {
+                self.served_abandoned(peer, op, io);
+            } else {
+                self.orphans.push((peer, op, io));
+            }
         }
         for r in recvs {
             self.completions.push_back(Completion {

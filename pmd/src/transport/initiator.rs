@@ -201,6 +201,11 @@ impl Transport {
                     OpKind::Read
                 };
                 let region = match region {
+                    // The target is gone (or we are): nobody writes it.
+                    Some(k) if status == Status::PeerDown => {
+                        let _ = self.regions.deregister(k);
+                        None
+                    }
                     Some(k) if !ok => {
                         // The target serves the read from when our request
                         // reached it and may still be copying in: the

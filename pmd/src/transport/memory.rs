@@ -19,32 +19,29 @@ impl Transport {
         let key =
             self.regions
                 .register_for(u64::from(len), Access::LOCAL, None, Some(&[writer]))?;
+        // At memset's pace (a copy from a page of zeros): nothing of ours
+        // reads these bytes meanwhile. A peer that asks for storage and
+        // cancels makes us do this once per request, within its quota.
+        const ZEROS: [u8; 4096] = [0; 4096];
         for (off, l) in self.regions.extents(key, len) {
-            // Extents start on the area's 64-byte grains and own their
-            // grain's padding, so rounding the end up to a word stays in.
-            let end = (off + l).next_multiple_of(8);
-            self.zero_words(off as usize, end as usize)?;
+            let (mut at, end) = (off as usize, (off + l) as usize);
+            while at < end {
+                let n = (end - at).min(ZEROS.len());
+                if let Err(e) = self.local.write(at, &ZEROS[..n]) {
+                    let _ = self.regions.deregister(key);
+                    return Err(e.into());
+                }
+                at += n;
+            }
         }
         Ok(key)
-    }
-
-    /// Zeroes bytes `start..end` of our window (8-byte aligned), one
-    /// atomic word at a time: data-queue threads may be loading words of a
-    /// section being reset (credits, lends, descriptor tags) atomically
-    /// meanwhile, and a plain copy racing them would be a data race.
-    pub(crate) fn zero_words(&self, start: usize, end: usize) -> Result<()> {
-        debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
-        for at in (start..end).step_by(8) {
-            self.local.store_u64(at, 0)?;
-        }
-        Ok(())
     }
 
     /// Registers a region of `len` bytes in our window's region area: peers
     /// may place data into it (remote write) or read it (remote read) as
     /// `access` allows. Returns its key, drawn at random (an OS-seeded
-    /// permutation),
-    /// so that a peer cannot guess the keys of regions it was not told of.
+    /// permutation), so that a peer cannot guess the keys of regions it was
+    /// not told of.
     pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
         let key = self.regions.register(len as u64, access, None)?;
         self.advertise_new(key);

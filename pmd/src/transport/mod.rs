@@ -110,7 +110,11 @@
 //! the connection down: outstanding operations complete with
 //! [`Status::PeerDown`], posted receives are flushed, regions allocated for
 //! the peer's operations are freed, and the peer's section is cleared, so
-//! eager buffers and credits start afresh when it reconnects.
+//! eager buffers and credits start afresh when it reconnects. A connection
+//! this side ends on its own, the peer perhaps still up (its rings wedged,
+//! a store into its window failed, it stopped crediting), fails with
+//! [`Status::Reset`], and what the peer may still write into is held until
+//! it can no longer (see `handshake.rs`).
 //!
 //! # Where things are
 //! One role a file (see `docs/ARCHITECTURE.md` for the whole map):

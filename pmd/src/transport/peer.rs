@@ -40,6 +40,10 @@ pub(crate) struct Peer {
     pub qp: bool,
     /// The connection as the peer's data queues see it.
     pub watch: Arc<ConnWatch>,
+    /// Since when a connection we ended on our own may still be alive at
+    /// the peer (see `Transport::start_over`): `None` once the peer is
+    /// known to hold nothing of it (`Transport::settle`).
+    pub unsettled_since: Option<Instant>,
 }
 
 impl Peer {
@@ -58,6 +62,7 @@ impl Peer {
             recvs: VecDeque::new(),
             qp: false,
             watch: Arc::new(ConnWatch::new()),
+            unsettled_since: None,
         }
     }
 }

@@ -79,7 +79,7 @@ impl Transport {
             i += 1;
         }
         while let Some(p) = self.doomed.pop() {
-            self.start_over(p, Status::PeerDown);
+            self.start_over(p, Status::Reset);
         }
         work
     }
@@ -111,11 +111,12 @@ impl Transport {
                     // on a device that reports no event for it): say so.
                     _ => {
                         let peer = &mut self.peers[p as usize];
+                        peer.last_hello_sent = Some(now);
                         if peer.state == PeerState::Connecting {
                             peer.state = PeerState::Down;
                             peer.peer_inc = 0;
+                            self.settle(p);
                         }
-                        peer.last_hello_sent = Some(now);
                     }
                 }
             }
@@ -173,6 +174,28 @@ impl Transport {
         // timeout after ours.
         let kept_for = timeout.saturating_mul(2);
         self.free_kept(|k| now.duration_since(k.at) >= kept_for);
+        // Operations served for connections that ended under the peer:
+        // past their deadline, an honest peer writes them no more.
+        let (due, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
+            .into_iter()
+            .partition(|(_, _, io)| io.deadline() <= now);
+        self.orphans = held;
+        for (p, op, io) in due {
+            self.served_abandoned(p, op, io);
+        }
+        // A peer whose connection we ended on our own and that has not
+        // come back within two timeouts (a peer that died on a device that
+        // reports no link change, or stalls that long): what we advertised
+        // to it is void. A live peer sees our new incarnation within a
+        // poll or two of its slow path.
+        for p in 0..self.peers.len() as Port {
+            if self.peers[p as usize]
+                .unsettled_since
+                .is_some_and(|t| now.duration_since(t) >= kept_for)
+            {
+                self.settle(p);
+            }
+        }
         let expired: Vec<u64> = self
             .ops
             .iter()

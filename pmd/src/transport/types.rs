@@ -232,8 +232,10 @@ pub enum Status {
     TooLarge,
     /// A posted receive was discarded because its queue pair was reset.
     Flushed,
-    /// The connection was reset because its rings stopped making progress
-    /// (a lost or corrupted slot or credit); it reconnects by itself.
+    /// The connection was reset from this side, the peer perhaps still up:
+    /// its rings stopped making progress (a lost or corrupted slot or
+    /// credit), a store into its window failed, or it stopped crediting
+    /// what we queued for it; it reconnects by itself.
     Reset,
 }
 
