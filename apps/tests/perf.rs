@@ -723,15 +723,71 @@ fn server_waits_for_a_client_past_the_old_ten_seconds() {
 }
 
 #[test]
-fn two_servers_refuse_to_pair() {
+fn servers_wait_for_a_client_instead_of_pairing_and_a_q2_client_uses_both() {
     let dir = Dir::new("twins");
+    let mut a = Run::start(
+        &dir,
+        "a",
+        &[
+            "--fabric",
+            "tw",
+            "--server",
+            "--slots",
+            "3",
+            "--timeout",
+            "20",
+        ],
+    );
+    wait_until_serving(&a);
+    let mut b = Run::start(
+        &dir,
+        "b",
+        &["--fabric", "tw", "--server", "--timeout", "20"],
+    );
+    wait_until_serving(&b);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(a.running() && b.running(), "two servers paired");
+    let client = run(
+        &dir,
+        &[
+            "--fabric", "tw", "-q", "2", "--test", "bw", "-s", "4K", "-n", "100",
+        ],
+    );
+    assert_ok(&client);
+    assert_ok(&a.finish());
+    assert_ok(&b.finish());
+    assert!(dir.fabrics().is_empty());
+}
+
+#[test]
+fn two_servers_told_to_pair_refuse() {
+    let dir = Dir::new("twins2");
     let a = Run::start(
         &dir,
         "a",
-        &["--fabric", "tw", "--server", "--timeout", "20"],
+        &[
+            "--fabric",
+            "tw2",
+            "--server",
+            "--peer-slot",
+            "1",
+            "--timeout",
+            "20",
+        ],
     );
     wait_until_serving(&a);
-    let b = run(&dir, &["--fabric", "tw", "--server", "--timeout", "20"]);
+    let b = run(
+        &dir,
+        &[
+            "--fabric",
+            "tw2",
+            "--server",
+            "--peer-slot",
+            "0",
+            "--timeout",
+            "20",
+        ],
+    );
     assert_fails_with(&b, "another ntb-perf --server");
     assert_fails_with(&a.finish(), "another ntb-perf --server");
 }

@@ -126,7 +126,8 @@ struct Args {
     tx_depth: u64,
     /// Queue pairs (one per server: the transport has one per peer). The
     /// private fabric gets one server process per queue pair; with --fabric,
-    /// the client uses the first N servers whose links are up. -n counts
+    /// the client uses the first N servers whose links are up (start N
+    /// servers first; a fabric of N + 1 slots: --slots). -n counts
     /// operations over all queue pairs (perftest's counts per queue pair);
     /// latency runs over the first queue pair only.
     #[arg(short = 'q', long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
@@ -198,8 +199,9 @@ struct Args {
     /// Our slot on --fabric (default: the first free one).
     #[arg(long, value_name = "N", requires = "shared")]
     slot: Option<Port>,
-    /// The other side's slot (default: the first other slot whose link comes
-    /// up).
+    /// The other side's slot (default: a client, the first other slot whose
+    /// link comes up; a server, the first peer that says it is a client, so
+    /// that several servers may wait on one fabric for a -q N client).
     #[arg(long, value_name = "N", requires = "shared")]
     peer_slot: Option<Port>,
     /// Be the server (with --fabric or --device): wait for a client (until
@@ -473,9 +475,17 @@ fn run(args: &Args) -> Result<()> {
                 );
                 println!("{TOOL}: server windows: {}", host.windows(&[host.port()]));
             }
-            let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the client on the other side ({TOOL} {how} {name})");
-            let client = wait_peers(&*host.dev, &host.place, &want, 1, wait, &hint, || Ok(()))?[0];
+            // With no --peer-slot, the first peer that says it is a client
+            // (several servers may wait on one fabric for one `-q N`
+            // client).
+            let client = match args.peer_slot {
+                Some(p) => wait_peers(&*host.dev, &host.place, &[p], 1, wait, &hint, || Ok(()))?[0],
+                None => ctl.await_client(&host.place, wait, &hint, || {
+                    ep.t.progress();
+                    Ok(())
+                })?,
+            };
             pin(TOOL, core);
             let stats = serve(&mut ep, &mut ctl, client, op_timeout)?;
             if !args.peer {
