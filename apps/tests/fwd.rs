@@ -418,6 +418,49 @@ fn a_mismatched_peer_that_leaves_is_replaced_by_a_matching_one() {
 }
 
 #[test]
+fn iofwd_stopping_at_its_count_sends_what_it_received_first() {
+    let _one = one_at_a_time();
+    let dir = Dir::new("ion");
+    let (io, tx) = pair(
+        &dir,
+        &["--fabric", "ion", "--fwd-mode", "iofwd", "-n", "20000"],
+        &[
+            "--fabric",
+            "ion",
+            "--fwd-mode",
+            "txonly",
+            "-s",
+            "200",
+            "-n",
+            "20000",
+        ],
+    );
+    assert_ok(&io);
+    assert_ok(&tx);
+    assert_eq!(summary(&io, "total", "RX-packets"), 20000);
+    assert_eq!(summary(&io, "total", "TX-packets"), 20000, "{}", io.stdout);
+    assert_eq!(summary(&io, "total", "TX-drops"), 0, "{}", io.stdout);
+    assert_eq!(summary(&tx, "total", "RX-packets"), 20000, "{}", tx.stdout);
+}
+
+#[test]
+fn rxonly_verify_fails_when_the_sender_leaves_without_its_end_marker() {
+    let _one = one_at_a_time();
+    let dir = Dir::new("noend");
+    let rx = first(
+        &dir,
+        "rx",
+        &["--fabric", "ne", "--fwd-mode", "rxonly", "--verify"],
+    );
+    let mut tx = Run::start(&dir, "tx", &["--fabric", "ne", "--fwd-mode", "txonly"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(tx.running());
+    tx.signal(libc::SIGINT);
+    assert_eq!(tx.finish().status.code(), Some(130));
+    assert_fails_with(&rx.finish(), "without its end marker");
+}
+
+#[test]
 fn ctrl_c_ends_the_run_with_130_and_a_summary() {
     let _one = one_at_a_time();
     let dir = Dir::new("intr");

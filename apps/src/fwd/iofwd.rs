@@ -40,17 +40,21 @@ pub fn iofwd(q: DataQueue, limit: Limit, ctx: LcoreCtx) -> Result<String> {
     let mut pending: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let (mut every, mut clock) = (Every::default(), Every::default());
     let mut left = false;
+    // Past the limit nothing more is received, and what was received is
+    // still sent (not dropped) before the run ends.
+    let mut limit_hit = false;
     spin(&ctx, || {
         let mut work = 0;
-        if pending.len() < ctx.burst {
+        if !limit_hit && pending.len() < ctx.burst {
             work += rx_counted(&mut rx, &mut pending, &ctx);
         }
         if !pending.is_empty() {
             work += tx_counted(|m| tx.tx_burst(m), &mut pending, &ctx.counters);
         }
-        if (limit.packets.is_some() && limit.count_reached(ctx.counters.snapshot().rx))
-            || (clock.tick(64) && limit.time_up())
-        {
+        limit_hit = limit_hit
+            || (limit.packets.is_some() && limit.count_reached(ctx.counters.snapshot().rx))
+            || (clock.tick(64) && limit.time_up());
+        if limit_hit && pending.is_empty() {
             return Ok(Step::Done);
         }
         if work == 0 && every.tick(256) && !rx.is_up() {

@@ -197,6 +197,10 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
                 sent.saturating_sub(got)
             )
         }
+        None if peer_left && verify => bail!(
+            "queue {qid}: the peer left after {got} packets without its end marker, so the \
+             count cannot be verified: did the sender stop early (Ctrl-C, a crash)?"
+        ),
         None if peer_left => format!("queue {qid}: received {got} packets; the peer left"),
         None => format!("queue {qid}: received {got} packets"),
     })
