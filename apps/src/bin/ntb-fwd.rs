@@ -109,7 +109,8 @@ struct Args {
     #[arg(short = 'D', long, value_name = "SECONDS")]
     duration: Option<f64>,
     /// txonly, rxonly: check every packet received (sequence and bytes);
-    /// the run fails if any is wrong or missing.
+    /// the run fails if any is wrong or missing, or (rxonly) when the peer
+    /// leaves without its end marker.
     #[arg(long)]
     verify: bool,
     /// iofwd: an rx lcore and a tx lcore per queue, linked by a ring,
