@@ -384,3 +384,41 @@ fn interrupt_still_saves_what_was_measured() {
     );
     assert!(dir.fabrics().is_empty(), "left behind: {:?}", dir.fabrics());
 }
+
+/// Ctrl-C on the measuring side of two terminals tells the echo side to
+/// stop: it ends cleanly (exit 0, with its count), not with "the peer
+/// left".
+#[test]
+fn interrupting_the_measuring_side_stops_the_echo_side_cleanly() {
+    let dir = Dir::new("intecho");
+    let server = Run::start(
+        &dir,
+        "server",
+        &[
+            "--fabric",
+            "ie",
+            "--slot",
+            "0",
+            "--server",
+            "--timeout",
+            "30",
+        ],
+    );
+    let started = Instant::now();
+    while dir.fabrics().is_empty() {
+        assert!(started.elapsed() < DEADLINE, "the server made no fabric");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let client = Run::start(
+        &dir,
+        "client",
+        &["--fabric", "ie", "--slot", "1", "-n", "1000000000"],
+    );
+    wait_for_round_trips(&dir, 100);
+    client.signal(libc::SIGINT);
+    let c = client.finish();
+    assert_eq!(c.status.code(), Some(130), "{}\n{}", c.stdout, c.stderr);
+    let s = server.finish();
+    assert_ok(&s);
+    assert!(s.stdout.contains("echoed"), "{}", s.stdout);
+}

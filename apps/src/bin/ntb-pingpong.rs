@@ -405,8 +405,19 @@ fn measure(
         }
         Ok(())
     };
+    // The echo side stops at this word, after the last round trip or at
+    // Ctrl-C (so that it ends cleanly too).
+    let tell_stop = || match args.via {
+        Via::Db => dev.peer_db_set(peer, DB_STOP),
+        Via::Spad => dev.peer_spad_write(peer, SPAD_SEQ, SPAD_STOP),
+    };
     for _ in 0..args.warmup {
-        round_trip(&mut seq)?;
+        if let Err(e) = round_trip(&mut seq) {
+            if is_interrupted(&e) {
+                let _ = tell_stop();
+            }
+            return Err(e);
+        }
     }
     let mut t0 = Instant::now();
     for _ in 0..args.iters {
@@ -416,22 +427,26 @@ fn measure(
         match check_interrupted().and_then(|()| round_trip(&mut seq)) {
             Ok(()) => {}
             Err(e) if is_interrupted(&e) && !hist.is_empty() => {
+                // Best effort: the result is what was measured.
+                let _ = tell_stop();
                 let row = LatRow {
                     interrupted: true,
                     ..LatRow::from_histogram(args.via.bytes(), &hist)
                 };
                 return Ok((row, Some(e)));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                if is_interrupted(&e) {
+                    let _ = tell_stop();
+                }
+                return Err(e);
+            }
         }
         let t1 = Instant::now();
         hist.saturating_record(t1.duration_since(t0).as_nanos() as u64);
         t0 = t1;
     }
-    match args.via {
-        Via::Db => dev.peer_db_set(peer, DB_STOP)?,
-        Via::Spad => dev.peer_spad_write(peer, SPAD_SEQ, SPAD_STOP)?,
-    }
+    tell_stop()?;
     Ok((LatRow::from_histogram(args.via.bytes(), &hist), None))
 }
 
