@@ -515,6 +515,23 @@ fn bad_arguments_are_refused() {
         ),
         ([&rx[..], &["--send", "x"]].concat(), "file-trans"),
         (
+            [&rx[..], &["-s", "128"]].concat(),
+            "the packet size txonly sends",
+        ),
+        (
+            vec![
+                "--fabric",
+                "a",
+                "--mode",
+                "file-trans",
+                "--send",
+                "x",
+                "-n",
+                "5",
+            ],
+            "do not apply to file-trans",
+        ),
+        (
             vec!["--fabric", "a", "--mode", "iofwd", "--verify"],
             "--verify checks",
         ),

@@ -98,9 +98,9 @@ struct Args {
     /// Packets per burst (DPDK's --burst).
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=32))]
     burst: u64,
-    /// txonly: bytes per packet (at most --buf-size).
-    #[arg(short = 's', long, value_name = "SIZE", default_value = "64", value_parser = parse_packet_size)]
-    size: u64,
+    /// txonly: bytes per packet (at most --buf-size; default 64).
+    #[arg(short = 's', long, value_name = "SIZE", value_parser = parse_packet_size)]
+    size: Option<u64>,
     /// Stop after this many packets per queue (sent for txonly, received
     /// for rxonly and iofwd).
     #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -194,12 +194,21 @@ fn secs(v: f64, flag: &str) -> Result<Duration> {
 
 /// Checks the flags that depend on each other.
 fn check_args(args: &Args) -> Result<()> {
-    if args.size > u64::from(args.buf_size) {
-        bail!(
-            "-s {}: a packet fits one buffer of --buf-size {} bytes",
-            args.size,
-            args.buf_size
-        );
+    if let Some(s) = args.size {
+        if args.fwd_mode != Mode::TxOnly {
+            bail!(
+                "-s is the packet size txonly sends; rxonly, iofwd and file-trans take what comes"
+            );
+        }
+        if s > u64::from(args.buf_size) {
+            bail!(
+                "-s {s}: a packet fits one buffer of --buf-size {} bytes",
+                args.buf_size
+            );
+        }
+    }
+    if args.fwd_mode == Mode::FileTrans && (args.count.is_some() || args.duration.is_some()) {
+        bail!("-n and -D do not apply to file-trans: it ends when the whole file has crossed");
     }
     if args.fwd_mode == Mode::FileTrans && args.send.is_none() && args.recv.is_none() {
         bail!("file-trans needs --send FILE (sender) or --recv FILE (receiver)");
@@ -431,7 +440,7 @@ fn run(args: &Args) -> Result<()> {
                     d.buf_size as usize,
                 )?;
                 let cfg = TxOnly {
-                    size: args.size as usize,
+                    size: args.size.unwrap_or(64) as usize,
                     limit,
                     verify: args.verify,
                 };

@@ -164,10 +164,12 @@ fn run(args: &Args) -> Result<()> {
     }
     let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(10.0));
     for (path, flag) in [(&args.json, "--json"), (&args.plot, "--plot")] {
-        if let Some(p) = path
-            && !args.server
-        {
-            check_writable(p, flag)?;
+        match path {
+            Some(p) if !args.server => check_writable(p, flag)?,
+            Some(_) if !args.peer => eprintln!(
+                "{TOOL}: note: {flag} ignored on the echo side: the measuring side writes it"
+            ),
+            _ => {}
         }
     }
     let cores = usable_cores();
