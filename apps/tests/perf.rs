@@ -276,14 +276,10 @@ fn bidirectional_bandwidth_sums_both_directions() {
         check_bw(&ours[0], 1024, Some(2000));
         // The server posts its -n too, as perftest's -b does on each side.
         check_bw(&theirs[0], 1024, Some(2000));
-        // The total is the sum of the directions, as perftest's -b reports.
+        // The total sums the directions' figures beside this side's
+        // iterations, as perftest's -b reports.
         let n = |r: &[String], i: usize| num(&r[i]);
-        assert_eq!(
-            n(&total[0], 1),
-            n(&ours[0], 1) + n(&theirs[0], 1),
-            "{}",
-            d.stdout
-        );
+        assert_eq!(n(&total[0], 1), n(&ours[0], 1), "{}", d.stdout);
         for col in [3, 4] {
             let sum = n(&ours[0], col) + n(&theirs[0], col);
             assert!(

@@ -919,7 +919,12 @@ fn bandwidth(
                 ours.peak_gb_per_s = 0.0;
                 theirs.peak_gb_per_s = 0.0;
             }
-            let sum = ours.plus(&theirs);
+            // perftest's -b row: both directions' rates summed beside
+            // this side's own #iterations.
+            let sum = BwRow {
+                iterations: ours.iterations,
+                ..ours.plus(&theirs)
+            };
             directions.push((ours, theirs));
             sum
         } else {
@@ -937,7 +942,10 @@ fn bandwidth(
     println!("{RULE}");
     if !directions.is_empty() {
         let (us, them) = (client.endpoint().t.port(), client.server_ports());
-        println!(" Rows above: both directions summed. By direction:");
+        println!(
+            " Rows above: both directions' bandwidths and rates summed, this side's \
+             #iterations (as perftest's -b). By direction:"
+        );
         println!(" port {us} -> {them:?} (this side, as measured here):");
         for (ours, _) in &directions {
             println!("{}", bw_line(ours, unit));
