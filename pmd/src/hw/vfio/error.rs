@@ -66,6 +66,21 @@ pub enum VfioError {
         /// The device node.
         path: PathBuf,
     },
+    /// The group's device node is open in another process (a vfio group
+    /// is opened by one process at a time).
+    #[error(
+        "IOMMU group {group} of {bdf} ({}) is in use by another process (vfio lets one process \
+         open a group): stop it (`fuser -v {}` names it), or use another device",
+        path.display(), path.display()
+    )]
+    GroupBusy {
+        /// The device.
+        bdf: Bdf,
+        /// Its IOMMU group.
+        group: u32,
+        /// The device node.
+        path: PathBuf,
+    },
     /// The group's device node cannot be opened read-write.
     #[error(
         "cannot open {} (IOMMU group {group} of {bdf}): {source}; run as root, or let your \

@@ -84,12 +84,7 @@ impl SysRoots {
         }
         // Opened and closed again at once: pci-driver opens it for good.
         if let Err(source) = OpenOptions::new().read(true).write(true).open(&node) {
-            return Err(VfioError::GroupNotAccessible {
-                bdf,
-                group,
-                path: node,
-                source,
-            });
+            return Err(group_open_failed(bdf, group, node, source));
         }
         let vendor = read_id(&path.join("vendor"))?;
         let device = read_id(&path.join("device"))?;
@@ -150,6 +145,21 @@ fn read_bars(path: &Path) -> Result<[u64; 6], VfioError> {
         }
     }
     Ok(out)
+}
+
+/// Why the group's node could not be opened: in use elsewhere (`EBUSY`),
+/// or not ours to open.
+fn group_open_failed(bdf: Bdf, group: u32, path: PathBuf, source: std::io::Error) -> VfioError {
+    if source.raw_os_error() == Some(libc::EBUSY) {
+        VfioError::GroupBusy { bdf, group, path }
+    } else {
+        VfioError::GroupNotAccessible {
+            bdf,
+            group,
+            path,
+            source,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -305,6 +315,19 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("--user NAME"), "{e}");
+        // A group another process holds (EBUSY) says so, not "run as root".
+        let busy = group_open_failed(
+            bdf,
+            7,
+            node.clone(),
+            std::io::Error::from_raw_os_error(libc::EBUSY),
+        );
+        assert!(
+            matches!(busy, VfioError::GroupBusy { group: 7, .. }),
+            "{busy}"
+        );
+        assert!(busy.to_string().contains("another process"), "{busy}");
+        assert!(!busy.to_string().contains("root"), "{busy}");
 
         std::fs::remove_dir(&node).unwrap();
         std::fs::write(&node, b"").unwrap();
