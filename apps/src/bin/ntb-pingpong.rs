@@ -463,14 +463,15 @@ fn echo(dev: &dyn NtbDevice, peer: Port, via: Via, timeout: Duration) -> Result<
                 bits = dev.db_read() & (DB_PING | DB_STOP);
                 bits != 0
             })?;
-            if bits & DB_PING != 0 {
-                dev.db_clear(DB_PING);
-                dev.peer_db_set(peer, DB_PING)?;
-                served += 1;
-            } else {
-                dev.db_clear(DB_STOP);
+            // Stop first: a ping still unanswered at the measuring side's
+            // Ctrl-C has nobody left to answer.
+            if bits & DB_STOP != 0 {
+                dev.db_clear(DB_STOP | DB_PING);
                 return Ok(served);
             }
+            dev.db_clear(DB_PING);
+            dev.peer_db_set(peer, DB_PING)?;
+            served += 1;
         },
         Via::Spad => {
             let mut last = 0u32;

@@ -507,6 +507,8 @@ impl ServerControl {
             for _ in 0..64 {
                 idle()?;
             }
+            // Waiting may last: not a core spinning for it.
+            std::thread::sleep(Duration::from_micros(500));
             crate::cli::session::check_interrupted()?;
             if let Some(t) = timeout
                 && start.elapsed() >= t

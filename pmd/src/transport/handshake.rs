@@ -30,7 +30,7 @@ use super::counters::DropKind;
 use super::endpoint::{Transport, random_u64};
 use super::error::Result;
 use super::geometry::{DataPart, HEADER_SIZE, Part};
-use super::ops::OutKind;
+use super::ops::{InOp, OutKind};
 use super::types::Status;
 use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
@@ -393,9 +393,14 @@ impl Transport {
         // What we served keeps its hold until its deadline, or until the
         // peer is known to be done with this connection (the callers that
         // know it settle at once).
+        // A chain link whose previous link is another peer goes to the
+        // storage set aside at once (`served_abandoned`), where that link's
+        // `ChainDone` or `ChainRelease` still finds it.
         let now = Instant::now();
         for (op, io) in conn.into_served() {
-            if io.deadline() <= now {
+            let other_writer =
+                matches!(&io, InOp::McRecv { chain: Some(ch), .. } if ch.prev != peer);
+            if io.deadline() <= now || other_writer {
                 self.served_abandoned(peer, op, io);
             } else {
                 self.orphans.push((peer, op, io));
