@@ -31,7 +31,7 @@ use super::regs::{self, DB_LINK_BIT, DB_MASK, DB_STATUS, SPAD_COUNT};
 use crate::hw::mmio::Mmio;
 use crate::hw::{
     CounterSnapshot, DeviceCounters, HwError, LinkEvent, LinkState, LocalWindow, MwGeometry,
-    NtbDevice, PeerWindow, Port, Result,
+    NtbDevice, PeerWindow, Port, Result, store_fence,
 };
 
 /// Page granularity of window sizes.
@@ -442,6 +442,11 @@ impl<M: Mmio> IntelNtb<M> {
     }
 
     fn ring(&self, bits: u64) -> Result<(), IntelError> {
+        // Window stores still in write-combining buffers go out before the
+        // doorbell that tells the peer to look at them (an uncached write
+        // drains them on Intel parts already, per the SDM; the fence makes
+        // it so on any).
+        store_fence();
         for bit in 0..regs::DB_COUNT {
             if bits & (1 << bit) != 0 {
                 self.bar0.write32(regs::peer_doorbell(bit), 1)?;
