@@ -50,7 +50,11 @@ impl Mmio for SysfsConfig {
         self.file
             .read_exact_at(&mut b, offset as u64)
             .map_err(|source| HwError::Io {
-                what: format!("reading config space at {offset:#x} (run as root)"),
+                what: format!(
+                    "reading config space at {offset:#x} (sysfs gives a user who is not root \
+                     the first 64 bytes only: run as root; as root, a short read means no \
+                     PCIe extended config space)"
+                ),
                 source,
             })?;
         Ok(u32::from_le_bytes(b))
