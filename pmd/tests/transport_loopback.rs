@@ -1516,3 +1516,41 @@ fn a_failed_read_keeps_its_destination_while_the_target_may_still_copy_in() {
         assert!(Instant::now() < end, "the destination was never freed");
     }
 }
+
+/// A connection we end because the peer stopped crediting (what we queued
+/// for it passed the backlog's limit) starts over under a new incarnation:
+/// once the peer polls again it sees it, ends its side, and the two
+/// reconnect. Before, the peer stayed connected to nobody.
+#[test]
+fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
+    let (_f, mut ts) = loopback(2, 16 << 20, geo(2));
+    let q01 = ts[0].create_qp(1).unwrap();
+    let q10 = ts[1].create_qp(0).unwrap();
+    // Port 1 stops polling; each region port 0 registers is advertised to
+    // it, and past the backlog's limit the connection is reset.
+    let mut regions = Vec::new();
+    while ts[0].is_connected(1) {
+        regions.push(ts[0].register_region(64, Access::ALL).unwrap());
+        if regions.len().is_multiple_of(1024) {
+            ts[0].progress();
+        }
+        assert!(regions.len() < 100_000, "the backlog never overflowed");
+    }
+    ts[0].progress();
+    assert!(ts[1].is_connected(0), "port 1 has not polled yet");
+    // (Advertised all at once again on reconnecting, so many regions
+    // would overflow the backlog again.)
+    for k in regions {
+        ts[0].deregister_region(k).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while !(ts[0].is_connected(1) && ts[1].is_connected(0) && ts[1].counters(q10).disconnects > 0) {
+        ts[0].progress();
+        ts[1].progress();
+        assert!(
+            Instant::now() < end,
+            "no reconnection after the reset: port 1 still connected to nobody"
+        );
+    }
+    assert_eq!(ts[0].counters(q01).disconnects, 1);
+}
