@@ -1526,20 +1526,19 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
     let (_f, mut ts) = loopback(2, 16 << 20, geo(2));
     let q01 = ts[0].create_qp(1).unwrap();
     let q10 = ts[1].create_qp(0).unwrap();
-    // Port 1 stops polling; each region port 0 registers is advertised to
-    // it, and past the backlog's limit the connection is reset.
-    let mut regions = Vec::new();
+    // Port 1 stops polling. Each region port 0 registers is advertised to
+    // it (as many as it can learn), each it deregisters then revoked: past
+    // the backlog's limit the connection is reset.
+    let mut regions: Vec<RegionKey> = (0..65_536)
+        .map(|_| ts[0].register_region(64, Access::ALL).unwrap())
+        .collect();
     while ts[0].is_connected(1) {
-        regions.push(ts[0].register_region(64, Access::ALL).unwrap());
-        if regions.len().is_multiple_of(1024) {
-            ts[0].progress();
-        }
-        assert!(regions.len() < 100_000, "the backlog never overflowed");
+        let k = regions.pop().expect("the backlog never overflowed");
+        ts[0].deregister_region(k).unwrap();
+        ts[0].progress();
     }
-    ts[0].progress();
     assert!(ts[1].is_connected(0), "port 1 has not polled yet");
-    // (Advertised all at once again on reconnecting, so many regions
-    // would overflow the backlog again.)
+    // (Deregistered, so that reconnecting has nothing to advertise.)
     for k in regions {
         ts[0].deregister_region(k).unwrap();
     }
@@ -1553,4 +1552,68 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
         );
     }
     assert_eq!(ts[0].counters(q01).disconnects, 1);
+}
+
+/// A host with more regions open to a peer for one-sided writes than the
+/// peer can learn (65 536) advertises it only as many: advertising them
+/// all on connecting overflowed the queue to the peer, and the connection
+/// reset, connected and reset again for good. The regions past the bound
+/// stay open to rendezvous writes.
+#[test]
+fn more_regions_than_a_peer_can_learn_do_not_keep_the_connection_resetting() {
+    let fabric = LoopbackFabric::new(2, 16 << 20);
+    let cfg = Config::new(geo(2));
+    let mut ts = vec![Transport::new(Arc::new(fabric.join(0).unwrap()), cfg.clone()).unwrap()];
+    let keys: Vec<RegionKey> = (0..66_000)
+        .map(|_| ts[0].register_region(64, Access::ALL).unwrap())
+        .collect();
+    ts.push(Transport::new(Arc::new(fabric.join(1).unwrap()), cfg).unwrap());
+    transport_common::connect_all(&mut ts);
+    let q01 = ts[0].create_qp(1).unwrap();
+    let q10 = ts[1].create_qp(0).unwrap();
+    let probe = |t: &mut Transport, key| {
+        t.post_write_direct(q10, &[], RemoteAddr { key, offset: 0 }, None, 0)
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while matches!(
+        probe(&mut ts[1], keys[0]),
+        Err(TransportError::UnknownRemoteKey { .. })
+    ) {
+        ts[0].progress();
+        ts[1].progress();
+        assert!(
+            Instant::now() < end,
+            "the first region was never advertised"
+        );
+    }
+    for _ in 0..2000 {
+        ts[0].progress();
+        ts[1].progress();
+    }
+    assert_eq!(ts[0].counters(q01).disconnects, 0, "the connection reset");
+    let unknown: Vec<RegionKey> = keys
+        .iter()
+        .copied()
+        .filter(|&k| {
+            matches!(
+                probe(&mut ts[1], k),
+                Err(TransportError::UnknownRemoteKey { .. })
+            )
+        })
+        .collect();
+    assert_eq!(unknown.len(), 66_000 - 65_536, "regions the peer learnt");
+    // A rendezvous write still reaches a region past the bound.
+    let src = ts[1].register_region(64, Access::ALL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 64,
+    }];
+    let at = RemoteAddr {
+        key: unknown[0],
+        offset: 0,
+    };
+    ts[1].post_write(q10, &sge, at, 9).unwrap();
+    let done = collect(&mut ts, 1, 1);
+    assert_eq!((done[0].cookie, done[0].status), (9, Status::Success));
 }

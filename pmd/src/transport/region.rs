@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use crate::hw::{GrantId, NtbDevice, Port};
 
+use super::conn::MAX_REMOTE_REGIONS;
 use super::idhash::IdMap;
 
 use super::error::{Result, TransportError};
@@ -152,6 +153,10 @@ pub struct RegionTable {
     minted: u64,
     /// Where regions' grants are made (none: the device keeps none).
     granter: Option<Granter>,
+    /// Regions each peer may know from our advertisements (advertised to
+    /// it, their revocation not yet acknowledged): at most
+    /// [`MAX_REMOTE_REGIONS`], all a peer learns.
+    advertised_count: IdMap<Port, usize>,
 }
 
 /// The window offset of `off..off+len` of a region whose first extent is
@@ -191,6 +196,7 @@ impl RegionTable {
             keys: RandomState::new(),
             minted: 0,
             granter: None,
+            advertised_count: IdMap::default(),
         }
     }
 
@@ -384,7 +390,13 @@ impl RegionTable {
         let Some((_, pending, grants)) = self.revoking.get_mut(&key.0) else {
             return;
         };
+        let before = pending.len();
         pending.retain(|&p| p != peer);
+        if pending.len() < before
+            && let Some(n) = self.advertised_count.get_mut(&peer)
+        {
+            *n = n.saturating_sub(1);
+        }
         let done = pending.is_empty();
         let (its, rest): (Vec<Grant>, Vec<Grant>) = std::mem::take(grants)
             .into_iter()
@@ -440,6 +452,7 @@ impl RegionTable {
         for k in keys {
             self.revoke_acked(RegionKey(k), peer);
         }
+        self.advertised_count.remove(&peer);
     }
 
     /// The regions to advertise to `peer` now (see
@@ -452,19 +465,26 @@ impl RegionTable {
     }
 
     /// Whether region `key` is to be advertised to `peer` now (remote-write,
-    /// contiguous, in its domain, not yet advertised to it); if so, marks it
-    /// advertised and returns `(key, window offset, length)`.
+    /// contiguous, in its domain, not yet advertised to it, and the peer
+    /// knows fewer than [`MAX_REMOTE_REGIONS`] of ours: past that it could
+    /// not learn it, and a host with that many regions open to a peer would
+    /// overflow the queue to it by advertising them all on connecting); if
+    /// so, marks it advertised and returns `(key, window offset, length)`.
+    /// A region not advertised stays open to the peer's rendezvous writes.
     pub fn advertise_one(&mut self, key: RegionKey, peer: Port) -> Option<(RegionKey, u64, u32)> {
+        let known = self.advertised_count.get(&peer).copied().unwrap_or(0);
         let r = self.regions.get_mut(&key.0)?;
         let eligible = r.extents.len() == 1
             && r.access.contains(Access::REMOTE_WRITE)
             && r.admits(peer)
             && r.len <= u64::from(u32::MAX)
-            && !r.advertised.contains(&peer);
+            && !r.advertised.contains(&peer)
+            && known < MAX_REMOTE_REGIONS;
         if !eligible {
             return None;
         }
         r.advertised.push(peer);
+        *self.advertised_count.entry(peer).or_insert(0) += 1;
         Some((key, r.extents[0].0, r.len as u32))
     }
 
