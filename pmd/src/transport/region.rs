@@ -129,6 +129,13 @@ impl Region {
     }
 }
 
+/// Most regions advertised to one peer at once: half of what it can learn
+/// ([`MAX_REMOTE_REGIONS`]) and half of the queue's backlog, since all of
+/// them go out on connecting: more overflowed the queue to the peer and
+/// reset the connection, again at each reconnection; this many leaves the
+/// other half for everything else sent meanwhile.
+pub(crate) const MAX_ADVERTISED: usize = MAX_REMOTE_REGIONS / 2;
+
 /// The region table and the allocator of the region area.
 #[derive(Debug)]
 pub struct RegionTable {
@@ -155,7 +162,7 @@ pub struct RegionTable {
     granter: Option<Granter>,
     /// Regions each peer may know from our advertisements (advertised to
     /// it, their revocation not yet acknowledged): at most
-    /// [`MAX_REMOTE_REGIONS`], all a peer learns.
+    /// [`MAX_ADVERTISED`].
     advertised_count: IdMap<Port, usize>,
 }
 
@@ -466,11 +473,9 @@ impl RegionTable {
 
     /// Whether region `key` is to be advertised to `peer` now (remote-write,
     /// contiguous, in its domain, not yet advertised to it, and the peer
-    /// knows fewer than [`MAX_REMOTE_REGIONS`] of ours: past that it could
-    /// not learn it, and a host with that many regions open to a peer would
-    /// overflow the queue to it by advertising them all on connecting); if
-    /// so, marks it advertised and returns `(key, window offset, length)`.
-    /// A region not advertised stays open to the peer's rendezvous writes.
+    /// knows fewer than [`MAX_ADVERTISED`] of ours); if so, marks it
+    /// advertised and returns `(key, window offset, length)`. A region not
+    /// advertised stays open to the peer's rendezvous writes.
     pub fn advertise_one(&mut self, key: RegionKey, peer: Port) -> Option<(RegionKey, u64, u32)> {
         let known = self.advertised_count.get(&peer).copied().unwrap_or(0);
         let r = self.regions.get_mut(&key.0)?;
@@ -479,7 +484,7 @@ impl RegionTable {
             && r.admits(peer)
             && r.len <= u64::from(u32::MAX)
             && !r.advertised.contains(&peer)
-            && known < MAX_REMOTE_REGIONS;
+            && known < MAX_ADVERTISED;
         if !eligible {
             return None;
         }
