@@ -407,49 +407,51 @@ fn measure(
         }
         Ok(())
     };
+    let mut run = || -> Result<(LatRow, Option<anyhow::Error>)> {
+        for _ in 0..args.warmup {
+            round_trip(&mut seq)?;
+        }
+        let mut t0 = Instant::now();
+        for _ in 0..args.iters {
+            // Ctrl-C is looked at every round trip (one relaxed load): a
+            // round trip on quiet cores never waits long enough for the
+            // wait's own check, and a long -n would run to its end.
+            match check_interrupted().and_then(|()| round_trip(&mut seq)) {
+                Ok(()) => {}
+                Err(e) if is_interrupted(&e) && !hist.is_empty() => {
+                    let row = LatRow {
+                        interrupted: true,
+                        ..LatRow::from_histogram(args.via.bytes(), &hist)
+                    };
+                    return Ok((row, Some(e)));
+                }
+                Err(e) => return Err(e),
+            }
+            let t1 = Instant::now();
+            hist.saturating_record(t1.duration_since(t0).as_nanos() as u64);
+            t0 = t1;
+        }
+        Ok((LatRow::from_histogram(args.via.bytes(), &hist), None))
+    };
+    let measured = run();
     // The echo side stops at this word, after the last round trip or at
-    // Ctrl-C (so that it ends cleanly too).
+    // Ctrl-C (so that it ends cleanly too; best effort then: the result is
+    // what was measured).
     let tell_stop = || match args.via {
         Via::Db => dev.peer_db_set(peer, DB_STOP),
         Via::Spad => dev.peer_spad_write(peer, SPAD_SEQ, SPAD_STOP),
     };
-    for _ in 0..args.warmup {
-        if let Err(e) = round_trip(&mut seq) {
-            if is_interrupted(&e) {
-                let _ = tell_stop();
-            }
-            return Err(e);
+    match &measured {
+        Ok((_, None)) => tell_stop()?,
+        Ok((_, Some(_))) => {
+            let _ = tell_stop();
         }
-    }
-    let mut t0 = Instant::now();
-    for _ in 0..args.iters {
-        // Ctrl-C is looked at every round trip (one relaxed load): a round
-        // trip on quiet cores never waits long enough for the wait's own
-        // check, and a long -n would run to its end.
-        match check_interrupted().and_then(|()| round_trip(&mut seq)) {
-            Ok(()) => {}
-            Err(e) if is_interrupted(&e) && !hist.is_empty() => {
-                // Best effort: the result is what was measured.
-                let _ = tell_stop();
-                let row = LatRow {
-                    interrupted: true,
-                    ..LatRow::from_histogram(args.via.bytes(), &hist)
-                };
-                return Ok((row, Some(e)));
-            }
-            Err(e) => {
-                if is_interrupted(&e) {
-                    let _ = tell_stop();
-                }
-                return Err(e);
-            }
+        Err(e) if is_interrupted(e) => {
+            let _ = tell_stop();
         }
-        let t1 = Instant::now();
-        hist.saturating_record(t1.duration_since(t0).as_nanos() as u64);
-        t0 = t1;
+        Err(_) => {}
     }
-    tell_stop()?;
-    Ok((LatRow::from_histogram(args.via.bytes(), &hist), None))
+    measured
 }
 
 /// The echo side: answers pings until told to stop. Returns how many.
