@@ -7,14 +7,12 @@
 //! (SGL segments) arrive in order within the transfer. Anything else is
 //! dropped and counted, or fails the operation with [`Status::Protocol`].
 
-use std::time::Instant;
-
 use crate::hw::Port;
 
 use super::counters::DropKind;
 use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
-use super::ops::{KeptStorage, OutKind};
+use super::ops::OutKind;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
 
@@ -210,14 +208,7 @@ impl Transport {
                         // The target serves the read from when our request
                         // reached it and may still be copying in: the
                         // storage is set aside, not reused.
-                        self.kept_storage.push(KeptStorage {
-                            origin: self.me,
-                            op: id,
-                            prev: peer,
-                            region: k,
-                            len,
-                            at: Instant::now(),
-                        });
+                        self.set_aside(self.me, id, peer, k, len);
                         None
                     }
                     r => r,

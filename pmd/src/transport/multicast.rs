@@ -710,17 +710,30 @@ impl Transport {
                 chain: Some(ch),
                 ..
             } if ch.prev != origin && ch.cts_sent && !self.lost => {
-                self.kept_storage.push(KeptStorage {
-                    origin,
-                    op,
-                    prev: ch.prev,
-                    region,
-                    len,
-                    at: Instant::now(),
-                });
+                self.set_aside(origin, op, ch.prev, region, len);
             }
             io => self.served_ended(&io),
         }
+    }
+
+    /// Sets storage `region` (`len` bytes, for `origin`'s op `op`) aside,
+    /// unused, while `writer` may still write it (see [`KeptStorage`]).
+    pub(crate) fn set_aside(
+        &mut self,
+        origin: Port,
+        op: u64,
+        writer: Port,
+        region: RegionKey,
+        len: u32,
+    ) {
+        self.kept_storage.push(KeptStorage {
+            origin,
+            op,
+            prev: writer,
+            region,
+            len,
+            at: Instant::now(),
+        });
     }
 
     /// The previous link `from` is done with the storage we set aside for
