@@ -482,7 +482,9 @@ fn run(args: &Args) -> Result<()> {
             let client = match args.peer_slot {
                 Some(p) => wait_peers(&*host.dev, &host.place, &[p], 1, wait, &hint, || Ok(()))?[0],
                 None => ctl.await_client(&host.place, wait, &hint, || {
-                    ep.t.progress();
+                    for _ in 0..64 {
+                        ep.t.progress();
+                    }
                     Ok(())
                 })?,
             };

@@ -244,7 +244,35 @@ pub fn wait_peers(
     count: usize,
     timeout: Option<Duration>,
     start_hint: &str,
-    mut child_alive: impl FnMut() -> Result<()>,
+    child_alive: impl FnMut() -> Result<()>,
+) -> Result<Vec<Port>> {
+    let any = |_| true;
+    wait_peers_where(
+        dev,
+        place,
+        want,
+        count,
+        timeout,
+        start_hint,
+        any,
+        child_alive,
+    )
+}
+
+/// [`wait_peers`], counting only the ports `accept` takes (an `ntb-perf`
+/// server: the peers that said they are clients), and calling `idle` (for
+/// `child_alive`) between looks, where the caller may also move its
+/// transport along.
+#[allow(clippy::too_many_arguments)]
+pub fn wait_peers_where(
+    dev: &dyn NtbDevice,
+    place: &str,
+    want: &[Port],
+    count: usize,
+    timeout: Option<Duration>,
+    start_hint: &str,
+    accept: impl Fn(Port) -> bool,
+    mut idle: impl FnMut() -> Result<()>,
 ) -> Result<Vec<Port>> {
     for &p in want {
         if p == dev.port() {
@@ -255,22 +283,20 @@ pub fn wait_peers(
     }
     let started = Instant::now();
     loop {
+        let ready = |&p: &Port| accept(p) && dev.link(p).is_ok_and(|l| l.up);
         let up: Vec<Port> = if want.is_empty() {
             dev.peer_ports()
                 .into_iter()
-                .filter(|&p| dev.link(p).is_ok_and(|l| l.up))
+                .filter(ready)
                 .take(count)
                 .collect()
         } else {
-            want.iter()
-                .copied()
-                .filter(|&p| dev.link(p).is_ok_and(|l| l.up))
-                .collect()
+            want.iter().copied().filter(ready).collect()
         };
         if up.len() >= count {
             return Ok(up);
         }
-        child_alive()?;
+        idle()?;
         check_interrupted()?;
         if let Some(t) = timeout
             && started.elapsed() >= t

@@ -485,41 +485,29 @@ impl ServerControl {
     /// us it is an `ntb-perf` client (other servers on the fabric, waiting
     /// too, are not taken for one). Calls `idle` between looks (to let the
     /// transport's handshakes go on: a client says what it is once
-    /// connected). Fails after `timeout`, saying `start_hint`, on Ctrl-C,
-    /// or when `idle` fails.
+    /// connected). Fails as [`wait_peers`](crate::cli::session::wait_peers)
+    /// does: after `timeout`, saying `start_hint`, on Ctrl-C, or when
+    /// `idle` fails.
     pub fn await_client(
         &self,
         place: &str,
         timeout: Option<Duration>,
         start_hint: &str,
-        mut idle: impl FnMut() -> Result<()>,
+        idle: impl FnMut() -> Result<()>,
     ) -> Result<Port> {
         let dev = self.dev.as_ref();
-        let start = Instant::now();
-        loop {
-            let client = dev
-                .peer_ports()
-                .into_iter()
-                .find(|&p| announced(dev, p, Role::Client) && dev.link(p).is_ok_and(|l| l.up));
-            if let Some(p) = client {
-                return Ok(p);
-            }
-            for _ in 0..64 {
-                idle()?;
-            }
-            // Waiting may last: not a core spinning for it.
-            std::thread::sleep(Duration::from_micros(500));
-            crate::cli::session::check_interrupted()?;
-            if let Some(t) = timeout
-                && start.elapsed() >= t
-            {
-                bail!(
-                    "no client joined {place} within {t:?} (we are port {}): {start_hint}, or \
-                     wait longer (--timeout)",
-                    dev.port()
-                );
-            }
-        }
+        let is_client = |p| announced(dev, p, Role::Client);
+        let found = crate::cli::session::wait_peers_where(
+            dev,
+            place,
+            &[],
+            1,
+            timeout,
+            start_hint,
+            is_client,
+            idle,
+        )?;
+        Ok(found[0])
     }
 
     /// Before the first command: tells `client` we are a server, and fails
