@@ -46,6 +46,9 @@ impl Transport {
     /// none was).
     pub fn post_writes(&mut self, qp: Qp, wrs: &[WriteWr<'_>]) -> Result<usize> {
         let mut n = 0;
+        // One clock read for the batch (the copy windows then start no
+        // later than each write's own post).
+        let posted = Instant::now();
         for wr in wrs {
             let r = self
                 .check_post(qp)
@@ -63,7 +66,7 @@ impl Transport {
                     len,
                     delivered: 0,
                     done: false,
-                    posted: Instant::now(),
+                    posted,
                 },
             );
             let msg = Msg::WriteReq {
