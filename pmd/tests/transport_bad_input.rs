@@ -1067,6 +1067,40 @@ fn a_peer_that_stops_crediting_is_disconnected_past_the_backlog_limit() {
     honest_traffic_works(&mut s);
 }
 
+/// Reads of unknown size towards a peer that stops crediting wait in the
+/// backlog like any request; past the room a post may take they are
+/// refused as `Busy`, not queued until the backlog overflows and resets
+/// the connection.
+#[test]
+fn reads_of_unknown_size_past_the_backlog_room_are_busy_not_a_reset() {
+    let mut cfg = Config::new(Geometry::small(3));
+    cfg.op_timeout = Duration::from_secs(3600);
+    cfg.max_outstanding = 4 * BACKLOG_LIMIT;
+    let mut s = setup_with(cfg);
+    let q = s.ts[1].create_qp(2).unwrap();
+    let remote = RemoteAddr {
+        key: RegionKey(1),
+        offset: 0,
+    };
+    let mut posted = 0usize;
+    let err = loop {
+        match s.ts[1].post_read_unknown(q, remote, 64, posted as u64) {
+            Ok(()) => posted += 1,
+            Err(e) => break e,
+        }
+        assert!(posted <= 2 * BACKLOG_LIMIT, "never refused");
+    };
+    assert!(
+        matches!(err, TransportError::Busy { peer: 2, .. }),
+        "{err:?} after {posted}"
+    );
+    assert!(posted >= BACKLOG_LIMIT / 2, "refused early, at {posted}");
+    s.ts[1].progress();
+    assert!(s.ts[1].is_connected(2), "the connection was reset");
+    assert_eq!(s.ts[1].counters(q).disconnects, 0);
+    assert_eq!(s.ts[1].resources(q).outstanding, posted);
+}
+
 // ---- storage held for an initiator that goes away ----
 
 /// The rogue asks the victim for multicast storage twice (and never puts

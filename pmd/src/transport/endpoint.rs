@@ -527,6 +527,19 @@ impl Transport {
             .is_some_and(|c| c.sgl_fits(Ring::Tx, msgs))
     }
 
+    /// [`sgl_fits`](Self::sgl_fits) for a post: `Busy` when the `msgs`
+    /// messages it queues towards `p` must wait for the backlog to drain.
+    pub(crate) fn backlog_room(&self, p: Port, msgs: usize) -> Result<()> {
+        if self.sgl_fits(p, msgs) {
+            Ok(())
+        } else {
+            Err(TransportError::Busy {
+                peer: p,
+                what: "control messages waiting for the peer's credits",
+            })
+        }
+    }
+
     /// Refuses the peer's operation `op` with an error `Ack` on its CQ.
     pub(crate) fn nak(&mut self, peer: Port, op: u64, status: WireStatus) {
         self.emit(peer, Ring::Cq, &Msg::Ack { op, status, len: 0 });

@@ -126,12 +126,7 @@ impl Transport {
                 max: SGL_BACKLOG_ROOM,
             });
         }
-        if !self.sgl_fits(qp.peer, msgs) {
-            return Err(TransportError::Busy {
-                peer: qp.peer,
-                what: "control messages waiting for the peer's credits",
-            });
-        }
+        self.backlog_room(qp.peer, msgs)?;
         let op = self.new_op(
             cookie,
             OutKind::Read {
@@ -186,7 +181,9 @@ impl Transport {
     /// that size (refusing more than `max_len`), then read as
     /// [`post_read`](Self::post_read). Completes with
     /// [`OpKind::ReadUnknown`] and the new region in
-    /// [`Completion::region`].
+    /// [`Completion::region`]. Fails with [`TransportError::Busy`] while
+    /// the control messages waiting for the peer's credits leave no room
+    /// for its request.
     pub fn post_read_unknown(
         &mut self,
         qp: Qp,
@@ -195,6 +192,9 @@ impl Transport {
         cookie: u64,
     ) -> Result<()> {
         self.check_post(qp)?;
+        // Its one request must fit the backlog towards the peer, as
+        // `post_read`'s do (past the backlog's limit the connection resets).
+        self.backlog_room(qp.peer, 1)?;
         let op = self.new_op(
             cookie,
             OutKind::ReadSize {
