@@ -54,10 +54,34 @@ pub fn parse_user(word: u64) -> (Option<Kind>, u64) {
     (kind, word & SEQ_MASK)
 }
 
-/// Byte `i` of test packet `seq`.
+/// Word `k` of test packet `seq` of `len` bytes: the full sequence, then
+/// the length, then a stream seeded by the sequence (splitmix64), so no two
+/// packets' bytes agree over a word, a packet shifted by any number of bytes
+/// or cut short does not check, and neither does one left over from an
+/// earlier packet (whatever their sequences' low bits).
 #[inline]
-fn pattern_byte(seq: u64, i: usize) -> u8 {
-    (seq as u8).wrapping_mul(31) ^ (i as u8).wrapping_add((i >> 8) as u8)
+fn pattern_word(seq: u64, len: usize, k: usize) -> u64 {
+    match k {
+        0 => seq,
+        1 => len as u64,
+        _ => {
+            let mut z = seq
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add((k as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+    }
+}
+
+/// Writes test packet `seq`'s bytes (as many as `out` holds) into `out`.
+fn pattern(seq: u64, out: &mut [u8]) {
+    let len = out.len();
+    for (k, chunk) in out.chunks_mut(8).enumerate() {
+        let w = pattern_word(seq, len, k).to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
 }
 
 /// Makes `m` (an mbuf of a private pool) test packet `seq` of `size`
@@ -69,24 +93,22 @@ fn pattern_byte(seq: u64, i: usize) -> u8 {
 pub fn fill(m: &mut Mbuf, seq: u64, size: usize) {
     m.reset(0);
     m.set_len(size).expect("-s is checked against --buf-size");
-    let data = m.data_mut().expect("an mbuf of our own pool");
-    for (i, b) in data.iter_mut().enumerate() {
-        *b = pattern_byte(seq, i);
-    }
+    pattern(seq, m.data_mut().expect("an mbuf of our own pool"));
     m.set_user(user_word(Kind::Data, seq));
 }
 
-/// Whether `m`'s bytes are those of test packet `seq` (copied out into
-/// `scratch` first: a received mbuf lies in memory the peer can write).
+/// Whether `m`'s bytes are those of test packet `seq` of its length
+/// (copied out into `scratch` first: a received mbuf lies in memory the
+/// peer can write).
 pub fn check(m: &Mbuf, seq: u64, scratch: &mut Vec<u8>) -> bool {
-    scratch.resize(m.len(), 0);
-    if m.read(0, scratch).is_err() {
+    let len = m.len();
+    scratch.resize(2 * len, 0);
+    let (got, want) = scratch.split_at_mut(len);
+    if m.read(0, got).is_err() {
         return false;
     }
-    scratch
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == pattern_byte(seq, i))
+    pattern(seq, want);
+    got == want
 }
 
 #[cfg(test)]
@@ -105,11 +127,27 @@ mod tests {
         let mut scratch = Vec::new();
         assert!(check(&m, 7, &mut scratch));
         assert!(!check(&m, 8, &mut scratch), "another packet's bytes");
+        // Bytes left over from a packet 256 (or 2^32) sequences earlier.
+        for earlier in [7 + 256, 7 + (1 << 32)] {
+            assert!(!check(&m, earlier, &mut scratch), "packet {earlier}");
+        }
+        // The same bytes cut short.
+        m.set_len(299).unwrap();
+        assert!(!check(&m, 7, &mut scratch), "a truncated packet");
         for at in [0, 1, 255, 256, 299] {
             let mut bad = pool.alloc().unwrap();
             fill(&mut bad, 7, 300);
             bad.data_mut().unwrap()[at] ^= 0x01;
             assert!(!check(&bad, 7, &mut scratch), "byte {at} flipped");
+        }
+        // The right packet's bytes, displaced by `shift` bytes.
+        let mut right = vec![0u8; 300];
+        pattern(7, &mut right);
+        for shift in [1, 8, 255, 256] {
+            let mut moved = pool.alloc().unwrap();
+            fill(&mut moved, 7, 300);
+            moved.data_mut().unwrap()[shift..].copy_from_slice(&right[..300 - shift]);
+            assert!(!check(&moved, 7, &mut scratch), "shifted by {shift}");
         }
     }
 }
