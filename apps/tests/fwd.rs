@@ -443,6 +443,22 @@ fn iofwd_stopping_at_its_count_sends_what_it_received_first() {
     assert_eq!(summary(&tx, "total", "RX-packets"), 20000, "{}", tx.stdout);
 }
 
+/// iofwd's `-n` is exact: it receives no packet past its count, whatever
+/// the burst (a burst's worth more than the count was taken before).
+#[test]
+fn iofwd_receives_exactly_its_count() {
+    let _one = one_at_a_time();
+    let dir = Dir::new("iox");
+    let (io, _tx) = pair(
+        &dir,
+        &["--fabric", "iox", "--fwd-mode", "iofwd", "-n", "10"],
+        &["--fabric", "iox", "--fwd-mode", "txonly", "-n", "1000"],
+    );
+    assert_ok(&io);
+    assert_eq!(summary(&io, "total", "RX-packets"), 10, "{}", io.stdout);
+    assert_eq!(summary(&io, "total", "TX-packets"), 10, "{}", io.stdout);
+}
+
 #[test]
 fn rxonly_verify_fails_when_the_sender_leaves_without_its_end_marker() {
     let _one = one_at_a_time();

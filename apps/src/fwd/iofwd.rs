@@ -19,11 +19,20 @@ use ntbdk_pmd::transport::{DataQueue, RxQueue, TxQueue};
 
 use super::lcore::{Every, LcoreCtx, Limit, Step, counts, drop_unsent, spin, tx_counted};
 
-/// Receives into `into` up to a burst, counted.
+/// Receives into `into` up to a burst, no more than `limit` leaves,
+/// counted.
 #[inline]
-fn rx_counted(q: &mut RxQueue, into: &mut Vec<Mbuf>, ctx: &LcoreCtx) -> usize {
+fn rx_counted(q: &mut RxQueue, into: &mut Vec<Mbuf>, limit: &Limit, ctx: &LcoreCtx) -> usize {
     let from = into.len();
-    let n = q.rx_burst(into, ctx.burst - from);
+    let done = match limit.packets {
+        Some(_) => ctx.counters.snapshot().rx,
+        None => 0,
+    };
+    let max = limit.left_of(ctx.burst - from, done);
+    if max == 0 {
+        return 0;
+    }
+    let n = q.rx_burst(into, max);
     if n > 0 {
         let (p, b) = counts(&into[from..]);
         ctx.counters.received(p, b);
@@ -46,7 +55,7 @@ pub fn iofwd(q: DataQueue, limit: Limit, ctx: LcoreCtx) -> Result<String> {
     spin(&ctx, || {
         let mut work = 0;
         if !limit_hit && pending.len() < ctx.burst {
-            work += rx_counted(&mut rx, &mut pending, &ctx);
+            work += rx_counted(&mut rx, &mut pending, &limit, &ctx);
         }
         if !pending.is_empty() {
             work += tx_counted(|m| tx.tx_burst(m), &mut pending, &ctx.counters);
@@ -91,7 +100,7 @@ pub fn pipeline_rx(
     let r = spin(&ctx, || {
         let mut work = 0;
         if held.len() < ctx.burst {
-            work += rx_counted(&mut q, &mut held, &ctx);
+            work += rx_counted(&mut q, &mut held, &limit, &ctx);
         }
         if !held.is_empty() {
             ring.enqueue_burst(&mut held);

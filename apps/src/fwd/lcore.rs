@@ -43,6 +43,14 @@ impl Limit {
         self.packets.is_some_and(|n| packets >= n)
     }
 
+    /// At most `room`, and no more than the packets left before the limit
+    /// once `packets` are done.
+    #[inline]
+    pub fn left_of(&self, room: usize, packets: u64) -> usize {
+        self.packets
+            .map_or(room, |n| room.min(n.saturating_sub(packets) as usize))
+    }
+
     /// Whether the time is up (a clock read: call it now and then).
     #[inline]
     pub fn time_up(&self) -> bool {

@@ -81,10 +81,7 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
             time_up = time_up || (clock.tick(64) && cfg.limit.time_up());
             if !time_up && !cfg.limit.count_reached(seq) {
                 let room = ctx.burst - batch.len();
-                let k = cfg
-                    .limit
-                    .packets
-                    .map_or(room, |n| room.min((n - seq) as usize));
+                let k = cfg.limit.left_of(room, seq);
                 let from = batch.len();
                 if k > 0 && pool.alloc_bulk(k, &mut batch).is_ok() {
                     for m in &mut batch[from..] {
@@ -167,9 +164,7 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
     let mut peer_left = false;
     let (mut every, mut clock) = (Every::default(), Every::default());
     spin(&ctx, || {
-        let max = limit
-            .packets
-            .map_or(ctx.burst, |l| ctx.burst.min((l - chk.received) as usize));
+        let max = limit.left_of(ctx.burst, chk.received);
         let n = q.rx_burst(&mut got, max);
         if n > 0 {
             chk.take(&mut got, verify, &ctx);
