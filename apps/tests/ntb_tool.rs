@@ -424,7 +424,9 @@ fn watch_prints_rates_per_host() {
     );
     assert_eq!(cols[9], "0", "the writer receives no rings: {cols:?}");
     let err = fails(p, &["status", "watch", "--watch", "0"]);
-    assert!(err.contains("above 0"), "{err}");
+    assert!(err.contains("--watch must be a positive number"), "{err}");
+    let err = fails(p, &["status", "watch", "--watch", "1e19"]);
+    assert!(err.contains("at most a day"), "{err}");
 }
 
 #[test]

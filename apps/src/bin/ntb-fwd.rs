@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
@@ -21,7 +21,7 @@ use ntbdk_apps::cli::host::{Host, open_device};
 use ntbdk_apps::cli::session::{
     attach_or_create, check_writable, join, pick_core, usable_cores, wait_peers, warn_shared_cores,
 };
-use ntbdk_apps::cli::units::{parse_bytes, parse_size};
+use ntbdk_apps::cli::units::{parse_bytes, parse_size, secs};
 use ntbdk_apps::cli::{run_main, usage_error};
 use ntbdk_apps::fwd::{
     DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, StatsPrinter, TOOL, TxOnly,
@@ -183,13 +183,6 @@ fn start_hint(args: &Args, how: &str, name: &str) -> String {
         Mode::FileTrans => "--fwd-mode file-trans --recv FILE",
     };
     format!("start the other side ({TOOL} {how} {name} {other}, same --qp/--nb-desc/--buf-size)")
-}
-
-fn secs(v: f64, flag: &str) -> Result<Duration> {
-    if !(v > 0.0 && v.is_finite() && v <= 86_400.0) {
-        bail!("{flag} must be a positive number of seconds, not {v}");
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// Checks the flags that depend on each other.

@@ -25,6 +25,7 @@ use ntbdk_apps::cli::session::{
     die_with_parent, join, leave_signals_to_parent, pick_core, pin, publish_stats, spawned_by_us,
     usable_cores, wait_peers, warn_shared_cores,
 };
+use ntbdk_apps::cli::units::secs;
 use ntbdk_apps::cli::{is_interrupted, run_main, usage_error};
 use ntbdk_apps::perf::control::{ServerControl, max_servers};
 use ntbdk_apps::perf::perftest::{self, Invocation};
@@ -304,14 +305,6 @@ fn parse() -> Result<(Args, ArgMatches), ExitCode> {
         Ok(a) => Ok((a, matches)),
         Err(e) => e.exit(),
     }
-}
-
-/// Seconds from a flag, checked.
-fn secs(v: f64, flag: &str) -> Result<Duration> {
-    if !(v > 0.0 && v.is_finite() && v <= 86_400.0) {
-        bail!("{flag} must be a positive number of seconds (at most a day), not {v}");
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// Checks what clap cannot: numbers in range, combinations (output paths:

@@ -27,7 +27,8 @@ use ntbdk_apps::cli::session::{
     die_with_parent, join, leave_signals_to_parent, pick_core, pin, spawned_by_us, usable_cores,
     wait_peers, warn_shared_cores,
 };
-use ntbdk_apps::cli::{is_interrupted, run_main};
+use ntbdk_apps::cli::units::secs;
+use ntbdk_apps::cli::{is_interrupted, run_main, usage_error};
 use ntbdk_apps::perf::HEARTBEAT_TIMEOUT;
 use ntbdk_apps::report::{LatRow, Report, lat_table, new_histogram, write_svg};
 use ntbdk_pmd::hw::emu::{EmuFabric, FabricConfig};
@@ -157,12 +158,7 @@ fn main() -> ExitCode {
 const TOOL: &str = "ntb-pingpong";
 
 fn run(args: &Args) -> Result<()> {
-    if let Some(t) = args.timeout
-        && !(t > 0.0 && t.is_finite())
-    {
-        bail!("--timeout must be a positive number of seconds, not {t}");
-    }
-    let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(10.0));
+    let timeout = secs(args.timeout.unwrap_or(10.0), "--timeout").map_err(usage_error)?;
     for (path, flag) in [(&args.json, "--json"), (&args.plot, "--plot")] {
         match path {
             Some(p) if !args.server => check_writable(p, flag)?,
@@ -216,7 +212,7 @@ fn run(args: &Args) -> Result<()> {
             }
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the measuring side ({TOOL} {how} {name})");
-            let wait = args.timeout.map(Duration::from_secs_f64);
+            let wait = args.timeout.map(|_| timeout);
             let peer = wait_peers(dev, &host.place, &want, 1, wait, &hint, || Ok(()))?[0];
             pin(TOOL, core);
             let served = echo(dev, peer, args.via, timeout)?;
@@ -409,6 +405,7 @@ fn measure(
     };
     let mut run = || -> Result<(LatRow, Option<anyhow::Error>)> {
         for _ in 0..args.warmup {
+            check_interrupted()?;
             round_trip(&mut seq)?;
         }
         let mut t0 = Instant::now();
@@ -459,7 +456,10 @@ fn echo(dev: &dyn NtbDevice, peer: Port, via: Via, timeout: Duration) -> Result<
     let waiter = Waiter::new(dev, peer, timeout);
     let mut served = 0u64;
     match via {
+        // Ctrl-C is looked at every ping, as the measuring side does: a
+        // ping always comes before the wait's own check.
         Via::Db => loop {
+            check_interrupted()?;
             let mut bits = 0;
             waiter.wait("a ping", || {
                 bits = dev.db_read() & (DB_PING | DB_STOP);
@@ -478,6 +478,7 @@ fn echo(dev: &dyn NtbDevice, peer: Port, via: Via, timeout: Duration) -> Result<
         Via::Spad => {
             let mut last = 0u32;
             loop {
+                check_interrupted()?;
                 let mut v = 0;
                 waiter.wait("a ping", || {
                     v = dev.spad_read(SPAD_SEQ).unwrap_or(last);

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use ntbdk_apps::cli::session::check_interrupted;
+use ntbdk_apps::cli::{units, usage_error};
 use ntbdk_apps::tool::hexdump::{hexdump, parse_hex_bytes};
 use ntbdk_apps::tool::qp::{find_pages, remove_pages, render_qps};
 use ntbdk_apps::tool::watch::Watch;
@@ -534,12 +535,7 @@ fn run(cli: Cli) -> Result<()> {
             match watch {
                 None => print!("{}", render_status(&f.status(), all)),
                 Some(secs) => {
-                    let every = Duration::try_from_secs_f64(secs)
-                        .ok()
-                        .filter(|d| !d.is_zero())
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("--watch {secs}: give a number of seconds above 0")
-                        })?;
+                    let every = units::secs(secs, "--watch").map_err(usage_error)?;
                     let mut w = Watch::new(f.status());
                     let mut last = Instant::now();
                     for _ in 0..count.unwrap_or(u64::MAX) {

@@ -2,14 +2,32 @@
 //! suffixes ([`parse_bytes`], and [`parse_size`] for message sizes), the
 //! `-a` sweep (every power of two from 2 B to 8 MiB, as perftest's `-a`)
 //! and labels (`4 KiB`, [`size_label`]). The one home of size parsing for
-//! every app.
+//! every app, and of durations given in seconds ([`secs`]).
 
 use std::fmt;
+use std::time::Duration;
 
 /// Largest message size `-a` sweeps to (and `-s` accepts): 8 MiB.
 pub const MAX_SIZE: u64 = 8 << 20;
 /// Smallest message size `-a` sweeps from.
 pub const MIN_SWEEP_SIZE: u64 = 2;
+
+/// A duration flag's value (`--timeout 2.5`), checked: above 0 and at most
+/// a day, so that adding it to a clock cannot overflow.
+///
+/// ```
+/// use ntbdk_apps::cli::units::secs;
+/// assert_eq!(secs(2.5, "--timeout").unwrap().as_millis(), 2500);
+/// for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e20] {
+///     assert!(secs(bad, "--timeout").is_err());
+/// }
+/// ```
+pub fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
+    if !(v > 0.0 && v.is_finite() && v <= 86_400.0) {
+        anyhow::bail!("{flag} must be a positive number of seconds (at most a day), not {v}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
 
 /// Why a `-s` value was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
