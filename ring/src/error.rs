@@ -6,8 +6,12 @@ use crate::mode::RingMode;
 /// Why a ring could not be created, constructed in a region, or attached.
 ///
 /// Every variant says what failed and what to do about it. Attaching never
-/// trusts the region: a header that is not exactly what this build of the
-/// crate would have written is reported here, never used.
+/// trusts the region's description of the ring: a header whose metadata
+/// (magic, version, element size and alignment, mode, capacity, mask) is
+/// not what this build of the crate would have written is reported here,
+/// never used. The indices are not checked (another process moves them
+/// while we attach): corrupted ones cannot make an operation leave the slot
+/// array, but they can lose or repeat elements, or stall a `Multi` side.
 ///
 /// # Examples
 ///

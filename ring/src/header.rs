@@ -54,8 +54,10 @@ pub(crate) struct Side {
     /// Every index below this one is finished by this side (written, for the
     /// producers; read, for the consumers). The other side reads it.
     pub(crate) tail: AtomicU64,
-    /// Fills the tail's block.
-    pub(crate) tail_pad: [u8; LINE - size_of::<AtomicU64>()],
+    /// Fills the tail's block. Atomic bytes, never accessed: the header is
+    /// read through a shared reference while other processes may write the
+    /// region, so it holds nothing but atomics.
+    pub(crate) tail_pad: [std::sync::atomic::AtomicU8; LINE - size_of::<AtomicU64>()],
     /// Multi sides only: the next index this side will reserve, moved with
     /// a compare-and-swap. (A single side has nothing reserved between its
     /// operations, so its head is its tail; this field stays 0.)
@@ -82,7 +84,8 @@ impl Side {
     fn new() -> Side {
         Side {
             tail: AtomicU64::new(0),
-            tail_pad: [0; LINE - size_of::<AtomicU64>()],
+            tail_pad: [const { std::sync::atomic::AtomicU8::new(0) };
+                LINE - size_of::<AtomicU64>()],
             head: AtomicU64::new(0),
             other_tail: AtomicU64::new(0),
         }

@@ -83,19 +83,24 @@ impl SideRef<'_> {
     /// ever reserved but unpublished between its operations: its head is its
     /// own tail, read relaxed, and reserving stores nothing. The other side's
     /// tail is taken from this side's cache unless the cache shows too few
-    /// slots.
+    /// slots, or more than the capacity: a [`Producer`](crate::Producer) or
+    /// [`Consumer`](crate::Consumer) that ran this side before keeps its own
+    /// cache and leaves the header's behind, so the header's may be older
+    /// than this side's index, a "negative" count (as on a `Multi` side).
     #[inline(always)]
     fn reserve_single(&self, want: usize, amount: Amount) -> Reservation {
         let head = self.own.tail.load(Ordering::Relaxed);
         let cached = self.own.other_tail.load(Ordering::Relaxed);
-        let mut avail = available(self.offset, cached, head, self.capacity);
-        if avail < want {
+        let counted = self.offset.wrapping_add(cached).wrapping_sub(head);
+        let avail = if counted < want as u64 || counted > self.capacity as u64 {
             // Acquire: the other side's work on the slots it released (the
             // consumers' reads, the producers' writes) happens before ours.
             let fresh = self.other.tail.load(Ordering::Acquire);
             self.own.other_tail.store(fresh, Ordering::Relaxed);
-            avail = available(self.offset, fresh, head, self.capacity);
-        }
+            available(self.offset, fresh, head, self.capacity)
+        } else {
+            counted as usize
+        };
         Reservation {
             head,
             n: decide(want, avail, amount),

@@ -78,7 +78,11 @@
 //!   when the cached view shows too few slots. The uncontended fast path thus
 //!   touches no cache line the other side writes, except the slots. Every
 //!   value the cache holds was the real tail once and tails only grow, so a
-//!   stale cache under-counts, never over-counts.
+//!   stale cache under-counts, never over-counts, as long as this side's
+//!   index has not passed it; when it has (a handle ran the side, below, or
+//!   another thread moved a `Multi` side's head), the count is "negative",
+//!   a `u64` above the capacity, and that too sends the operation to the
+//!   real tail.
 //! - A `Single` side reads its own tail (its head) and its cache `Relaxed`:
 //!   only its one thread writes them.
 //! - A `Multi` side's threads share the cache, so it is stored `Release` and
@@ -141,8 +145,9 @@
 //!   tail it last published, so the region holds the whole state of the
 //!   ring between calls: another process attached to the region, or a
 //!   `Ring` handle used after this one is dropped, sees a consistent ring
-//!   (the header's cached tails, which handles leave alone, stay valid lower
-//!   bounds).
+//!   (the header's cached tails, which handles leave alone, may fall behind
+//!   the side's index; a `Ring` operation that finds such a count loads the
+//!   real tail).
 //! - The ring itself, header and slots, stays in its region, so handles work
 //!   across processes: one process [`init_in`](Ring::init_in)s a ring and
 //!   takes its [`Producer`], another [`attach`](Ring::attach)es and takes its

@@ -367,3 +367,83 @@ proptest! {
         prop_assert_eq!(ring.len() as u64, sent - recv);
     }
 }
+
+/// A zeroed, `Ring::REGION_ALIGN`-aligned region of a ring of `capacity`
+/// `u64`s, freed on drop: for handles made with `init_in` and `attach`.
+struct Region(*mut u8, std::alloc::Layout);
+
+impl Region {
+    fn new(capacity: usize) -> Region {
+        let len = Ring::<u64>::bytes_for(capacity).unwrap();
+        let layout = std::alloc::Layout::from_size_align(len, Ring::<u64>::REGION_ALIGN).unwrap();
+        // SAFETY: a non-zero-sized layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Region(ptr, layout)
+    }
+
+    fn init(&self, capacity: usize) -> Ring<u64> {
+        // SAFETY: the region is ours, aligned, `bytes_for(capacity)` long.
+        unsafe { Ring::init_in(self.0, self.1.size(), capacity, RingMode::SPSC) }.unwrap()
+    }
+
+    fn attach(&self) -> Ring<u64> {
+        // SAFETY: a ring `init` made; only ring handles touch the region.
+        unsafe { Ring::attach(self.0, self.1.size()) }.unwrap()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the handles are gone.
+        unsafe { std::alloc::dealloc(self.0, self.1) };
+    }
+}
+
+/// A side run through a handle, then through a `Ring` attached after the
+/// handle is dropped: the header's cached copy of the other side's tail,
+/// which the handle left behind, is no licence to take more than the ring
+/// holds (a consumer reading slots never written) or to overwrite what it
+/// holds (a producer).
+#[test]
+fn a_ring_after_a_handle_on_the_same_side_counts_from_the_real_tail() {
+    let region = Region::new(16);
+    // Consumer side: 12 in, 10 out through a handle, then a `Ring`.
+    let producer = region.init(16);
+    for v in 0..12 {
+        producer.enqueue(v).unwrap();
+    }
+    let mut consumer = region.attach().into_consumer().unwrap();
+    for v in 0..10 {
+        assert_eq!(consumer.dequeue(), Some(v));
+    }
+    drop(consumer);
+    let after = region.attach();
+    let mut out = [0u64; 16];
+    assert_eq!(after.dequeue_burst(&mut out).n, 2, "{out:?}");
+    assert_eq!(out[..2], [10, 11]);
+    assert_eq!(after.dequeue(), None);
+    drop((producer, after));
+
+    // Producer side: a handle fills 16 of 16 after the consumer took 2 of
+    // the first 4, then a `Ring` finds no room.
+    let region = Region::new(4);
+    let consumer = region.init(4);
+    let mut handle = region.attach().into_producer().unwrap();
+    for v in 0..4 {
+        handle.enqueue(v).unwrap();
+    }
+    assert_eq!(consumer.dequeue(), Some(0));
+    assert_eq!(consumer.dequeue(), Some(1));
+    for v in 4..6 {
+        handle.enqueue(v).unwrap();
+    }
+    drop(handle);
+    let after = region.attach();
+    assert_eq!(after.enqueue(99), Err(99), "a full ring took an element");
+    assert_eq!(after.enqueue_burst(&[99; 4]).n, 0);
+    for v in 2..6 {
+        assert_eq!(consumer.dequeue(), Some(v));
+    }
+    assert_eq!(consumer.dequeue(), None);
+}

@@ -331,10 +331,12 @@ impl Inner {
     }
 
     /// Puts indices on the ring. It always has room (capacity >= count)
-    /// unless objects were returned twice by a broken `unsafe` caller: the
-    /// extras are then dropped (and debug builds panic).
+    /// unless objects were returned twice by a broken `unsafe` caller: as
+    /// many as fit go on (a burst, not all-or-nothing, so that no object
+    /// returned once is lost with the extras), the extras are dropped (and
+    /// debug builds panic).
     fn push(&self, idx: &[u32]) {
-        if self.ring.enqueue_bulk(idx).is_err() {
+        if self.ring.enqueue_burst(idx).n < idx.len() {
             debug_assert!(
                 false,
                 "pool {:?}: free ring full: objects returned twice",
