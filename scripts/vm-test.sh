@@ -2,7 +2,7 @@
 # Two-VM end-to-end test of ntbdk's vfio path, under QEMU TCG.
 #
 # 1. Installs what is missing from Debian's packages (qemu-system-x86,
-#    linux-image-amd64, busybox-static, cpio, kmod); needs root for that.
+#    linux-image-amd64, busybox-static, cpio, kmod, binutils); needs root for that.
 # 2. Builds the apps as static binaries into target/vm (its own target dir, so
 #    the normal build is not invalidated).
 # 3. Makes an initramfs: busybox, the vfio modules of the installed Debian

@@ -114,13 +114,13 @@ impl Zone {
                 "zone {name:?}: length must not be zero"
             )));
         }
-        match Self::create_backed(name, len, opts.page_size, opts.lock) {
+        match Self::create_backed(name, len, opts.page_size, opts) {
             Err(e @ (MemError::NoHugepages { .. } | MemError::HugepagesUnsupported { .. }))
                 if opts.allow_fallback =>
             {
                 let why = e.hugepage_shortfall().unwrap_or_else(|| e.to_string());
                 tracing::warn!(zone = name, "{why}; falling back to 4 KiB pages");
-                Self::create_backed(name, len, PageSize::Small4K, opts.lock)
+                Self::create_backed(name, len, PageSize::Small4K, opts)
             }
             r => r,
         }
@@ -131,7 +131,7 @@ impl Zone {
         name: &str,
         len: usize,
         page_size: PageSize,
-        lock: bool,
+        opts: &ZoneOptions,
     ) -> Result<Zone, MemError> {
         let too_big =
             || MemError::InvalidArgument(format!("zone {name:?}: {len} bytes is too large"));
@@ -208,8 +208,8 @@ impl Zone {
             page_size,
             fd,
         };
-        if lock {
-            zone.lock();
+        if opts.lock {
+            zone.lock(opts.warn_unlocked);
         }
         Ok(zone)
     }
@@ -362,15 +362,23 @@ impl Zone {
         }
     }
 
-    /// Locks the whole mapping; a failure is logged, not returned.
-    fn lock(&self) {
+    /// Locks the whole mapping; a failure is logged (a warning if `warn`,
+    /// else a debug message), not returned.
+    fn lock(&self, warn: bool) {
         if let Err(e) = self.map.lock() {
-            tracing::warn!(
-                zone = %self.name,
-                "could not lock {} bytes in memory ({e}): pages may be swapped and \
-                 physical addresses may change; raise RLIMIT_MEMLOCK (ulimit -l)",
-                self.map.len()
-            );
+            let len = self.map.len();
+            if warn {
+                tracing::warn!(
+                    zone = %self.name,
+                    "could not lock {len} bytes in memory ({e}): pages may be swapped and \
+                     physical addresses may change; raise RLIMIT_MEMLOCK (ulimit -l)"
+                );
+            } else {
+                tracing::debug!(
+                    zone = %self.name,
+                    "could not lock {len} bytes in memory ({e}): pages may be swapped"
+                );
+            }
         }
     }
 }

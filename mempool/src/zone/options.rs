@@ -29,6 +29,12 @@ pub struct ZoneOptions {
     /// never swapped and their physical addresses stay put. Failure to lock
     /// (e.g. `RLIMIT_MEMLOCK`) is a warning, not an error.
     pub lock: bool,
+    /// Whether a failure to lock is a warning (default `true`) or only a
+    /// debug message (`false`: for memory whose swapping would cost only
+    /// latency, never a stale physical address, such as the emulated NTB's
+    /// windows, which a user without root cannot lock past the usual 8 MiB
+    /// `RLIMIT_MEMLOCK`).
+    pub warn_unlocked: bool,
 }
 
 impl Default for ZoneOptions {
@@ -37,6 +43,7 @@ impl Default for ZoneOptions {
             page_size: PageSize::Huge2M,
             allow_fallback: false,
             lock: true,
+            warn_unlocked: true,
         }
     }
 }

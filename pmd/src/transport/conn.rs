@@ -18,14 +18,9 @@ use super::geometry::{Layout, Part};
 use super::key::RegionKey;
 use super::ops::InOp;
 use super::queue::{Consumer, Producer, free_entry, parse_free_entry};
-use super::region::footprint;
+use super::region::{MAX_REMOTE_REGIONS, footprint};
 use super::types::SendWr;
 use super::wire::{self, Body, Msg, Ring};
-
-/// Regions one peer may have advertised to us at once (each an entry of
-/// [`Conn::learn_region`]'s table); far more than a region area holds at
-/// any useful size.
-pub const MAX_REMOTE_REGIONS: usize = 1 << 16;
 
 /// Most messages waiting for credits towards one ring of a peer.
 pub(crate) const BACKLOG_LIMIT: usize = 1 << 16;

@@ -209,7 +209,7 @@ impl Transport {
     }
 
     /// `Advertise` from `p`: remember where its region is (refused and
-    /// counted as an overload past [`MAX_REMOTE_REGIONS`](super::conn::MAX_REMOTE_REGIONS)).
+    /// counted as an overload past [`MAX_REMOTE_REGIONS`](super::region::MAX_REMOTE_REGIONS)).
     pub(crate) fn on_advertise(&mut self, p: Port, rkey: u32, offset: u64, len: u32) {
         if let Some(c) = self.peers[p as usize].conn.as_mut()
             && !c.learn_region(rkey, offset, len)
@@ -220,7 +220,7 @@ impl Transport {
 
     /// `Revoke` from `p`: forget the region, then acknowledge (our later
     /// writes can no longer name it). A key we do not know (one we refused
-    /// past [`MAX_REMOTE_REGIONS`](super::conn::MAX_REMOTE_REGIONS), or
+    /// past [`MAX_REMOTE_REGIONS`](super::region::MAX_REMOTE_REGIONS), or
     /// nonsense) is counted and acknowledged all the same: we write nothing
     /// to it, and the peer holds the region's bytes until we say so.
     pub(crate) fn on_revoke(&mut self, p: Port, rkey: u32) {

@@ -23,6 +23,9 @@
 //!                    FreeQ     (eager_count u64 entries): eager buffers of p's window
 //!                              p lends us to send into
 //!                    eager buffers (eager_count x eager_size): p's sends to us
+//!                    data queues (Geometry::data, when configured), per queue: credit,
+//!                    FreeQ of lent buffers, descriptor ring, receive buffers
+//!                    (`dataq/mod.rs` has their format)
 //! region area      page aligned, to the window's end: registered regions
 //! ```
 //!
@@ -43,7 +46,7 @@
 //! | write | initiator → target RX `WriteReq{op, rkey, roff, len}`; target checks key, remote-write permission and range, → initiator TX `Sgl{op, start, entries}` (5 per slot, as many slots as needed); initiator copies each segment straight into the target's region (the only copy), → target CQ `Done{op, len}`; target → initiator CQ `Ack{op, status, len}`: completion | EP 3025241 (seed 001) FIG. 3, steps 301–313 (and FIG. 4, 401–409); the optional step 313 is always sent |
 //! | read, size known | initiator → target TX `ReadReq{op, rkey, roff, len}` + `ReadSgl{op, start, entries}` (our region's extents); target checks remote-read permission and range, copies each segment into our window, → initiator CQ `Ack{op, Ok, len}`: completion | EP 3025241 FIG. 5, steps 505–513 (optional 515 not sent) |
 //! | read, size unknown | initiator → target TX `ReadIntent{op, rkey, roff}`; target → initiator RX `ReadSize{op, status, len}`; initiator allocates a region of that size (bounded by the caller's `max_len`) and reads as above under a fresh op id | EP 3025241 FIG. 6, steps 601–613 (FIG. 7, 701–713) |
-//! | send | up to 48 bytes inline in one PostQ slot `SendInline`; up to 216 bytes inline in up to four consecutive PostQ slots (a `SEND_INLINE_LONG` head and continuation slots, written back to back; the receiver takes the run once the last slot's tag is there and validates it as a unit); larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ | ntbdk's own eager path (DESIGN.md: FreeQ/PostQ), beside the seed's rendezvous |
+//! | send | up to 48 bytes inline in one PostQ slot `SendInline`; up to 216 bytes inline in up to four consecutive PostQ slots (a `SEND_INLINE_LONG` head and continuation slots, written back to back; the receiver takes the run once the last slot's tag is there and validates it as a unit); larger (up to `eager_size`): into an eager buffer taken from our FreeQ, then a PostQ slot `SendBuf{buf, len}`; the receiver copies it into the oldest posted receive and lends the buffer back through the sender's FreeQ | ntbdk's own eager path (the FreeQ and PostQ of the layout above), beside the seed's rendezvous |
 //! | one-sided write | target → initiator TX `Advertise{rkey, offset, len}` once per remote-write region (contiguous, in the peer's domain); initiator checks key, bounds and permission, then writes the bytes straight into the target's region (posted writes) and completes at once; with an immediate, then initiator → target RX `WriteImm{rkey, roff, len, imm}` (after the data); deregistering sends `Revoke{rkey}`, answered by initiator → target CQ `RevokeAck{rkey}`, and only then are the bytes reused | seed 004 (the channel adapter's direct placement into a remote address range), as verbs' RDMA write (with immediate) |
 //! | multicast put | initiator → each target RX `Rts{op, len}`; each target allocates storage and answers on our TX with `Sgl` segments (clear to send); a check-in counter of targets not yet ready reaches zero (the operation's deadline stays a timeout after the post, however the storage trickles in); one put copies to every target and sends each a `Done` (each copy only within three quarters of the operation timeout of the post: later, every target left is failed with a timeout and cancelled instead, as a target's own deadline, which started when its request came, may have passed); each `Ack`s; one completion | seed 002 (remote direct memory access): request to send to a plurality of targets, each prepares to receive, a check-in counter, one direct put |
 //! | multicast put, chain | initiator → each target RX `ChainRts{op, len, prev, next}`; each target allocates storage and, once it holds its successor's storage (`ChainSgl{op, origin, ...}` from `next`, or at once if last), sends its own to `prev` (`ChainSgl`, or a plain `Sgl` to the initiator); the first target's clear-to-send means the whole chain is ready; the initiator copies to the first target and sends `Done`; each target deposits, forwards the data to `next` with `ChainDone{op, origin, len}` (only before its own deadline; after it, it releases `next`'s storage instead) and `Ack`s the initiator; a `Done` or `ChainDone` before our clear-to-send is no data | seed 002, the deposit bit: each target deposits and forwards |
@@ -61,8 +64,9 @@
 //! and permissions against the region table, eager buffer indexes against
 //! the buffers we lent. A bad message fails its operation (error
 //! completion, or an error `Ack` to the peer) or, with no operation to
-//! fail, is dropped and counted ([`DropKind`]). Every operation has a
-//! deadline; nothing waits forever.
+//! fail, is dropped and counted ([`DropKind`]). With a finite
+//! `Config::op_timeout` (the default), every operation has a deadline and
+//! nothing waits forever.
 //!
 //! A peer can exhaust only what it is given, with the exceptions listed
 //! after: at most `Config::max_outstanding` operations served for it at
@@ -118,14 +122,17 @@
 //!
 //! # Where things are
 //! One role a file (see `docs/ARCHITECTURE.md` for the whole map):
-//! `endpoint.rs` (the [`Transport`] and its completion queue), `memory.rs`
+//! `endpoint.rs` (the [`Transport`]), `completion_queue.rs`, `memory.rs`
 //! (region verbs), `post.rs` (posting work), `poll.rs` (the poll loop),
 //! `receive.rs` (sends → receive completions), `target.rs` (serving a
 //! peer's requests), `initiator.rs` (our operations' progress),
 //! `multicast.rs`, `direct.rs` (one-sided writes), `handshake.rs`; underneath, `conn.rs` (one
 //! connection), `peer.rs`, `ops.rs` (operations in flight), `queue.rs`
 //! (slot rings), `wire.rs` (the message format), `geometry.rs`,
-//! `region.rs`, `sgl.rs`, `dma.rs`.
+//! `region.rs`, `sgl.rs`, `dma.rs`; the data queues in `dataq/` (with
+//! `watch.rs`, the connection word they follow); the stats page in
+//! `stats_page.rs` and `publish.rs`; `claim.rs` (one transport per window),
+//! `idhash.rs`.
 //!
 //! # Batching and progress
 //! A slot is published by its own tag, so a batch of work requests

@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use crate::hw::{GrantId, NtbDevice, Port};
 
-use super::conn::MAX_REMOTE_REGIONS;
 use super::idhash::IdMap;
 
 use super::error::{Result, TransportError};
@@ -128,6 +127,11 @@ impl Region {
         out
     }
 }
+
+/// Regions one peer may have advertised to us at once (each an entry of
+/// `Conn::learn_region`'s table); far more than a region area holds at
+/// any useful size.
+pub(crate) const MAX_REMOTE_REGIONS: usize = 1 << 16;
 
 /// Most regions advertised to one peer at once: half of what it can learn
 /// ([`MAX_REMOTE_REGIONS`]) and half of the queue's backlog, since all of

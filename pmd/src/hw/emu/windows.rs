@@ -45,10 +45,17 @@ impl WindowMem {
         }
         let size = fabric.config().window_size;
         check_memory(size)?;
+        // Locked where RLIMIT_MEMLOCK allows (always for root), quietly
+        // otherwise: nothing translates an emulated window's physical
+        // addresses, so a swapped page costs latency only, and a default
+        // memlock limit (8 MiB) is below the windows of the main benchmark.
         let zone = Zone::create(
             &window_zone_name(fabric, port),
             size,
-            &ZoneOptions::huge_or_fallback(),
+            &ZoneOptions {
+                warn_unlocked: false,
+                ..ZoneOptions::huge_or_fallback()
+            },
         )?;
         Ok(Self::from_zone(Arc::new(zone)))
     }
