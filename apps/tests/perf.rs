@@ -985,6 +985,55 @@ fn a_killed_server_ends_the_run_saying_so() {
     assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
 }
 
+/// A server killed in the middle of a sweep fails the run, but the rows
+/// measured before are saved (`--out_json`), the error in the report's
+/// parameters.
+#[test]
+fn a_failed_sweep_still_saves_its_rows() {
+    let dir = Dir::new("srv-kill-json");
+    let json = dir.0.join("sweep.json");
+    let r = Run::start(
+        &dir,
+        "sweep",
+        &[
+            "--test",
+            "bw",
+            "-a",
+            "-D",
+            "0.3",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let server = spawned_server(&r, &dir);
+    let t = Instant::now();
+    while perftest_rows(
+        &std::fs::read_to_string(&r.out).unwrap_or_default(),
+        BW_HEADER,
+    )
+    .len()
+        < 2
+    {
+        assert!(t.elapsed() < DEADLINE, "no rows");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal_pid(server, libc::SIGKILL);
+    let d = r.finish();
+    // "port 1 left during the run", or "the server on port 1 is gone",
+    // depending on the phase it dies in.
+    assert_fails_with(&d, "port 1");
+    assert!(
+        d.stderr.contains("measured before the failure are saved"),
+        "{}",
+        d.stderr
+    );
+    let report = Report::read_json(&json).unwrap();
+    assert!(report.bandwidth.len() >= 2, "{report:?}");
+    let error = report.params["error"].as_str().unwrap_or_default();
+    assert!(error.contains("port 1"), "{report:?}");
+    assert!(dir.leftovers().is_empty(), "left {:?}", dir.leftovers());
+}
+
 /// A latency run's clock starts after the warm-up: a short -D still
 /// measures every size.
 #[test]

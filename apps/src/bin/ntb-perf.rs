@@ -801,15 +801,33 @@ fn measure(
     if result.is_ok()
         && let Some((_, children)) = spawned
     {
-        for status in children.wait_all(Duration::from_secs(5))? {
-            if !status.success() {
-                bail!("the server process failed ({status})");
-            }
-        }
+        result = children
+            .wait_all(Duration::from_secs(5))
+            .and_then(|statuses| match statuses.iter().find(|s| !s.success()) {
+                Some(status) => Err(anyhow::anyhow!("the server process failed ({status})")),
+                None => Ok(()),
+            });
     }
     if result.is_ok() || interrupted {
         print_counters(&client, &*host.dev, took);
-        save(args, &report)?;
+    }
+    // What was measured is saved whatever ended the run (a failed run's
+    // report says why in its parameters, `error`), so an hour's sweep is not
+    // lost to a server that died at its last size.
+    if let Err(e) = &result
+        && !interrupted
+    {
+        report
+            .params
+            .insert("error".into(), format!("{e:#}").into());
+    }
+    match (save(args, &report), &result) {
+        (Err(e), Ok(())) => return Err(e),
+        (Err(e), Err(_)) => eprintln!("{TOOL}: {e:#}"),
+        (Ok(true), Err(_)) if !interrupted => {
+            eprintln!("{TOOL}: the figures measured before the failure are saved")
+        }
+        _ => {}
     }
     result
 }
@@ -1038,20 +1056,25 @@ fn print_samples(raw: &mut [u64], unsorted: bool) {
     }
 }
 
-/// Writes --out_json and --plot (what was measured, even after Ctrl-C).
-fn save(args: &Args, report: &Report) -> Result<()> {
+/// Writes `--out_json` and `--plot`, if asked, when the report holds rows
+/// (what was measured, even after Ctrl-C or a failure); returns whether
+/// anything was written.
+fn save(args: &Args, report: &Report) -> Result<bool> {
     if report.bandwidth.is_empty() && report.latency.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
+    let mut wrote = false;
     if let Some(path) = json_path(args) {
         report.write_json(&path)?;
         println!("{TOOL}: figures written to {}", path.display());
+        wrote = true;
     }
     if let Some(path) = &args.plot {
         write_svg(report, path)?;
         println!("{TOOL}: plot written to {}", path.display());
+        wrote = true;
     }
-    Ok(())
+    Ok(wrote)
 }
 
 /// Queue-pair and device counters of the client, and what they prove.
