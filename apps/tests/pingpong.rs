@@ -460,3 +460,70 @@ fn interrupting_the_echo_side_while_pinged_ends_it() {
     let c = client.finish();
     assert_ne!(c.status.code(), Some(0), "{}\n{}", c.stdout, c.stderr);
 }
+
+/// Two measuring sides (`--server` forgotten on one) do not take each
+/// other's pings for echoes: they say what the other is.
+#[test]
+fn two_measuring_sides_do_not_pair() {
+    let dir = Dir::new("twins");
+    EmuFabric::create_in(&dir.0, "twins", &small_fabric()).unwrap();
+    let side = |slot: &str| {
+        Run::start(
+            &dir,
+            &format!("side{slot}"),
+            &[
+                "--fabric",
+                "twins",
+                "--slot",
+                slot,
+                "-n",
+                "1000",
+                "--timeout",
+                "10",
+            ],
+        )
+    };
+    let (a, b) = (side("0"), side("1"));
+    for d in [a.finish(), b.finish()] {
+        assert_fails_with(&d, "is another measuring side");
+        assert!(d.took < Duration::from_secs(10), "{:?}", d.took);
+    }
+    EmuFabric::destroy_in(&dir.0, "twins").unwrap();
+}
+
+/// An echo side waits for a measuring side that says so: a host that joins
+/// the fabric and does nothing (as `ntb-tool`'s verbs do for a moment) is
+/// not taken for one.
+#[test]
+fn the_echo_side_ignores_a_host_that_is_not_measuring() {
+    let dir = Dir::new("lurker");
+    let cfg = FabricConfig {
+        slots: 3,
+        ..small_fabric()
+    };
+    let fabric = EmuFabric::create_in(&dir.0, "lurk", &cfg).unwrap();
+    let _lurker = EmuDevice::join(
+        &fabric,
+        &DeviceConfig {
+            slot: Some(2),
+            fabric: cfg.clone(),
+            dir: Some(dir.0.clone()),
+            ..DeviceConfig::default()
+        },
+    )
+    .unwrap();
+    let d = run(
+        &dir,
+        &[
+            "--fabric",
+            "lurk",
+            "--slot",
+            "0",
+            "--server",
+            "--timeout",
+            "1",
+        ],
+    );
+    assert_fails_with(&d, "0 of 1 peer(s) joined fabric \"lurk\"");
+    EmuFabric::destroy_in(&dir.0, "lurk").unwrap();
+}

@@ -14,6 +14,13 @@
 //! side's scratchpad 0, which copies it back into the measuring side's
 //! scratchpad 0; `u32::MAX` tells it to stop. Every access is a posted write
 //! or a read of one's own registers; nothing reads through the bridge.
+//!
+//! Pairing. Before the first ping the measuring side writes "measuring"
+//! into its peer's role register (the last scratchpad, `cli::role`) and
+//! waits for "echo" in its own; the echo side takes only a peer that said
+//! it measures. So two measuring sides say what the other is instead of
+//! timing each other's pings, and an echo side is not taken by another app
+//! or a host that joined the fabric for a moment.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -22,10 +29,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::host::{Host, open_device};
+use ntbdk_apps::cli::role::{Role, announce, announced, clear_role};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
     die_with_parent, join, leave_signals_to_parent, pick_core, pin, spawned_by_us, usable_cores,
-    wait_peers, warn_shared_cores,
+    wait_peers, wait_peers_where, warn_shared_cores,
 };
 use ntbdk_apps::cli::units::secs;
 use ntbdk_apps::cli::{is_interrupted, run_main, usage_error};
@@ -202,6 +210,7 @@ fn run(args: &Args) -> Result<()> {
                 }
             };
             let dev = &*host.dev;
+            clear_role(dev)?;
             if !args.peer {
                 println!(
                     "{TOOL}: echo side on port {} of {}: waiting for the measuring side (on the \
@@ -213,7 +222,20 @@ fn run(args: &Args) -> Result<()> {
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the measuring side ({TOOL} {how} {name})");
             let wait = args.timeout.map(|_| timeout);
-            let peer = wait_peers(dev, &host.place, &want, 1, wait, &hint, || Ok(()))?[0];
+            // Only a measuring side that said so: not a twin, not another
+            // app, not a host that joined for a moment (ntb-tool).
+            let measuring = |p| announced(dev, p, Role::Measure);
+            let peer = wait_peers_where(
+                dev,
+                &host.place,
+                &want,
+                1,
+                wait,
+                &hint,
+                measuring,
+                || Ok(()),
+            )?[0];
+            announce(dev, peer, Role::Echo)?;
             pin(TOOL, core);
             let served = echo(dev, peer, args.via, timeout)?;
             if !args.peer {
@@ -233,9 +255,11 @@ fn run(args: &Args) -> Result<()> {
                 )?),
             };
             let dev = &*host.dev;
+            clear_role(dev)?;
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the echo side ({TOOL} {how} {name} --server)");
             let peer = wait_peers(dev, &host.place, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
+            await_echo(dev, peer, timeout)?;
             pin(TOOL, core);
             let (rtt, stopped) = measure(dev, peer, args, timeout)?;
             finish(args, &host, peer, name, core, None, &rtt)?;
@@ -268,6 +292,7 @@ fn self_contained(
     let _fabric_guard = FabricGuard(name.clone());
     let host = Host::member(join(&fabric, Some(0))?);
     let dev = &*host.dev;
+    clear_role(dev)?;
 
     let exe = std::env::current_exe().context("finding this program to start the echo side")?;
     let mut cmd = Command::new(exe);
@@ -304,6 +329,7 @@ fn self_contained(
         || children.check_running("the echo side"),
     )
     .with_context(|| format!("waiting for the echo side to join fabric {name:?}"))?;
+    await_echo(dev, 1, timeout)?;
     pin(TOOL, core);
     let (rtt, stopped) = measure(dev, 1, args, timeout)?;
     if stopped.is_none() {
@@ -371,6 +397,38 @@ fn finish(
         write_svg(&report, path)?;
     }
     Ok(())
+}
+
+/// Before the first ping: tells `peer` we measure, and waits until it says
+/// it echoes. Fails when it is another measuring side or says nothing for
+/// `timeout`.
+fn await_echo(dev: &dyn NtbDevice, peer: Port, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        if polls.is_multiple_of(64) {
+            // A peer that left is noticed below (no answer in time).
+            let _ = announce(dev, peer, Role::Measure);
+            check_interrupted()?;
+        }
+        polls = polls.wrapping_add(1);
+        if announced(dev, peer, Role::Echo) {
+            return Ok(());
+        }
+        if announced(dev, peer, Role::Measure) {
+            bail!(
+                "port {peer} is another measuring side, not an echo side: two cannot pair; run \
+                 one side with --server"
+            );
+        }
+        if start.elapsed() >= timeout {
+            bail!(
+                "port {peer} did not say it is an echo side within {timeout:?}: is it an \
+                 {TOOL} --server (and not another tool or version)?"
+            );
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// The measuring side: warm-up, then `iters` timed round trips. Interrupted

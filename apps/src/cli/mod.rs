@@ -1,7 +1,8 @@
 //! The plumbing every app shares: one [`run_main`] (logging, Ctrl-C, exit
 //! codes, error printing), process [`session`]s (fabrics, devices, cores,
-//! spawned peers, waits that end), the [`host`] device of either kind, and
-//! [`units`] (sizes as people type them).
+//! spawned peers, waits that end), the [`host`] device of either kind,
+//! [`role`] (which app and side a peer is), and [`units`] (sizes and
+//! durations as people type them).
 //!
 //! An app's `main` is one line:
 //!
@@ -17,6 +18,7 @@
 
 pub mod host;
 pub mod hugepages;
+pub mod role;
 pub mod session;
 pub mod units;
 

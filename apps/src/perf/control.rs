@@ -23,6 +23,7 @@ use anyhow::{Result, bail};
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 use super::{Op, WriteMode};
+use crate::cli::role::{Role, announce, announced, clear_role};
 
 /// Server scratchpad: the sequence number of the current command (written
 /// last).
@@ -35,52 +36,6 @@ const SP_ARG: usize = 2;
 const SP_IDX: usize = 3;
 /// The value a server answers to a command it cannot carry out.
 pub const REFUSED: u32 = u32::MAX;
-/// Role register value of a server (its port in the low 16 bits).
-const ROLE_SERVER: u32 = 0x5345_0000; // "SE"
-/// Role register value of a client (its port in the low 16 bits).
-const ROLE_CLIENT: u32 = 0x434C_0000; // "CL"
-
-/// What a side of a run is, as its role register says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// An `ntb-perf --server` (serves).
-    Server,
-    /// An `ntb-perf` client (measures).
-    Client,
-}
-
-impl Role {
-    fn mark(self, port: Port) -> u32 {
-        match self {
-            Role::Server => ROLE_SERVER | u32::from(port),
-            Role::Client => ROLE_CLIENT | u32::from(port),
-        }
-    }
-}
-
-/// The role register: the last scratchpad.
-fn role_spad(dev: &dyn NtbDevice) -> usize {
-    dev.spad_count() - 1
-}
-
-/// Tells `peer` that we (`role`) are on the other end: a posted write into
-/// its role register.
-pub fn announce(dev: &dyn NtbDevice, peer: Port, role: Role) -> Result<()> {
-    dev.peer_spad_write(peer, role_spad(dev), role.mark(dev.port()))?;
-    Ok(())
-}
-
-/// Whether `peer` announced itself to us as `role` (our own role register).
-pub fn announced(dev: &dyn NtbDevice, peer: Port, role: Role) -> bool {
-    dev.spad_read(role_spad(dev))
-        .is_ok_and(|v| v == role.mark(peer))
-}
-
-/// Clears our role register (stale marks of an earlier run).
-pub fn clear_role(dev: &dyn NtbDevice) -> Result<()> {
-    dev.spad_write(role_spad(dev), 0)?;
-    Ok(())
-}
 
 /// What a client asks of a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
