@@ -686,6 +686,7 @@ fn perftest_flags_without_meaning_name_the_nearest_option() {
         (&["-b", "--run_infinitely"][..], "drop --run_infinitely"),
         (&["--run_infinitely", "--test", "lat"][..], "bandwidth only"),
         (&["-H", "--test", "bw"][..], "--test lat"),
+        (&["-U", "--run_infinitely"][..], "without --run_infinitely"),
         (
             &["--out_json_file", "/nonexistent/dir/x.json"][..],
             "cannot write",

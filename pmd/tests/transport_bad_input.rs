@@ -1067,38 +1067,80 @@ fn a_peer_that_stops_crediting_is_disconnected_past_the_backlog_limit() {
     honest_traffic_works(&mut s);
 }
 
-/// Reads of unknown size towards a peer that stops crediting wait in the
-/// backlog like any request; past the room a post may take they are
-/// refused as `Busy`, not queued until the backlog overflows and resets
-/// the connection.
+/// Posts towards a peer that stops crediting wait in the backlog like any
+/// message: reads of unknown size (a request each), rendezvous writes (a
+/// request each) and one-sided writes with an immediate (a notice each).
+/// Past the room a post may take of the backlog they are refused as
+/// `Busy`, not queued until the backlog overflows and resets the
+/// connection.
 #[test]
-fn reads_of_unknown_size_past_the_backlog_room_are_busy_not_a_reset() {
-    let mut cfg = Config::new(Geometry::small(3));
-    cfg.op_timeout = Duration::from_secs(3600);
-    cfg.max_outstanding = 4 * BACKLOG_LIMIT;
-    let mut s = setup_with(cfg);
-    let q = s.ts[1].create_qp(2).unwrap();
-    let remote = RemoteAddr {
-        key: RegionKey(1),
-        offset: 0,
-    };
-    let mut posted = 0usize;
-    let err = loop {
-        match s.ts[1].post_read_unknown(q, remote, 64, posted as u64) {
-            Ok(()) => posted += 1,
-            Err(e) => break e,
-        }
-        assert!(posted <= 2 * BACKLOG_LIMIT, "never refused");
-    };
-    assert!(
-        matches!(err, TransportError::Busy { peer: 2, .. }),
-        "{err:?} after {posted}"
-    );
-    assert!(posted >= BACKLOG_LIMIT / 2, "refused early, at {posted}");
-    s.ts[1].progress();
-    assert!(s.ts[1].is_connected(2), "the connection was reset");
-    assert_eq!(s.ts[1].counters(q).disconnects, 0);
-    assert_eq!(s.ts[1].resources(q).outstanding, posted);
+fn posts_past_the_backlog_room_are_busy_not_a_reset() {
+    type Post = fn(&mut Transport, Qp, RegionKey, RegionKey, u64) -> Result<(), TransportError>;
+    let posts: [(&str, Post); 3] = [
+        ("read of unknown size", |t, q, _, remote, i| {
+            let at = RemoteAddr {
+                key: remote,
+                offset: 0,
+            };
+            t.post_read_unknown(q, at, 64, i)
+        }),
+        ("rendezvous write", |t, q, src, remote, i| {
+            let local = [Sge {
+                key: src,
+                offset: 0,
+                len: 64,
+            }];
+            let at = RemoteAddr {
+                key: remote,
+                offset: 0,
+            };
+            t.post_write(q, &local, at, i)
+        }),
+        ("one-sided write with an immediate", |t, q, _, remote, i| {
+            let at = RemoteAddr {
+                key: remote,
+                offset: 0,
+            };
+            t.post_write_direct(q, &[1; 64], at, Some(i), i)
+        }),
+    ];
+    for (what, post) in posts {
+        let mut cfg = Config::new(Geometry::small(3));
+        cfg.op_timeout = Duration::from_secs(3600);
+        cfg.max_outstanding = 4 * BACKLOG_LIMIT;
+        let mut s = setup_with(cfg);
+        let q = s.ts[1].create_qp(2).unwrap();
+        let src = s.ts[1].register_region(64, Access::ALL).unwrap();
+        // A region of the rogue's, advertised for one-sided writes.
+        let remote = RegionKey(0x5eed);
+        let offset = s.rogue.layout().region_area_start() as u64;
+        let m = Msg::Advertise {
+            rkey: remote.0,
+            offset,
+            len: 4096,
+        };
+        s.inj.push(Ring::Tx, &wire::encode(&m)).unwrap();
+        s.ts[1].progress();
+        let mut posted = 0usize;
+        let err = loop {
+            match post(&mut s.ts[1], q, src, remote, posted as u64) {
+                Ok(()) => posted += 1,
+                Err(e) => break e,
+            }
+            assert!(posted <= 2 * BACKLOG_LIMIT, "{what}: never refused");
+        };
+        assert!(
+            matches!(err, TransportError::Busy { peer: 2, .. }),
+            "{what}: {err:?} after {posted}"
+        );
+        assert!(
+            posted >= BACKLOG_LIMIT / 2,
+            "{what}: refused early, at {posted}"
+        );
+        s.ts[1].progress();
+        assert!(s.ts[1].is_connected(2), "{what}: the connection was reset");
+        assert_eq!(s.ts[1].counters(q).disconnects, 0, "{what}");
+    }
 }
 
 // ---- storage held for an initiator that goes away ----

@@ -374,8 +374,11 @@ fn check_args(args: &Args) -> Result<()> {
     if args.run_infinitely && args.test == Some(Test::Lat) {
         bail!("--run_infinitely measures bandwidth only (as perftest's): drop --test lat");
     }
-    if (args.histogram || args.unsorted) && args.test == Some(Test::Bw) {
-        bail!("-H/-U print latency samples: they need --test lat (or no --test)");
+    if (args.histogram || args.unsorted) && (args.test == Some(Test::Bw) || args.run_infinitely) {
+        bail!(
+            "-H/-U print latency samples: they need --test lat (or no --test, without \
+             --run_infinitely)"
+        );
     }
     if let Some(i) = args.inline_size
         && !args.server
@@ -870,7 +873,8 @@ impl Header<'_> {
         );
         println!(
             " Number of qps   : {}\t\tTransport type : ntbdk (posted writes only)",
-            a.qp
+            // A latency test runs over one queue pair, whatever -q says.
+            if self.test == Test::Lat { 1 } else { a.qp }
         );
         if self.test == Test::Bw {
             println!(" TX depth        : {}", a.tx_depth);

@@ -536,6 +536,13 @@ impl Pool {
 
     /// The device address of the object's first byte (see [`Zone::iova`]).
     ///
+    /// With [`IovaMode::Pa`] this holds for the object's first page only:
+    /// objects are not padded to stay within a page, so one that crosses a
+    /// page boundary of its zone (4 KiB pages, or a 2 MiB boundary) goes on
+    /// at an unrelated physical address. For a device that must reach a
+    /// whole object, look up each of its pages ([`Zone::iova`]) or pick an
+    /// element size whose stride divides the page size.
+    ///
     /// # Errors
     /// [`PoolError::ForeignHandle`]; [`PoolError::Zone`] from the look-up.
     pub fn iova(&self, handle: ObjIdx, mode: IovaMode) -> Result<u64, PoolError> {

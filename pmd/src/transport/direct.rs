@@ -328,6 +328,11 @@ fn place<'w>(
     if len == 0 || len > u64::from(u32::MAX) {
         return Err(Stop::Refused(TransportError::TransferSize { len }));
     }
+    // The immediate's notice waits for credits like any message: past the
+    // room a post may take of the backlog, the write waits too (`Busy`).
+    if wr.imm.is_some() && !c.sgl_fits(Ring::Rx, 1) {
+        return Err(Stop::Refused(TransportError::backlog_busy(peer)));
+    }
     // Regions are at most `u32::MAX` bytes (their advertisement's length
     // field).
     let region_len = span.len() as u32;

@@ -527,16 +527,16 @@ impl Transport {
             .is_some_and(|c| c.sgl_fits(Ring::Tx, msgs))
     }
 
-    /// [`sgl_fits`](Self::sgl_fits) for a post: `Busy` when the `msgs`
-    /// messages it queues towards `p` must wait for the backlog to drain.
-    pub(crate) fn backlog_room(&self, p: Port, msgs: usize) -> Result<()> {
-        if self.sgl_fits(p, msgs) {
-            Ok(())
-        } else {
-            Err(TransportError::Busy {
-                peer: p,
-                what: "control messages waiting for the peer's credits",
-            })
+    /// For a post: `Busy` when the `msgs` messages it queues on `ring`
+    /// towards `p` would take more than the room one operation may take of
+    /// that ring's backlog (see
+    /// [`SGL_BACKLOG_ROOM`](super::conn::SGL_BACKLOG_ROOM)): a post waits
+    /// for the peer's credits instead of overflowing the backlog, which
+    /// would reset the connection.
+    pub(crate) fn backlog_room(&self, p: Port, ring: Ring, msgs: usize) -> Result<()> {
+        match self.peers[p as usize].conn.as_ref() {
+            Some(c) if !c.sgl_fits(ring, msgs) => Err(TransportError::backlog_busy(p)),
+            _ => Ok(()),
         }
     }
 

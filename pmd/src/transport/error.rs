@@ -54,8 +54,8 @@ pub enum TransportError {
         peer: Port,
     },
     /// The local queue or eager buffers towards that peer are all in use, or
-    /// the control messages waiting for its credits leave no room for an
-    /// operation's SGL.
+    /// the control messages waiting for its credits leave no room for a
+    /// post's messages (an SGL, a request, an immediate's notice).
     #[error("no room towards port {peer}: {what}; poll completions and retry")]
     Busy {
         /// The peer.
@@ -245,6 +245,17 @@ pub enum TransportError {
         /// Which page, and what went wrong.
         what: String,
     },
+}
+
+impl TransportError {
+    /// `Busy`: the control messages waiting for `peer`'s credits leave no
+    /// room for a post's messages.
+    pub(crate) fn backlog_busy(peer: Port) -> Self {
+        TransportError::Busy {
+            peer,
+            what: "control messages waiting for the peer's credits",
+        }
+    }
 }
 
 /// Why a [`Geometry`](super::Geometry) cannot be laid out.

@@ -52,6 +52,7 @@ impl Transport {
         for wr in wrs {
             let r = self
                 .check_post(qp)
+                .and_then(|_| self.backlog_room(qp.peer, Ring::Rx, 1))
                 .and_then(|_| self.resolve_sges(wr.local, Access::LOCAL_READ));
             let (ext, len) = match r {
                 Ok(x) => x,
@@ -126,7 +127,7 @@ impl Transport {
                 max: SGL_BACKLOG_ROOM,
             });
         }
-        self.backlog_room(qp.peer, msgs)?;
+        self.backlog_room(qp.peer, Ring::Tx, msgs)?;
         let op = self.new_op(
             cookie,
             OutKind::Read {
@@ -194,7 +195,7 @@ impl Transport {
         self.check_post(qp)?;
         // Its one request must fit the backlog towards the peer, as
         // `post_read`'s do (past the backlog's limit the connection resets).
-        self.backlog_room(qp.peer, 1)?;
+        self.backlog_room(qp.peer, Ring::Tx, 1)?;
         let op = self.new_op(
             cookie,
             OutKind::ReadSize {
