@@ -459,6 +459,40 @@ fn iofwd_receives_exactly_its_count() {
     assert_eq!(summary(&io, "total", "TX-packets"), 10, "{}", io.stdout);
 }
 
+/// rxonly and txonly given the same `-n`: rxonly stops at its count and
+/// may leave before the end marker can be sent (it lends no buffer for
+/// it); txonly, every packet sent, ends cleanly all the same.
+#[test]
+fn rxonly_and_txonly_with_the_same_count_both_succeed() {
+    let _one = one_at_a_time();
+    for round in 0..3 {
+        let dir = Dir::new(&format!("samen{round}"));
+        let rx = first(
+            &dir,
+            "rx",
+            &[
+                "--fabric",
+                "sn",
+                "--fwd-mode",
+                "rxonly",
+                "--verify",
+                "-n",
+                "5000",
+            ],
+        );
+        let tx = run(
+            &dir,
+            &["--fabric", "sn", "--fwd-mode", "txonly", "-n", "5000"],
+        );
+        let rx = rx.finish();
+        assert_ok(&rx);
+        assert_ok(&tx);
+        assert_eq!(summary(&rx, "total", "RX-packets"), 5000, "{}", rx.stdout);
+        assert_eq!(summary(&tx, "total", "TX-packets"), 5000, "{}", tx.stdout);
+        assert_eq!(summary(&tx, "total", "TX-drops"), 0, "{}", tx.stdout);
+    }
+}
+
 #[test]
 fn rxonly_verify_fails_when_the_sender_leaves_without_its_end_marker() {
     let _one = one_at_a_time();

@@ -73,6 +73,9 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
     let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let mut chk = Checker::default();
     let (mut end_queued, mut end_sent, mut peer_left) = (false, false, false);
+    // The peer left with every packet sent but the end marker (an rxonly
+    // that stopped at its own -n gives no buffer back for it).
+    let mut marker_unsent = false;
     let mut idle_since = Instant::now();
     let (mut every, mut clock) = (Every::default(), Every::default());
     let mut time_up = false;
@@ -118,6 +121,10 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
                     peer_left = true;
                     return Ok(Step::Done);
                 }
+                if end_queued && batch.len() == 1 {
+                    marker_unsent = true;
+                    return Ok(Step::Done);
+                }
                 bail!(
                     "port {peer} left while queue {qid} was sending (after {} packets): \
                      did it stop early (-n, -D, Ctrl-C)?",
@@ -135,6 +142,10 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
         }
         Ok(Step::Work(work))
     });
+    if marker_unsent {
+        // The marker is no packet: not a drop.
+        batch.clear();
+    }
     drop_unsent(&mut batch, &ctx.counters);
     finished?;
     // Packets that left (the ones filled but unsent at a stop are drops).
@@ -142,6 +153,12 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
     let back = chk.received;
     if cfg.verify && chk.end.is_some() && back != seq {
         ctx.counters.failed(seq.abs_diff(back));
+    }
+    if marker_unsent {
+        return Ok(format!(
+            "queue {qid}: sent {sent} packets; the peer left before the end marker (did it \
+             stop at its own -n?)"
+        ));
     }
     Ok(match (chk.end, peer_left) {
         (Some(_), _) => {
