@@ -719,6 +719,42 @@ fn server_waits_for_a_client_past_the_old_ten_seconds() {
     assert!(dir.fabrics().is_empty());
 }
 
+/// Ctrl-C on a server kept busy by a send bandwidth run ends it promptly
+/// (130), though every poll finds work.
+#[test]
+fn ctrl_c_ends_a_busy_server() {
+    let dir = Dir::new("busy-srv");
+    let server = Run::start(&dir, "server", &["--fabric", "bs", "--server"]);
+    wait_until_serving(&server);
+    let client = Run::start(
+        &dir,
+        "client",
+        &[
+            "--fabric", "bs", "--test", "bw", "--op", "send", "-s", "64", "-D", "20",
+        ],
+    );
+    let t = Instant::now();
+    while !std::fs::read_to_string(&client.out)
+        .unwrap_or_default()
+        .contains(BW_HEADER)
+    {
+        assert!(t.elapsed() < DEADLINE, "no bandwidth header");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let signalled = Instant::now();
+    server.signal(libc::SIGINT);
+    let s = server.finish();
+    assert_eq!(s.status.code(), Some(130), "{}\n{}", s.stdout, s.stderr);
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "the server took {:?} to stop",
+        signalled.elapsed()
+    );
+    let c = client.finish();
+    assert_ne!(c.status.code(), Some(0), "{}\n{}", c.stdout, c.stderr);
+}
+
 #[test]
 fn servers_wait_for_a_client_instead_of_pairing_and_a_q2_client_uses_both() {
     let dir = Dir::new("twins");

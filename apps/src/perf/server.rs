@@ -70,7 +70,6 @@ pub fn serve(
     let mut polls = 0u32;
     loop {
         let n = ep.t.poll_completions(&mut comps);
-        let mut active = n > 0;
         for c in &comps[..n] {
             match c.op {
                 OpKind::Recv if c.status.is_ok() => {
@@ -107,7 +106,6 @@ pub fn serve(
                 post_retry(ep, timeout, |t| t.post_write(qp, &local, remote, 0))?;
                 owed -= 1;
                 stats.echoes += 1;
-                active = true;
             }
         }
         if let (Phase::WriteDirectEcho { size }, Some(key)) = (phase, client_key) {
@@ -120,7 +118,6 @@ pub fn serve(
                 })?;
                 next = next % 255 + 1;
                 stats.echoes += 1;
-                active = true;
             }
         }
         polls = polls.wrapping_add(1);
@@ -131,7 +128,6 @@ pub fn serve(
             None => None,
         };
         if let Some(rx) = rx {
-            active = true;
             stats.commands += 1;
             let answer = match rx.cmd {
                 Some(Command::Hello { client_key: k }) => {
@@ -251,8 +247,10 @@ pub fn serve(
         // No silence timeout while the client is connected: its one-sided
         // writes are invisible here, so a quiet session may be a busy one.
         // A client that died or left is seen by its link (the fabric's
-        // dead-peer detection).
-        if !active && polls.is_multiple_of(4096) {
+        // dead-peer detection). Looked at every 4096 polls, busy or not: a
+        // client that keeps the server busy (a send bandwidth run) must not
+        // hold Ctrl-C off.
+        if polls.is_multiple_of(4096) {
             check_interrupted()?;
             if ep.t.peer_state(client) != PeerState::Connected {
                 bail!("the client on port {client} left before the end of the run");
