@@ -12,8 +12,8 @@ use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
 use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
-    Access, Completion, Config, DropKind, Geometry, MulticastMode, OpKind, Part, Qp, RegionKey,
-    RemoteAddr, Sge, Status, Transport, TransportError, epoch,
+    Access, Completion, Config, DirectWr, DropKind, Geometry, MulticastMode, OpKind, Part, Qp,
+    RegionKey, RemoteAddr, Sge, Status, Transport, TransportError, epoch,
 };
 use ntbdk_pmd::transport::{
     Ring,
@@ -1069,39 +1069,51 @@ fn a_peer_that_stops_crediting_is_disconnected_past_the_backlog_limit() {
 
 /// Posts towards a peer that stops crediting wait in the backlog like any
 /// message: reads of unknown size (a request each), rendezvous writes (a
-/// request each) and one-sided writes with an immediate (a notice each).
-/// Past the room a post may take of the backlog they are refused as
-/// `Busy`, not queued until the backlog overflows and resets the
-/// connection.
+/// request each), one-sided writes with an immediate (a notice each, one by
+/// one or in batches) and multicast puts (a request each). Past the room a
+/// post may take of the backlog they are refused as `Busy`, not queued
+/// until the backlog overflows and resets the connection.
 #[test]
 fn posts_past_the_backlog_room_are_busy_not_a_reset() {
-    type Post = fn(&mut Transport, Qp, RegionKey, RegionKey, u64) -> Result<(), TransportError>;
-    let posts: [(&str, Post); 3] = [
+    type Post = fn(&mut Transport, Qp, RegionKey, RegionKey, u64) -> Result<usize, TransportError>;
+    fn at(key: RegionKey) -> RemoteAddr {
+        RemoteAddr { key, offset: 0 }
+    }
+    fn from(src: RegionKey) -> [Sge; 1] {
+        [Sge {
+            key: src,
+            offset: 0,
+            len: 64,
+        }]
+    }
+    let posts: [(&str, Post); 5] = [
         ("read of unknown size", |t, q, _, remote, i| {
-            let at = RemoteAddr {
-                key: remote,
-                offset: 0,
-            };
-            t.post_read_unknown(q, at, 64, i)
+            t.post_read_unknown(q, at(remote), 64, i).map(|()| 1)
         }),
         ("rendezvous write", |t, q, src, remote, i| {
-            let local = [Sge {
-                key: src,
-                offset: 0,
-                len: 64,
-            }];
-            let at = RemoteAddr {
-                key: remote,
-                offset: 0,
-            };
-            t.post_write(q, &local, at, i)
+            t.post_write(q, &from(src), at(remote), i).map(|()| 1)
         }),
         ("one-sided write with an immediate", |t, q, _, remote, i| {
-            let at = RemoteAddr {
-                key: remote,
-                offset: 0,
-            };
-            t.post_write_direct(q, &[1; 64], at, Some(i), i)
+            t.post_write_direct(q, &[1; 64], at(remote), Some(i), i)
+                .map(|()| 1)
+        }),
+        (
+            "batch of one-sided writes with immediates",
+            |t, q, _, remote, i| {
+                let wrs: Vec<DirectWr> = (0..1000)
+                    .map(|k| DirectWr {
+                        data: &[1; 64],
+                        remote: at(remote),
+                        imm: Some(i + k),
+                        signaled: false,
+                        cookie: i + k,
+                    })
+                    .collect();
+                t.post_writes_direct(q, &wrs)
+            },
+        ),
+        ("multicast put", |t, q, src, _, i| {
+            t.post_multicast_put(&[q], &from(src), i).map(|()| 1)
         }),
     ];
     for (what, post) in posts {
@@ -1124,7 +1136,7 @@ fn posts_past_the_backlog_room_are_busy_not_a_reset() {
         let mut posted = 0usize;
         let err = loop {
             match post(&mut s.ts[1], q, src, remote, posted as u64) {
-                Ok(()) => posted += 1,
+                Ok(n) => posted += n,
                 Err(e) => break e,
             }
             assert!(posted <= 2 * BACKLOG_LIMIT, "{what}: never refused");
@@ -1136,6 +1148,11 @@ fn posts_past_the_backlog_room_are_busy_not_a_reset() {
         assert!(
             posted >= BACKLOG_LIMIT / 2,
             "{what}: refused early, at {posted}"
+        );
+        let backlog = s.ts[1].resources(q).backlog;
+        assert!(
+            backlog <= BACKLOG_LIMIT / 2,
+            "{what}: the backlog holds {backlog}"
         );
         s.ts[1].progress();
         assert!(s.ts[1].is_connected(2), "{what}: the connection was reset");

@@ -65,7 +65,7 @@ impl Transport {
         let Some(c) = self.peers[peer as usize].conn.as_ref() else {
             return Err(TransportError::NotConnected { peer });
         };
-        if let Err(stop) = place(c, &mut None, peer, &wr, nt_threshold) {
+        if let Err(stop) = place(c, &mut None, peer, &wr, 0, nt_threshold) {
             return Err(self.stopped(peer, stop));
         }
         self.placed(peer, &wr);
@@ -92,13 +92,17 @@ impl Transport {
             return Err(TransportError::NotConnected { peer });
         };
         let mut n = 0;
+        // Immediates placed so far: their notices are emitted after the
+        // batch's data, so each write's room check counts them.
+        let mut imms = 0;
         let mut stopped = None;
         let mut target = None;
         for wr in wrs {
-            if let Err(stop) = place(c, &mut target, peer, wr, nt_threshold) {
+            if let Err(stop) = place(c, &mut target, peer, wr, imms, nt_threshold) {
                 stopped = Some(stop);
                 break;
             }
+            imms += usize::from(wr.imm.is_some());
             n += 1;
         }
         let stopped = stopped.map(|stop| self.stopped(peer, stop));
@@ -302,12 +306,15 @@ enum Stop {
 /// previous write of the call went to (its key and span): writes into the
 /// same region reuse its span, checked once per call as
 /// [`crate::hw::PeerWindow::span`] checks (see [`Conn::remote_span`]).
+/// `imms_before` counts the batch's earlier immediates, whose notices are
+/// not queued yet.
 #[inline(always)]
 fn place<'w>(
     c: &'w Conn,
     target: &mut Option<(u32, WindowSpan<'w>)>,
     peer: Port,
     wr: &DirectWr<'_>,
+    imms_before: usize,
     nt_threshold: usize,
 ) -> std::result::Result<(), Stop> {
     let key = wr.remote.key;
@@ -330,7 +337,7 @@ fn place<'w>(
     }
     // The immediate's notice waits for credits like any message: past the
     // room a post may take of the backlog, the write waits too (`Busy`).
-    if wr.imm.is_some() && !c.sgl_fits(Ring::Rx, 1) {
+    if wr.imm.is_some() && !c.sgl_fits(Ring::Rx, imms_before + 1) {
         return Err(Stop::Refused(TransportError::backlog_busy(peer)));
     }
     // Regions are at most `u32::MAX` bytes (their advertisement's length

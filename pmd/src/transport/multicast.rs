@@ -75,6 +75,9 @@ impl Transport {
         }
         for (i, t) in targets.iter().enumerate() {
             self.check_post(*t)?;
+            // Its request waits for credits like any message (`Busy` past
+            // the room a post may take of the backlog).
+            self.backlog_room(t.peer, Ring::Rx, 1)?;
             if targets[..i].contains(t) {
                 return Err(TransportError::DuplicateTarget { peer: t.peer });
             }
