@@ -527,3 +527,32 @@ fn the_echo_side_ignores_a_host_that_is_not_measuring() {
     assert_fails_with(&d, "0 of 1 peer(s) joined fabric \"lurk\"");
     EmuFabric::destroy_in(&dir.0, "lurk").unwrap();
 }
+
+/// A fabric with too few scratchpads for the role register (the last one,
+/// beside the ping's scratchpad 0) is refused, saying what to do, instead
+/// of a panic (none) or the role and ping registers being one (one).
+#[test]
+fn a_fabric_with_too_few_scratchpads_is_refused() {
+    let dir = Dir::new("fewspads");
+    for spads in [0, 1] {
+        let cfg = FabricConfig {
+            spads,
+            ..small_fabric()
+        };
+        EmuFabric::create_in(&dir.0, "few", &cfg).unwrap();
+        let d = run(
+            &dir,
+            &[
+                "--fabric",
+                "few",
+                "--slot",
+                "0",
+                "--server",
+                "--timeout",
+                "1",
+            ],
+        );
+        assert_fails_with(&d, "pairing needs at least 2");
+        EmuFabric::destroy_in(&dir.0, "few").unwrap();
+    }
+}

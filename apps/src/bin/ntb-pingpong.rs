@@ -407,15 +407,24 @@ fn await_echo(dev: &dyn NtbDevice, peer: Port, timeout: Duration) -> Result<()> 
     let mut polls = 0u32;
     loop {
         if polls.is_multiple_of(64) {
-            // A peer that left is noticed below (no answer in time).
             let _ = announce(dev, peer, Role::Measure);
             check_interrupted()?;
+            if !dev.link(peer)?.up {
+                bail!("port {peer} left the fabric before it said it is an echo side");
+            }
+            if start.elapsed() >= YIELD_AFTER {
+                std::thread::yield_now();
+            }
         }
         polls = polls.wrapping_add(1);
         if announced(dev, peer, Role::Echo) {
             return Ok(());
         }
         if announced(dev, peer, Role::Measure) {
+            // Told once more before leaving: the twin may have cleared its
+            // register (at its start) after our last word, and would wait
+            // for an answer that never comes.
+            let _ = announce(dev, peer, Role::Measure);
             bail!(
                 "port {peer} is another measuring side, not an echo side: two cannot pair; run \
                  one side with --server"

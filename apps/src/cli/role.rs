@@ -37,26 +37,42 @@ impl Role {
     }
 }
 
-/// The role register: the last scratchpad.
-fn role_spad(dev: &dyn NtbDevice) -> usize {
-    dev.spad_count() - 1
+/// Scratchpads a device needs for the role register beside the apps' own
+/// (scratchpad 0 at least).
+pub const MIN_SPADS: usize = 2;
+
+/// The role register: the last scratchpad (`None` on a device with fewer
+/// than [`MIN_SPADS`]).
+fn role_spad(dev: &dyn NtbDevice) -> Option<usize> {
+    let n = dev.spad_count();
+    (n >= MIN_SPADS).then(|| n - 1)
 }
 
 /// Tells `peer` that we (`role`) are on the other end: a posted write into
 /// its role register.
 pub fn announce(dev: &dyn NtbDevice, peer: Port, role: Role) -> Result<()> {
-    dev.peer_spad_write(peer, role_spad(dev), role.mark(dev.port()))?;
+    if let Some(r) = role_spad(dev) {
+        dev.peer_spad_write(peer, r, role.mark(dev.port()))?;
+    }
     Ok(())
 }
 
 /// Whether `peer` announced itself to us as `role` (our own role register).
 pub fn announced(dev: &dyn NtbDevice, peer: Port, role: Role) -> bool {
-    dev.spad_read(role_spad(dev))
-        .is_ok_and(|v| v == role.mark(peer))
+    role_spad(dev).is_some_and(|r| dev.spad_read(r).is_ok_and(|v| v == role.mark(peer)))
 }
 
-/// Clears our role register (stale marks of an earlier run).
+/// Clears our role register (stale marks of an earlier run). Fails on a
+/// device with fewer than [`MIN_SPADS`] scratchpads, saying so: there is
+/// no register to pair through.
 pub fn clear_role(dev: &dyn NtbDevice) -> Result<()> {
-    dev.spad_write(role_spad(dev), 0)?;
+    let Some(r) = role_spad(dev) else {
+        anyhow::bail!(
+            "the device has {} scratchpad(s); pairing needs at least {MIN_SPADS} (the last \
+             is the role register): make the fabric with more (ntb-tool create --spads)",
+            dev.spad_count()
+        );
+    };
+    dev.spad_write(r, 0)?;
     Ok(())
 }

@@ -329,6 +329,9 @@ impl ClientControl {
                 return Ok(());
             }
             if announced(dev, peer, Role::Client) {
+                // Told once more before leaving: the twin may have cleared
+                // its register after our last word.
+                let _ = announce(dev, peer, Role::Client);
                 bail!(
                     "port {peer} is another ntb-perf client, not a server: two clients cannot \
                      pair; run one side with --server"
