@@ -392,18 +392,23 @@ fn interrupt_still_saves_what_was_measured() {
 #[test]
 fn interrupting_the_measuring_side_stops_the_echo_side_cleanly() {
     let dir = Dir::new("intecho");
+    let (server, client) = echo_and_pinging_client(&dir, "ie", &["--timeout", "30"]);
+    client.signal(libc::SIGINT);
+    let c = client.finish();
+    assert_eq!(c.status.code(), Some(130), "{}\n{}", c.stdout, c.stderr);
+    let s = server.finish();
+    assert_ok(&s);
+    assert!(s.stdout.contains("echoed"), "{}", s.stdout);
+}
+
+/// An echo side on slot 0 of fabric `name` (made by it, with `extra`
+/// flags) and a measuring side on slot 1 running 10^9 round trips, past
+/// its first hundred.
+fn echo_and_pinging_client(dir: &Dir, name: &str, extra: &[&str]) -> (Run, Run) {
     let server = Run::start(
-        &dir,
+        dir,
         "server",
-        &[
-            "--fabric",
-            "ie",
-            "--slot",
-            "0",
-            "--server",
-            "--timeout",
-            "30",
-        ],
+        &[&["--fabric", name, "--slot", "0", "--server"][..], extra].concat(),
     );
     let started = Instant::now();
     while dir.fabrics().is_empty() {
@@ -411,17 +416,12 @@ fn interrupting_the_measuring_side_stops_the_echo_side_cleanly() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let client = Run::start(
-        &dir,
+        dir,
         "client",
-        &["--fabric", "ie", "--slot", "1", "-n", "1000000000"],
+        &["--fabric", name, "--slot", "1", "-n", "1000000000"],
     );
-    wait_for_round_trips(&dir, 100);
-    client.signal(libc::SIGINT);
-    let c = client.finish();
-    assert_eq!(c.status.code(), Some(130), "{}\n{}", c.stdout, c.stderr);
-    let s = server.finish();
-    assert_ok(&s);
-    assert!(s.stdout.contains("echoed"), "{}", s.stdout);
+    wait_for_round_trips(dir, 100);
+    (server, client)
 }
 
 /// Ctrl-C on the echo side while it is being pinged ends it promptly with
@@ -432,22 +432,7 @@ fn interrupting_the_measuring_side_stops_the_echo_side_cleanly() {
 #[test]
 fn interrupting_the_echo_side_while_pinged_ends_it() {
     let dir = Dir::new("intsrv");
-    let server = Run::start(
-        &dir,
-        "server",
-        &["--fabric", "is", "--slot", "0", "--server"],
-    );
-    let started = Instant::now();
-    while dir.fabrics().is_empty() {
-        assert!(started.elapsed() < DEADLINE, "the server made no fabric");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let client = Run::start(
-        &dir,
-        "client",
-        &["--fabric", "is", "--slot", "1", "-n", "1000000000"],
-    );
-    wait_for_round_trips(&dir, 100);
+    let (server, client) = echo_and_pinging_client(&dir, "is", &[]);
     let signalled = Instant::now();
     server.signal(libc::SIGINT);
     let s = server.finish();
