@@ -470,7 +470,7 @@ fn two_measuring_sides_do_not_pair() {
     };
     let (a, b) = (side("0"), side("1"));
     for d in [a.finish(), b.finish()] {
-        assert_fails_with(&d, "is another measuring side");
+        assert_fails_with(&d, "is an ntb-pingpong measuring side too");
         assert!(d.took < Duration::from_secs(10), "{:?}", d.took);
     }
     EmuFabric::destroy_in(&dir.0, "twins").unwrap();

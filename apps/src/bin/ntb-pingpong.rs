@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::host::{Host, open_device};
-use ntbdk_apps::cli::role::{Role, announce, announced, clear_role};
+use ntbdk_apps::cli::role::{Role, announce, announced, await_counterpart, clear_role};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
     die_with_parent, join, leave_signals_to_parent, pick_core, pin, spawned_by_us, usable_cores,
@@ -400,44 +400,20 @@ fn finish(
 }
 
 /// Before the first ping: tells `peer` we measure, and waits until it says
-/// it echoes. Fails when it is another measuring side or says nothing for
-/// `timeout`.
+/// it echoes. Fails when it is another measuring side, leaves, or says
+/// nothing for `timeout`.
 fn await_echo(dev: &dyn NtbDevice, peer: Port, timeout: Duration) -> Result<()> {
     let start = Instant::now();
-    let mut polls = 0u32;
-    loop {
-        if polls.is_multiple_of(64) {
-            let _ = announce(dev, peer, Role::Measure);
-            check_interrupted()?;
-            if !dev.link(peer)?.up {
-                bail!("port {peer} left the fabric before it said it is an echo side");
-            }
-            if start.elapsed() >= YIELD_AFTER {
-                std::thread::yield_now();
-            }
+    await_counterpart(dev, peer, Role::Measure, Role::Echo, timeout, || {
+        check_interrupted()?;
+        if !dev.link(peer)?.up {
+            bail!("port {peer} left the fabric before it said it is an echo side");
         }
-        polls = polls.wrapping_add(1);
-        if announced(dev, peer, Role::Echo) {
-            return Ok(());
+        if start.elapsed() >= YIELD_AFTER {
+            std::thread::yield_now();
         }
-        if announced(dev, peer, Role::Measure) {
-            // Told once more before leaving: the twin may have cleared its
-            // register (at its start) after our last word, and would wait
-            // for an answer that never comes.
-            let _ = announce(dev, peer, Role::Measure);
-            bail!(
-                "port {peer} is another measuring side, not an echo side: two cannot pair; run \
-                 one side with --server"
-            );
-        }
-        if start.elapsed() >= timeout {
-            bail!(
-                "port {peer} did not say it is an echo side within {timeout:?}: is it an \
-                 {TOOL} --server (and not another tool or version)?"
-            );
-        }
-        std::hint::spin_loop();
-    }
+        Ok(())
+    })
 }
 
 /// The measuring side: warm-up, then `iters` timed round trips. Interrupted

@@ -7,7 +7,9 @@
 //! earlier peer on that port's place is told apart only by a clear at start
 //! ([`clear_role`]).
 
-use anyhow::Result;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 /// What a side of a run is, as its role register says.
@@ -24,6 +26,16 @@ pub enum Role {
 }
 
 impl Role {
+    /// What the role is, in messages ("an ntb-perf client").
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::Server => "an ntb-perf --server",
+            Role::Client => "an ntb-perf client",
+            Role::Echo => "an ntb-pingpong echo side (--server)",
+            Role::Measure => "an ntb-pingpong measuring side",
+        }
+    }
+
     /// The register value of `role` written by `port`: two letters, then
     /// the port in the low 16 bits.
     fn mark(self, port: Port) -> u32 {
@@ -75,4 +87,47 @@ pub fn clear_role(dev: &dyn NtbDevice) -> Result<()> {
     };
     dev.spad_write(r, 0)?;
     Ok(())
+}
+
+/// Tells `peer` we are `mine` (again every 64 looks, as its register may
+/// be cleared under us) and waits until it says it is `theirs`, calling
+/// `idle` between looks. Fails when `peer` says it is `mine` too (a twin,
+/// told once more before we leave: it may have cleared its register after
+/// our last word), says nothing for `timeout`, or `idle` fails.
+pub fn await_counterpart(
+    dev: &dyn NtbDevice,
+    peer: Port,
+    mine: Role,
+    theirs: Role,
+    timeout: Duration,
+    mut idle: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    let start = Instant::now();
+    let mut looks = 0u32;
+    loop {
+        if looks.is_multiple_of(64) {
+            // A peer that left is noticed by `idle` or the timeout.
+            let _ = announce(dev, peer, mine);
+        }
+        looks = looks.wrapping_add(1);
+        if announced(dev, peer, theirs) {
+            return Ok(());
+        }
+        if announced(dev, peer, mine) {
+            let _ = announce(dev, peer, mine);
+            bail!(
+                "port {peer} is {} too, not {}: two cannot pair; run one side with --server",
+                mine.describe(),
+                theirs.describe()
+            );
+        }
+        idle()?;
+        if start.elapsed() >= timeout {
+            bail!(
+                "port {peer} did not say it is {} within {timeout:?} (is it one, and not another \
+                 tool or version?)",
+                theirs.describe()
+            );
+        }
+    }
 }

@@ -23,7 +23,7 @@ use anyhow::{Result, bail};
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 use super::{Op, WriteMode};
-use crate::cli::role::{Role, announce, announced, clear_role};
+use crate::cli::role::{Role, announce, announced, await_counterpart, clear_role};
 
 /// Server scratchpad: the sequence number of the current command (written
 /// last).
@@ -309,42 +309,17 @@ impl ClientControl {
     }
 
     /// Before the first command: tells the server we are a client and
-    /// waits until it says it is a server. Fails when the peer is another
-    /// client, says nothing for `timeout`, or `idle` fails.
-    pub fn await_server(
-        &self,
-        timeout: Duration,
-        mut idle: impl FnMut() -> Result<()>,
-    ) -> Result<()> {
-        let (dev, peer) = (self.dev.as_ref(), self.server);
-        let start = Instant::now();
-        let mut polls = 0u32;
-        loop {
-            if polls.is_multiple_of(64) {
-                // A peer that left is noticed below (no answer in time).
-                let _ = announce(dev, peer, Role::Client);
-            }
-            polls = polls.wrapping_add(1);
-            if announced(dev, peer, Role::Server) {
-                return Ok(());
-            }
-            if announced(dev, peer, Role::Client) {
-                // Told once more before leaving: the twin may have cleared
-                // its register after our last word.
-                let _ = announce(dev, peer, Role::Client);
-                bail!(
-                    "port {peer} is another ntb-perf client, not a server: two clients cannot \
-                     pair; run one side with --server"
-                );
-            }
-            idle()?;
-            if start.elapsed() >= timeout {
-                bail!(
-                    "port {peer} did not say it is a server within {timeout:?}: is it an \
-                     ntb-perf --server (and not another tool or version)?"
-                );
-            }
-        }
+    /// waits until it says it is a server
+    /// ([`await_counterpart`](crate::cli::role::await_counterpart)).
+    pub fn await_server(&self, timeout: Duration, idle: impl FnMut() -> Result<()>) -> Result<()> {
+        await_counterpart(
+            self.dev.as_ref(),
+            self.server,
+            Role::Client,
+            Role::Server,
+            timeout,
+            idle,
+        )
     }
 
     /// Sends `cmd` and waits for the answer, calling `idle` between polls
