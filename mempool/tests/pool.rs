@@ -401,6 +401,13 @@ fn pools_in_one_zone_and_attach_validation() {
         "{e}"
     );
     *stride = saved;
+    // SAFETY: as above, its tag field at byte 12.
+    let tag = unsafe { &mut *zone.as_ptr().add(a_len + 12).cast::<u32>() };
+    let saved = *tag;
+    *tag = 0;
+    let e = Pool::attach(zone.clone(), a_len, 0).unwrap_err();
+    assert!(e.to_string().contains("tag 0"), "{e}");
+    *tag = saved;
     Pool::attach(zone, a_len, 0).unwrap();
 }
 

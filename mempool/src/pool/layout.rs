@@ -219,6 +219,10 @@ pub(crate) unsafe fn read_header(
             hdr.version
         )));
     }
+    // Tag 0 is no pool's: `ObjIdx::NONE` and a default handle carry it.
+    if hdr.tag == 0 {
+        return Err(bad("tag 0, which no pool is given".into()));
+    }
     let layout = Layout::compute(hdr.elt_size as usize, hdr.elt_align as usize, hdr.count)
         .map_err(|e| bad(format!("header records an impossible shape: {e}")))?;
     let recorded = (
