@@ -467,9 +467,8 @@ fn rxonly_and_txonly_with_the_same_count_both_succeed() {
     let _one = one_at_a_time();
     for round in 0..3 {
         let dir = Dir::new(&format!("samen{round}"));
-        let rx = first(
+        let (rx, tx) = pair(
             &dir,
-            "rx",
             &[
                 "--fabric",
                 "sn",
@@ -479,12 +478,8 @@ fn rxonly_and_txonly_with_the_same_count_both_succeed() {
                 "-n",
                 "5000",
             ],
-        );
-        let tx = run(
-            &dir,
             &["--fabric", "sn", "--fwd-mode", "txonly", "-n", "5000"],
         );
-        let rx = rx.finish();
         assert_ok(&rx);
         assert_ok(&tx);
         assert_eq!(summary(&rx, "total", "RX-packets"), 5000, "{}", rx.stdout);

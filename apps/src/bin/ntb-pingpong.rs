@@ -499,8 +499,8 @@ fn echo(dev: &dyn NtbDevice, peer: Port, via: Via, timeout: Duration) -> Result<
     let waiter = Waiter::new(dev, peer, timeout);
     let mut served = 0u64;
     match via {
-        // Ctrl-C is looked at every ping, as the measuring side does: a
-        // ping always comes before the wait's own check.
+        // Ctrl-C is looked at every ping, as the measuring side does: on
+        // quiet cores each ping can come before the wait's own check.
         Via::Db => loop {
             check_interrupted()?;
             let mut bits = 0;

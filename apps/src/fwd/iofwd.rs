@@ -24,10 +24,8 @@ use super::lcore::{Every, LcoreCtx, Limit, Step, counts, drop_unsent, spin, tx_c
 #[inline]
 fn rx_counted(q: &mut RxQueue, into: &mut Vec<Mbuf>, limit: &Limit, ctx: &LcoreCtx) -> usize {
     let from = into.len();
-    let done = match limit.packets {
-        Some(_) => ctx.counters.snapshot().rx,
-        None => 0,
-    };
+    // The counters are read only when there is a count to stop at.
+    let done = limit.packets.map_or(0, |_| ctx.counters.snapshot().rx);
     let max = limit.left_of(ctx.burst - from, done);
     if max == 0 {
         return 0;

@@ -142,10 +142,6 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
         }
         Ok(Step::Work(work))
     });
-    if marker_unsent {
-        // The marker is no packet: not a drop.
-        batch.clear();
-    }
     drop_unsent(&mut batch, &ctx.counters);
     finished?;
     // Packets that left (the ones filled but unsent at a stop are drops).
