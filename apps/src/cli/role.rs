@@ -79,7 +79,7 @@ pub fn announced(dev: &dyn NtbDevice, peer: Port, role: Role) -> bool {
 /// no register to pair through.
 pub fn clear_role(dev: &dyn NtbDevice) -> Result<()> {
     let Some(r) = role_spad(dev) else {
-        anyhow::bail!(
+        bail!(
             "the device has {} scratchpad(s); pairing needs at least {MIN_SPADS} (the last \
              is the role register): make the fabric with more (ntb-tool create --spads)",
             dev.spad_count()
