@@ -2190,3 +2190,21 @@ fn storage_a_peer_never_wrote_is_delivered_as_zeros_not_as_older_bytes() {
     );
     honest_traffic_works(&mut s);
 }
+
+/// A queue pair of another transport, naming a port this one does not
+/// have: its counters and resources are all zero, not a panic.
+#[test]
+fn a_queue_pair_of_another_transport_reads_as_zero() {
+    let s = setup();
+    let mut wide = s.ts.into_iter().next().unwrap();
+    let qp = wide.create_qp(2).unwrap();
+    let narrow_fabric = LoopbackFabric::new(2, 4 << 20);
+    let narrow = Transport::new(
+        Arc::new(narrow_fabric.join(0).unwrap()),
+        Config::new(Geometry::small(2)),
+    )
+    .unwrap();
+    assert_eq!(narrow.counters(qp), Default::default());
+    assert_eq!(narrow.resources(qp), Default::default());
+    assert_ne!(wide.resources(qp).eager_total, 0);
+}

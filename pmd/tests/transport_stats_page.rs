@@ -155,3 +155,38 @@ fn a_bad_page_is_an_error_not_a_panic() {
     check(&bytes[..bytes.len() - 8], "cannot hold 2 ports");
     check(&with_word(8, 1), "kept rewriting");
 }
+
+/// A page replaced at its path (a transport started again on the same
+/// port) is a new file: a reader that mapped the old one keeps reading it
+/// whole instead of faulting past the end of a file cut short under it, and
+/// no file of the build is left beside it.
+#[test]
+fn a_replaced_page_is_a_new_file() {
+    use std::os::unix::fs::MetadataExt;
+    let d = dir("replace");
+    let fabric = LoopbackFabric::new(2, 4 << 20);
+    let cfg = Config::new(Geometry::small(2));
+    let mut t = Transport::new(Arc::new(fabric.join(0).unwrap()), cfg).unwrap();
+    let path = stats_path(&d.0, "lab", 0);
+    t.publish_stats(&path).unwrap();
+    let old = std::fs::File::open(&path).unwrap();
+    let old_len = old.metadata().unwrap().len();
+    t.publish_stats(&path).unwrap();
+    let new = std::fs::metadata(&path).unwrap();
+    assert_ne!(
+        old.metadata().unwrap().ino(),
+        new.ino(),
+        "the same file, rewritten in place"
+    );
+    assert_eq!(
+        old.metadata().unwrap().len(),
+        old_len,
+        "the old page was cut"
+    );
+    assert_eq!(read_stats(&path).unwrap().port, 0);
+    let names: Vec<_> = std::fs::read_dir(&d.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}

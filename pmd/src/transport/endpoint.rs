@@ -396,14 +396,21 @@ impl Transport {
         }
     }
 
-    /// Counters of a queue pair.
+    /// Counters of a queue pair (all zero for a queue pair of another
+    /// transport, whose peer this one does not have).
     pub fn counters(&self, qp: Qp) -> QpCounters {
-        self.peers[qp.peer as usize].counters
+        self.peers
+            .get(qp.peer as usize)
+            .map_or_else(QpCounters::default, |p| p.counters)
     }
 
-    /// Resources of a queue pair (all zero but the totals while disconnected).
+    /// Resources of a queue pair (all zero but the totals while disconnected;
+    /// all zero for a queue pair of another transport, whose peer this one
+    /// does not have).
     pub fn resources(&self, qp: Qp) -> Resources {
-        let p = &self.peers[qp.peer as usize];
+        let Some(p) = self.peers.get(qp.peer as usize) else {
+            return Resources::default();
+        };
         let mut r = Resources {
             eager_total: self.cfg.geometry.eager_count,
             outstanding: self.ops.values().filter(|o| o.involves(qp.peer)).count(),

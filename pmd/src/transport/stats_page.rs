@@ -23,6 +23,7 @@
 
 use std::fs::File;
 use std::num::NonZeroUsize;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -257,6 +258,9 @@ unsafe impl Send for Mapping {}
 pub(crate) struct StatsPage {
     map: Mapping,
     path: PathBuf,
+    /// The page's file (device, inode): what `path` names until another
+    /// page replaces it.
+    file_id: (u64, u64),
     ports: usize,
     last: Option<Instant>,
 }
@@ -264,20 +268,36 @@ pub(crate) struct StatsPage {
 impl StatsPage {
     /// Creates (or replaces) the page at `path` for a host at `port` of a
     /// fabric of `ports` ports.
+    ///
+    /// The page is built in a file of its own and renamed over `path` once
+    /// complete: a reader that mapped an earlier page at `path` keeps that
+    /// file, never one cut short under its mapping (which would fault).
     pub(crate) fn create(path: &Path, port: Port, ports: usize, generation: u64) -> Result<Self> {
         let err = |e: std::io::Error| TransportError::Stats {
             what: format!("creating {}: {e}", path.display()),
         };
         let words = HEADER_WORDS + ports * RECORD_WORDS;
+        let mut building = path.as_os_str().to_owned();
+        building.push(format!(".{}.new", std::process::id()));
+        let building = PathBuf::from(building);
         let file = File::options()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(path)
+            .open(&building)
             .map_err(err)?;
-        file.set_len((words * 8) as u64).map_err(err)?;
-        let map = Mapping::map(&file, words * 8, true, path)?;
+        let sized = file.set_len((words * 8) as u64);
+        let map = sized
+            .map_err(err)
+            .and_then(|()| Mapping::map(&file, words * 8, true, path));
+        let map = match map {
+            Ok(map) => map,
+            Err(e) => {
+                let _ = std::fs::remove_file(&building);
+                return Err(e);
+            }
+        };
         let w = |i: usize| map.word(i).expect("inside the page just sized");
         w(H_VERSION).store(VERSION, Relaxed);
         w(H_HEADER_WORDS).store(HEADER_WORDS as u64, Relaxed);
@@ -287,9 +307,20 @@ impl StatsPage {
         w(H_PID).store(u64::from(std::process::id()), Relaxed);
         w(H_GENERATION).store(generation, Relaxed);
         w(H_MAGIC).store(MAGIC, Release);
+        let placed = file
+            .metadata()
+            .and_then(|m| std::fs::rename(&building, path).map(|()| (m.dev(), m.ino())));
+        let file_id = match placed {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = std::fs::remove_file(&building);
+                return Err(err(e));
+            }
+        };
         Ok(Self {
             map,
             path: path.to_owned(),
+            file_id,
             ports,
             last: None,
         })
@@ -303,8 +334,13 @@ impl StatsPage {
 }
 
 impl Drop for StatsPage {
+    /// Removes the page, unless another (a transport published again at the
+    /// same path) has replaced it there.
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let ours = std::fs::metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file_id);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
