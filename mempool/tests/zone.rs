@@ -117,6 +117,15 @@ fn open_from_pid_in_the_same_process() {
         msg.contains("/proc/") && msg.contains("must be alive"),
         "{msg}"
     );
+    // A descriptor that is not a zone (here a pipe, which an open could
+    // block on) is refused by what it names.
+    let (rd, _wr) = nix::unistd::pipe().unwrap();
+    let e = Zone::open_from_pid(pid, rd.as_raw_fd()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("pipe:") && msg.contains("not a zone memfd"),
+        "{msg}"
+    );
 }
 
 /// A memfd named like a zone, sealed like one, with `len` bytes of `fill`.

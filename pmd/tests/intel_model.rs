@@ -314,6 +314,15 @@ fn translation_errors_say_what_is_wrong() {
         .device(IntelConfig::default(), false)
         .unwrap_err();
     assert!(matches!(e, IntelError::IovaExhausted { .. }), "{e}");
+    // A heartbeat timeout of zero would end the peer at the first poll.
+    let cfg = IntelConfig {
+        heartbeat_timeout: Some(Duration::ZERO),
+        ..IntelConfig::default()
+    };
+    let e = IntelNtbModel::attach(&mem, B2bSide::Usd)
+        .device(cfg, false)
+        .unwrap_err();
+    assert!(e.to_string().contains("heartbeat timeout of 0"), "{e}");
 }
 
 #[test]

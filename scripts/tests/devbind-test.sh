@@ -96,7 +96,7 @@ EOF
 run() {
     # shellcheck disable=SC2086 # SHELL_CMD may be "busybox sh"
     NTBDK_SYSFS=$SYS NTBDK_DEV=$DEV NTBDK_MODULES=$MOD NTBDK_PROC=$PROC NTBDK_MODPROBE=${MODPROBE_CMD:-false} \
-        NTBDK_SETTLE=0 $SHELL_CMD "$DEVBIND" "$@" >"$TMP/out" 2>"$TMP/err"
+        NTBDK_SETTLE=${SETTLE:-0} $SHELL_CMD "$DEVBIND" "$@" >"$TMP/out" 2>"$TMP/err"
     RC=$?
     OUT=$(cat "$TMP/out")
     ERR=$(cat "$TMP/err")
@@ -196,6 +196,15 @@ suite() {
         expect_rc 2
         expect_err 'is not a PCI address: use dddd:bb:ss.f or bb:ss.f'
     done
+    nothing_written
+
+    CASE='a settle time that is not a number is a usage error'
+    for SETTLE in abc -1 2.5; do
+        run --bind=vfio-pci 00:04.0
+        expect_rc 2
+        expect_err "NTBDK_SETTLE='$SETTLE' is not a whole number of seconds"
+    done
+    SETTLE=
     nothing_written
 
     CASE='a missing device'

@@ -283,6 +283,23 @@ impl Zone {
     /// closed the fd, or belongs to another user); those of [`Zone::attach`].
     pub fn open_from_pid(pid: i32, fd: RawFd) -> Result<Zone, MemError> {
         let path = format!("/proc/{pid}/fd/{fd}");
+        // What the descriptor is, before opening it: opening a file that is
+        // not a zone (a FIFO, a file on a stalled mount) could block.
+        let target = std::fs::read_link(&path).map_err(|e| {
+            MemError::io(
+                format!(
+                    "readlink {path} (the process must be alive, hold the zone at that fd, \
+                     and be ours to inspect)"
+                ),
+                e,
+            )
+        })?;
+        let expected = format!("/memfd:{MEMFD_PREFIX}");
+        if !target.to_string_lossy().starts_with(&expected) {
+            return Err(MemError::BadZone {
+                why: format!("{path} is {target:?}, not a zone memfd ({expected}<name>)"),
+            });
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

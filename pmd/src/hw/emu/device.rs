@@ -110,11 +110,13 @@ impl std::fmt::Debug for EmuDevice {
 struct RlutEntry<'a> {
     target: &'a SlotRegs,
     bit: usize,
+    /// The requester's tag the entry was taken for.
+    tag: u32,
 }
 
 impl Drop for RlutEntry<'_> {
     fn drop(&mut self) {
-        rlut::release(self.target, self.bit);
+        rlut::release(self.target, self.bit, self.tag);
     }
 }
 
@@ -397,12 +399,9 @@ impl EmuDevice {
     /// Takes an R-LUT entry of `target` or counts the refusal.
     fn take_rlut<'a>(&self, target: &'a SlotRegs) -> Result<RlutEntry<'a>> {
         let entries = self.inner.fabric.config().rlut_entries;
-        match rlut::take(
-            target,
-            entries,
-            rlut::tag(self.inner.port, self.inner.generation),
-        ) {
-            Some(bit) => Ok(RlutEntry { target, bit }),
+        let tag = rlut::tag(self.inner.port, self.inner.generation);
+        match rlut::take(target, entries, tag) {
+            Some(bit) => Ok(RlutEntry { target, bit, tag }),
             None => {
                 self.inner.counters.rlut_refused();
                 target.rlut_refusals.fetch_add(1, Relaxed);

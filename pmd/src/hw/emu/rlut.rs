@@ -50,10 +50,16 @@ pub(crate) fn take(target: &SlotRegs, entries: usize, tag: u32) -> Option<usize>
 /// Compare-and-swap attempts [`take`] makes before it gives up.
 const TAKE_TRIES: usize = 64;
 
-/// Gives entry `bit` of `target` back.
-pub(crate) fn release(target: &SlotRegs, bit: usize) {
-    target.rlut_owner[bit].store(0, Relaxed);
-    target.rlut_map.fetch_and(!(1u64 << bit), Release);
+/// Gives entry `bit` of `target`, taken for `tag`, back, if `tag` still
+/// holds it: a requester whose entries were purged (reclaimed as dead while
+/// it stalled) must not free an entry another requester took since.
+pub(crate) fn release(target: &SlotRegs, bit: usize, tag: u32) {
+    if target.rlut_owner[bit]
+        .compare_exchange(tag, 0, AcqRel, Relaxed)
+        .is_ok()
+    {
+        target.rlut_map.fetch_and(!(1u64 << bit), Release);
+    }
 }
 
 /// Frees every entry of `target` held by `tag` (a dead requester's).
@@ -77,4 +83,29 @@ pub(crate) fn purge(target: &SlotRegs, tag: u32) -> usize {
 /// Entries of `target` in use.
 pub(crate) fn in_use(target: &SlotRegs) -> u32 {
     target.rlut_map.load(Relaxed).count_ones()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Zeroed slot registers (all atomics: every bit pattern is valid).
+    fn regs() -> Box<SlotRegs> {
+        // SAFETY: `SlotRegs` holds only atomics and arrays of them, for which
+        // all-zero bytes are a valid value.
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+
+    #[test]
+    fn a_purged_holder_releasing_late_frees_nothing_of_the_next() {
+        let r = regs();
+        let (dead, next) = (tag(1, 7), tag(2, 9));
+        let bit = take(&r, 32, dead).unwrap();
+        assert_eq!(purge(&r, dead), 1);
+        assert_eq!(take(&r, 32, next), Some(bit), "the freed entry is reused");
+        release(&r, bit, dead); // the stalled holder wakes up
+        assert_eq!(in_use(&r), 1, "the next holder's entry was freed");
+        release(&r, bit, next);
+        assert_eq!(in_use(&r), 0);
+    }
 }

@@ -167,6 +167,13 @@ impl<M: Mmio> IntelNtb<M> {
                 mw: cfg.windows - 1,
             });
         }
+        if cfg.heartbeat_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(IntelError::Register(HwError::Invalid(
+                "a heartbeat timeout of 0 would declare the peer gone at the first poll: \
+                 give a positive timeout (a few seconds) or none"
+                    .into(),
+            )));
+        }
         let now = Instant::now();
         let dev = IntelNtb {
             bar0,
@@ -339,7 +346,9 @@ impl<M: Mmio> IntelNtb<M> {
         let mut st = self.lock();
         st.local[mw] = st.backing.iter().find_map(|b| {
             let off = iova.checked_sub(b.iova())? as usize;
-            (off + size <= b.len()).then(|| sub_window(b, off, size))
+            off.checked_add(size)
+                .is_some_and(|end| end <= b.len())
+                .then(|| sub_window(b, off, size))
         });
         Ok(())
     }

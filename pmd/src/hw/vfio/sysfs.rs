@@ -138,7 +138,10 @@ fn read_bars(path: &Path) -> Result<[u64; 6], VfioError> {
             .map_err(|_| invalid(path, "a line is not three hex numbers"))?;
         if let [start, end, _flags] = f[..] {
             if end > start {
-                out[i] = end - start + 1;
+                // A BAR spanning the whole 64-bit space is no real BAR.
+                out[i] = (end - start)
+                    .checked_add(1)
+                    .ok_or_else(|| invalid(path, "a BAR spans the whole address space"))?;
             }
         } else {
             return Err(invalid(path, "a line is not three hex numbers"));
@@ -347,5 +350,12 @@ mod tests {
         std::fs::write(d.join("vendor"), "nonsense").unwrap();
         let e = fs.roots.precheck(bdf).unwrap_err();
         assert!(e.to_string().contains("vendor"), "{e}");
+        // A BAR line spanning the whole 64-bit space: an error, not an
+        // overflow.
+        std::fs::write(d.join("vendor"), "0x1af4").unwrap();
+        let whole = "0x0000000000000000 0xffffffffffffffff 0x0000000000040200\n";
+        std::fs::write(d.join("resource"), whole).unwrap();
+        let e = fs.roots.precheck(bdf).unwrap_err();
+        assert!(e.to_string().contains("whole address space"), "{e}");
     }
 }
