@@ -139,3 +139,36 @@ fn hybrid_spinners_share_one_core() {
         assert!(st.yields > 0 && st.iterations >= 1000);
     }
 }
+
+/// A pinned worker may start another on a different core (the process's
+/// cores, not the caller's one), and a worker started unpinned from a pinned
+/// one may run on every core.
+#[test]
+fn a_pinned_worker_starts_others_on_any_core_of_the_process() {
+    let cores = available_cores();
+    assert!(!cores.is_empty());
+    let (first, last) = (cores[0], *cores.last().unwrap());
+    let mut outer = Lcores::new();
+    outer
+        .launch(Some(first), "outer", move || {
+            let mut inner = Lcores::new();
+            inner.launch(Some(last), "pinned", current_cpu).unwrap();
+            inner
+                .launch(None, "free", || {
+                    Some(core_affinity::get_core_ids().unwrap_or_default().len())
+                })
+                .unwrap();
+            let mut r = inner.join().into_iter();
+            let pinned = r.next().unwrap().unwrap();
+            let free = r.next().unwrap().unwrap();
+            (pinned, free)
+        })
+        .unwrap();
+    let (pinned, free) = outer.join().pop().unwrap().unwrap();
+    assert_eq!(pinned, Some(last));
+    assert_eq!(
+        free,
+        Some(cores.len()),
+        "the unpinned worker kept its parent's pin"
+    );
+}

@@ -101,6 +101,7 @@ fn a_ring_between_threads_hands_over_every_mbuf_once() {
                 }
                 to.enqueue_burst(&mut batch);
             }
+            p.flush_cache();
         });
         s.spawn(|| {
             let mut got = Vec::new();
@@ -116,6 +117,8 @@ fn a_ring_between_threads_hands_over_every_mbuf_once() {
                 }
                 Mbuf::free_bulk(&mut got);
             }
+            // The scope does not wait for the threads' caches to return.
+            p.flush_cache();
         });
     });
     assert!(to.is_empty() && from.is_empty());

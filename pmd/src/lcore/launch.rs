@@ -1,7 +1,11 @@
 //! Launching pinned workers and collecting their results.
 
 use std::any::Any;
+use std::sync::OnceLock;
 use std::thread::JoinHandle;
+
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::unistd::Pid;
 
 use thiserror::Error;
 
@@ -46,15 +50,40 @@ pub enum LcoreError {
     },
 }
 
-/// The cores this process may run on, ascending.
+/// The cores this process may run on, ascending, as first seen by this
+/// module.
+///
+/// Remembered because the system reports the calling thread's affinity,
+/// which pinning narrows: asked from a pinned thread (a worker starting
+/// another) it would list that thread's one core. Ask once before pinning
+/// threads by other means, so the first look sees the whole set.
 pub fn available_cores() -> Vec<CoreId> {
-    let mut v: Vec<CoreId> = core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    v.sort_unstable();
-    v
+    process_cores().iter().map(|c| c.id).collect()
+}
+
+/// [`available_cores`] as `core_affinity` ids, read once.
+fn process_cores() -> &'static [core_affinity::CoreId] {
+    static CORES: OnceLock<Vec<core_affinity::CoreId>> = OnceLock::new();
+    CORES.get_or_init(|| {
+        let mut v = core_affinity::get_core_ids().unwrap_or_default();
+        v.sort_unstable_by_key(|c| c.id);
+        v
+    })
+}
+
+/// Lets the calling thread run on every core of [`available_cores`] (a
+/// thread spawned by a pinned one inherits its one core). Best effort: an
+/// unknown set leaves the affinity as it is.
+fn unpin_current() {
+    let mut set = CpuSet::new();
+    for c in process_cores() {
+        if set.set(c.id).is_err() {
+            return;
+        }
+    }
+    if !process_cores().is_empty() {
+        let _ = sched_setaffinity(Pid::from_raw(0), &set);
+    }
 }
 
 /// The CPU the calling thread is running on now (`sched_getcpu`).
@@ -84,31 +113,31 @@ fn panic_message(p: Box<dyn Any + Send>) -> String {
 
 impl<T: Send + 'static> Worker<T> {
     /// Starts `f` on a new thread named `name`, pinned to `core` (`None`:
-    /// not pinned).
+    /// not pinned: free to run on any of [`available_cores`], even when the
+    /// caller is pinned).
     pub fn spawn<F>(core: Option<CoreId>, name: &str, f: F) -> Result<Worker<T>, LcoreError>
     where
         F: FnOnce() -> T + Send + 'static,
     {
         let target = match core {
-            Some(c) => {
-                let ids = core_affinity::get_core_ids().unwrap_or_default();
-                match ids.into_iter().find(|id| id.id == c) {
-                    Some(id) => Some(id),
-                    None => {
-                        return Err(LcoreError::NoSuchCore {
-                            core: c,
-                            available: available_cores(),
-                        });
-                    }
+            Some(c) => match process_cores().iter().find(|id| id.id == c) {
+                Some(&id) => Some(id),
+                None => {
+                    return Err(LcoreError::NoSuchCore {
+                        core: c,
+                        available: available_cores(),
+                    });
                 }
-            }
+            },
             None => None,
         };
         let tname = name.to_owned();
         let handle = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                if let Some(id) = target
+                if target.is_none() {
+                    unpin_current();
+                } else if let Some(id) = target
                     && !core_affinity::set_for_current(id)
                 {
                     return Err(LcoreError::Pin {

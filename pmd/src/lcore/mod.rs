@@ -20,16 +20,17 @@
 //! let core = ntbdk_pmd::lcore::available_cores()[0];
 //! lcores.launch(Some(core), "poller", move || {
 //!     let mut n = 0u64;
-//!     let stats = PollLoop::new(PollMode::Hybrid { spins: 64 }, s).run(|| {
+//!     let stats = PollLoop::new(PollMode::Hybrid { spins: 64 }, s.clone()).run(|| {
 //!         n += 1;
-//!         if n == 1000 { 0 } else { 1 } // work done by this poll
+//!         if n == 1000 {
+//!             s.stop(); // any holder of the flag (here the poll itself) ends the loop
+//!         }
+//!         if n >= 1000 { 0 } else { 1 } // work done by this poll
 //!     });
 //!     stats.busy_polls
 //! }).unwrap();
-//! std::thread::sleep(std::time::Duration::from_millis(10));
-//! stop.stop();
 //! let results = lcores.join();
-//! assert!(*results[0].as_ref().unwrap() >= 999);
+//! assert_eq!(*results[0].as_ref().unwrap(), 999);
 //! ```
 
 mod launch;

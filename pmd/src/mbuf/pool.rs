@@ -103,6 +103,15 @@ impl MbufPool {
         self.pool().available()
     }
 
+    /// Returns the calling thread's cached mbufs to the pool's ring, as
+    /// [`Pool::flush_cache`]: a scoped thread whose mbufs must be counted in
+    /// [`available`](Self::available) when the scope ends calls this last
+    /// (its cache is otherwise returned only as the thread's locals are
+    /// destroyed, which the scope does not wait for).
+    pub fn flush_cache(&self) {
+        self.pool().flush_cache();
+    }
+
     /// The pool under the mbufs (crate-private: returning its objects by
     /// hand would free what a live mbuf owns).
     pub(crate) fn pool(&self) -> &Pool {

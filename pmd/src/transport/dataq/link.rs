@@ -17,8 +17,8 @@ pub(super) enum Seen {
     Up,
     /// Down (or its window could not be had).
     Down,
-    /// A new connection (or a new try at its window) under this epoch:
-    /// start over, then go on as up.
+    /// A new connection under this epoch (or none, under 0): start over,
+    /// then go on as up (or down).
     Restarted(u32),
 }
 
@@ -68,10 +68,33 @@ impl Link {
     #[inline]
     pub fn check(&mut self) -> Seen {
         let w = self.watch.load();
-        if w == self.seen && (w == 0 || self.win.is_some()) {
-            return if w == 0 { Seen::Down } else { Seen::Up };
+        if w != self.seen {
+            return self.renew(w);
         }
-        self.renew(w)
+        if w == 0 {
+            Seen::Down
+        } else if self.win.is_some() {
+            Seen::Up
+        } else {
+            self.retry_window()
+        }
+    }
+
+    /// A try at the connection's window. Retried on the same connection
+    /// (its window could not be had yet) it has nothing to start over:
+    /// nothing went to the peer without it.
+    #[cold]
+    fn retry_window(&mut self) -> Seen {
+        match self.dev.peer_window(self.peer, self.mw) {
+            Ok(w) => {
+                self.win = Some(w);
+                Seen::Up
+            }
+            Err(_) => {
+                self.window_errors += 1;
+                Seen::Down
+            }
+        }
     }
 
     #[cold]
@@ -81,10 +104,8 @@ impl Link {
         if word == 0 {
             return Seen::Restarted(0);
         }
-        match self.dev.peer_window(self.peer, self.mw) {
-            Ok(w) => self.win = Some(w),
-            Err(_) => self.window_errors += 1,
-        }
+        // Up or not, the queue starts over under the new epoch.
+        let _ = self.retry_window();
         Seen::Restarted(epoch_of(word))
     }
 
