@@ -2208,3 +2208,114 @@ fn a_queue_pair_of_another_transport_reads_as_zero() {
     assert_eq!(narrow.resources(qp), Default::default());
     assert_ne!(wide.resources(qp).eager_total, 0);
 }
+
+/// Storage requests a peer never finishes take one grant-table entry per
+/// extent: past its share of the table (half of it, split among the other
+/// ports) they are refused, so the application can still register regions
+/// and the other peers still get storage. Before, 512 such requests filled
+/// the table.
+#[test]
+fn unfinished_storage_requests_cannot_fill_the_grant_table() {
+    let mut s = setup();
+    let q = s.ts[1].create_qp(2).unwrap();
+    let share = 512 / 2 / 2;
+    for op in 1..=520u64 {
+        s.inj
+            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 1 }))
+            .unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].resources(q).serving, share);
+    assert_eq!(
+        s.ts[1].counters(q).dropped(DropKind::Overload),
+        520 - share as u64
+    );
+    let k = s.ts[1].register_region(4096, Access::REMOTE_WRITE);
+    assert!(k.is_ok(), "{k:?}");
+    assert!(s.ts[1].is_connected(2));
+    honest_traffic_works(&mut s);
+}
+
+/// A peer that finishes each put at once (a `Done` with no data written)
+/// cannot have its storage delivered to the application past its quota:
+/// delivered storage counts against it until the application deregisters
+/// it, which gives the share back.
+#[test]
+fn delivered_storage_counts_against_its_origin_until_deregistered() {
+    let mut s = setup_with(Config {
+        peer_storage_quota: Some(4 * 64),
+        ..Config::new(Geometry::small(3))
+    });
+    let q = s.ts[1].create_qp(2).unwrap();
+    let put = |s: &mut Setup, op: u64| {
+        s.inj
+            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 64 }))
+            .unwrap();
+        s.ts[1].progress();
+        s.inj
+            .push(Ring::Cq, &wire::encode(&Msg::Done { op, len: 64 }))
+            .unwrap();
+        s.ts[1].progress();
+    };
+    for op in 1..=5u64 {
+        put(&mut s, op);
+    }
+    let mut got: Vec<Completion> = Vec::new();
+    let mut buf = [Completion::default(); 8];
+    let n = s.ts[1].poll_completions(&mut buf);
+    got.extend(
+        buf[..n]
+            .iter()
+            .filter(|c| c.op == OpKind::MulticastRecv)
+            .copied(),
+    );
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert!(acked(&s, 5, WireStatus::NoRoom));
+    // The application gives one back: the next put fits.
+    s.ts[1].deregister_region(got[0].region.unwrap()).unwrap();
+    put(&mut s, 6);
+    let n = s.ts[1].poll_completions(&mut buf);
+    assert_eq!(
+        buf[..n]
+            .iter()
+            .filter(|c| c.op == OpKind::MulticastRecv)
+            .count(),
+        1
+    );
+    assert!(s.ts[1].is_connected(2));
+    honest_traffic_works(&mut s);
+}
+
+/// Multicast deliveries come unasked, like notices: with the completion
+/// queue at its depth a put is refused and its storage freed, not queued
+/// without bound.
+#[test]
+fn puts_past_the_completion_queue_depth_are_refused() {
+    let mut s = setup_with(Config {
+        cq_depth: 2,
+        ..Config::new(Geometry::small(3))
+    });
+    let q = s.ts[1].create_qp(2).unwrap();
+    let free = s.ts[1].region_area_free();
+    for op in 1..=3u64 {
+        s.inj
+            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 64 }))
+            .unwrap();
+        s.ts[1].progress();
+        s.inj
+            .push(Ring::Cq, &wire::encode(&Msg::Done { op, len: 64 }))
+            .unwrap();
+        s.ts[1].progress();
+    }
+    assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert!(acked(&s, 3, WireStatus::NoRoom));
+    assert_eq!(
+        s.ts[1].region_area_free(),
+        free - 2 * 64,
+        "the refused put's storage was kept"
+    );
+    let mut buf = [Completion::default(); 8];
+    assert_eq!(s.ts[1].poll_completions(&mut buf), 2);
+    assert!(s.ts[1].is_connected(2));
+}

@@ -17,6 +17,7 @@ pub mod emu;
 mod error;
 mod grant;
 mod grant_table;
+pub(crate) use grant_table::GRANT_TABLE_LEN;
 pub mod intel;
 pub mod loopback;
 pub mod mmio;

@@ -18,7 +18,7 @@ use super::geometry::{Layout, Part};
 use super::key::RegionKey;
 use super::ops::InOp;
 use super::queue::{Consumer, Producer, free_entry, parse_free_entry};
-use super::region::{MAX_REMOTE_REGIONS, footprint};
+use super::region::MAX_REMOTE_REGIONS;
 use super::types::SendWr;
 use super::wire::{self, Body, Msg, Ring};
 
@@ -533,15 +533,10 @@ impl Conn {
             .collect()
     }
 
-    /// Bytes of our region area held as storage for the peer's operations.
-    pub fn storage_held(&self) -> u64 {
-        self.served
-            .values()
-            .map(|o| match o {
-                InOp::McRecv { len, .. } => footprint(*len),
-                _ => 0,
-            })
-            .sum()
+    /// The storage of our region area held for the peer's operations we
+    /// serve: (region, length) each.
+    pub fn storage(&self) -> impl Iterator<Item = (RegionKey, u32)> + '_ {
+        self.served.values().filter_map(InOp::storage)
     }
 
     /// How many of the peer's operations we serve.

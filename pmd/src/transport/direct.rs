@@ -245,7 +245,8 @@ impl Transport {
     /// `WriteImm` from `p`: its one-sided write is in our region; tell the
     /// application, if the region is one `p` may write and the completion
     /// queue is not at its depth (`Config::cq_depth`: notices come unasked,
-    /// so they are the one completion a peer could pile up without bound).
+    /// so a peer could otherwise pile them up without bound; multicast
+    /// deliveries are checked the same way).
     pub(crate) fn on_write_imm(&mut self, p: Port, rkey: u32, roff: u64, len: u32, imm: u64) {
         let key = RegionKey(rkey);
         if self
@@ -275,7 +276,7 @@ impl Transport {
     /// and said once per overrun (until polling takes the queue below its
     /// depth again).
     #[cold]
-    fn notice_overrun(&mut self, p: Port) {
+    pub(crate) fn notice_overrun(&mut self, p: Port) {
         self.count(p, DropKind::Overload);
         if !self.cq_overrun {
             self.cq_overrun = true;

@@ -10,7 +10,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::hw::{LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
+use crate::hw::{GRANT_TABLE_LEN, LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
 
 use super::claim::WindowClaim;
 use super::completion_queue::CompletionQueue;
@@ -20,7 +20,7 @@ use super::dma::{CpuEngine, DmaEngine};
 use super::error::{Result, TransportError};
 use super::geometry::Layout;
 use super::idhash::IdMap;
-use super::ops::{EarlySgl, InOp, KeptStorage, OutKind, OutOp};
+use super::ops::{DeliveredStorage, EarlySgl, InOp, KeptStorage, OutKind, OutOp};
 use super::peer::Peer;
 use super::region::RegionTable;
 use super::stats_page::StatsPage;
@@ -130,6 +130,8 @@ pub struct Transport {
     /// Storage set aside while a peer could still write it (see
     /// [`KeptStorage`]).
     pub(crate) kept_storage: Vec<KeptStorage>,
+    /// Multicast storage the application holds (see [`DeliveredStorage`]).
+    pub(crate) delivered_storage: Vec<DeliveredStorage>,
     /// Operations we served for a connection that ended while the peer
     /// may still be working on them (it writes what we granted until it
     /// sees the connection end): each keeps what it holds until its
@@ -139,6 +141,10 @@ pub struct Transport {
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).
     pub(crate) storage_quota: u64,
+    /// Most grant-table entries (extents) one peer's storage requests may
+    /// hold: half the table shared by the other ports, the other half left
+    /// to the application's regions.
+    pub(crate) storage_extent_quota: usize,
     /// Whether the device enforces our per-peer grant (see
     /// [`peers_isolated`](Transport::peers_isolated)).
     pub(crate) isolated: bool,
@@ -266,8 +272,10 @@ impl Transport {
             send_stage: Vec::new(),
             chain_early: Vec::new(),
             kept_storage: Vec::new(),
+            delivered_storage: Vec::new(),
             orphans: Vec::new(),
             storage_quota,
+            storage_extent_quota: GRANT_TABLE_LEN / 2 / others as usize,
             isolated: false,
             lost: false,
             stats_page: None,

@@ -86,6 +86,9 @@ impl Transport {
     /// revocation, a rendezvous write we granted before its `Done`).
     pub fn deregister_region(&mut self, key: RegionKey) -> Result<()> {
         let advertised = self.regions.deregister(key)?;
+        // Multicast storage the application was given leaves its origin's
+        // share.
+        self.delivered_storage.retain(|d| d.region != key);
         self.revoke(key, &advertised);
         self.end_reads_of(key);
         Ok(())

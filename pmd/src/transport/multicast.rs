@@ -131,6 +131,9 @@ impl Transport {
         match self.storage_for(len, p) {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
+                if !self.within_grant_share(p, op, key, len) {
+                    return;
+                }
                 let ext = self.regions.extents(key, len);
                 // Storage scattered over a fragmented area into more
                 // extents than our queue to it can carry now: refused.
@@ -146,28 +149,53 @@ impl Transport {
         }
     }
 
+    /// The storage of our region area held for `p`'s requests: what we
+    /// serve for it now, what we set aside or still hold from an earlier
+    /// connection of `p` (reconnecting does not buy a peer a fresh share),
+    /// and what we delivered to the application from it.
+    fn storage_of(&self, p: Port) -> Vec<(RegionKey, u32)> {
+        let serving = self.peers[p as usize].conn.as_ref();
+        let kept = self.kept_storage.iter().filter(|k| k.origin == p);
+        let orphaned = self.orphans.iter().filter(|o| o.0 == p);
+        let delivered = self.delivered_storage.iter().filter(|d| d.origin == p);
+        serving
+            .into_iter()
+            .flat_map(|c| c.storage())
+            .chain(kept.map(|k| (k.region, k.len)))
+            .chain(orphaned.filter_map(|o| o.2.storage()))
+            .chain(delivered.map(|d| (d.region, d.len)))
+            .collect()
+    }
+
     /// Target: whether `len` more bytes of storage for `p` stay within its
     /// quota of our region area; if not, refuses `op` ("no room") and
     /// counts an overload.
     fn within_quota(&mut self, p: Port, op: u64, len: u32) -> bool {
-        // Storage set aside from an earlier connection of `p`'s counts too:
-        // reconnecting does not buy a peer a fresh quota.
-        let kept: u64 = self
-            .kept_storage
-            .iter()
-            .filter(|k| k.origin == p)
-            .map(|k| footprint(k.len))
-            .sum();
-        let held = kept
-            + self.peers[p as usize]
-                .conn
-                .as_ref()
-                .map_or(0, |c| c.storage_held());
         // Counted as the region area takes it (whole grains), so that tiny
         // requests cannot hold more than the quota.
+        let held: u64 = self.storage_of(p).iter().map(|s| footprint(s.1)).sum();
         if held + footprint(len) <= self.storage_quota {
             return true;
         }
+        self.count(p, DropKind::Overload);
+        self.nak(p, op, WireStatus::NoRoom);
+        false
+    }
+
+    /// Target: whether storage `key` (`len` bytes), just allocated for
+    /// `p`'s op `op`, keeps `p` within its share of the grant table (an
+    /// entry per extent: a peer asking for storage without ever finishing
+    /// must not take the entries the application's regions and the other
+    /// peers need). If not, the storage goes, `op` is refused ("no room")
+    /// and an overload counted.
+    fn within_grant_share(&mut self, p: Port, op: u64, key: RegionKey, len: u32) -> bool {
+        let extents = |(k, l): (RegionKey, u32)| self.regions.extents(k, l).as_slice().len();
+        let held: usize = self.storage_of(p).into_iter().map(extents).sum();
+        if held + extents((key, len)) <= self.storage_extent_quota {
+            return true;
+        }
+        // Just registered, unadvertised, unused: it goes at once.
+        let _ = self.regions.deregister(key);
         self.count(p, DropKind::Overload);
         self.nak(p, op, WireStatus::NoRoom);
         false
@@ -264,6 +292,9 @@ impl Transport {
             self.release_early(p, op);
             return self.nak(p, op, WireStatus::NoRoom);
         };
+        if !self.within_grant_share(p, op, key, len) {
+            return self.release_early(p, op);
+        }
         let link = ChainLink {
             prev,
             next,

@@ -157,6 +157,15 @@ pub(crate) enum InOp {
 }
 
 impl InOp {
+    /// The storage we allocated for it (a multicast target's): region and
+    /// length.
+    pub fn storage(&self) -> Option<(RegionKey, u32)> {
+        match *self {
+            InOp::McRecv { region, len, .. } => Some((region, len)),
+            _ => None,
+        }
+    }
+
     /// When we stop waiting for it.
     pub fn deadline(&self) -> Instant {
         match self {
@@ -223,6 +232,21 @@ pub(crate) struct KeptStorage {
     pub len: u32,
     /// When it was set aside.
     pub at: Instant,
+}
+
+/// Multicast storage delivered to the application (the region of a
+/// `MulticastRecv` completion): it stays in its origin's share of the
+/// region area and of the grant table until the application deregisters
+/// it, so that a peer cannot hold more than its share by having each put
+/// delivered.
+#[derive(Debug)]
+pub(crate) struct DeliveredStorage {
+    /// The peer whose put filled it.
+    pub origin: Port,
+    /// The storage, now the application's region.
+    pub region: RegionKey,
+    /// Its length.
+    pub len: u32,
 }
 
 /// A chain target's storage that arrived before our own request to send.

@@ -15,7 +15,7 @@ use super::counters::DropKind;
 use super::dma::copy_to_sgl;
 use super::endpoint::{Movers, Transport};
 use super::key::{Access, RegionKey};
-use super::ops::InOp;
+use super::ops::{DeliveredStorage, InOp};
 use super::sgl::ExtentPos;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus, sgl_msgs};
@@ -67,6 +67,39 @@ impl Transport {
             InOp::Write { region, .. } => self.regions.write_ended(region),
             InOp::Read { .. } => {}
         }
+    }
+
+    /// A multicast put from `origin` is in our storage `region`: it goes to
+    /// the application as a `MulticastRecv` completion, and stays counted
+    /// in `origin`'s share until the application deregisters it. With the
+    /// completion queue at its depth (puts complete unasked, like notices)
+    /// the storage goes instead and the put is refused.
+    fn deliver_storage(
+        &mut self,
+        origin: Port,
+        op: u64,
+        region: RegionKey,
+        len: u32,
+    ) -> WireStatus {
+        if self.completions.len() >= self.cfg.cq_depth {
+            let _ = self.regions.deregister(region);
+            self.notice_overrun(origin);
+            return WireStatus::NoRoom;
+        }
+        self.delivered_storage.push(DeliveredStorage {
+            origin,
+            region,
+            len,
+        });
+        self.completions.push_back(Completion {
+            peer: origin,
+            op: OpKind::MulticastRecv,
+            status: Status::Success,
+            bytes: u64::from(len),
+            cookie: op,
+            region: Some(region),
+        });
+        WireStatus::Ok
     }
 
     /// Region `key` was deregistered: the reads of it we serve end now,
@@ -332,15 +365,7 @@ impl Transport {
                 if let Some(ch) = chain {
                     self.chain_forward(origin, op, len, region, &ch, deadline);
                 }
-                self.completions.push_back(Completion {
-                    peer: origin,
-                    op: OpKind::MulticastRecv,
-                    status: Status::Success,
-                    bytes: u64::from(len),
-                    cookie: op,
-                    region: Some(region),
-                });
-                WireStatus::Ok
+                self.deliver_storage(origin, op, region, len)
             }
             Some(other) => {
                 counters.drop_one(DropKind::OutOfRange);
