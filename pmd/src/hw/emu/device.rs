@@ -412,7 +412,19 @@ impl EmuDevice {
 }
 
 /// Claims `want` or the first free slot; returns it and its new generation.
+///
+/// A handle that cannot judge the taken slots yet (heartbeat-only liveness,
+/// just opened) watches them for a timeout and tries once more: slots of
+/// hosts that died are then reclaimed and taken.
 fn claim(fabric: &EmuFabric, want: Option<Port>) -> Result<(Port, u64)> {
+    match claim_once(fabric, want) {
+        Err(HwError::Fabric(_)) if fabric.watch_if_new() => claim_once(fabric, want),
+        done => done,
+    }
+}
+
+/// One try of [`claim`].
+fn claim_once(fabric: &EmuFabric, want: Option<Port>) -> Result<(Port, u64)> {
     let slots = fabric.config().slots;
     let pid = own_pid();
     let try_slot = |i: usize| -> std::result::Result<u64, SlotWord> {

@@ -65,6 +65,10 @@ pub(crate) struct FabricInner {
     /// clocks of other hosts cannot be compared with ours, so the header's
     /// election timestamp is not used).
     last_scan_ns: AtomicU64,
+    /// Our clock when this handle was made: under
+    /// [`Liveness::HeartbeatOnly`], a handle younger than a timeout has not
+    /// watched the slots long enough to judge them.
+    opened_ns: u64,
 }
 
 impl std::fmt::Debug for EmuFabric {
@@ -131,6 +135,7 @@ impl EmuFabric {
                 windows,
                 progress,
                 last_scan_ns: AtomicU64::new(0),
+                opened_ns: now_ns(),
             }),
         }
     }
@@ -437,13 +442,48 @@ impl EmuFabric {
     /// Scans every slot and reclaims those whose owner is dead (pid gone,
     /// zombie, pid reused, or heartbeat stale past the timeout). Returns the
     /// slots reclaimed.
+    ///
+    /// Under [`Liveness::HeartbeatOnly`] (ivshmem) a handle opened less than
+    /// a heartbeat timeout ago first watches the slots that long (it blocks
+    /// for about 1.25 timeouts): a dead host's slot is told from a live one
+    /// only by a heartbeat count that stopped, which takes a timeout of
+    /// watching to see.
     pub fn reclaim_dead(&self) -> Vec<Port> {
+        self.watch_if_new();
         let now = now_ns();
         self.inner.seg.header().last_scan_ns.store(now, Relaxed);
         (0..self.inner.cfg.slots)
             .filter(|&i| self.reclaim_if_dead(i, now))
             .map(|i| i as Port)
             .collect()
+    }
+
+    /// Under [`Liveness::HeartbeatOnly`], for a handle that has not yet
+    /// watched the slots for a heartbeat timeout: looks at every taken slot
+    /// now, then waits a timeout and a heartbeat period, so that the next
+    /// scan can tell the slots whose heartbeat stopped (their owners' hosts
+    /// died) from live ones. Without it a newcomer would find every slot of
+    /// a dead host alive, and could neither claim nor reclaim one. Returns
+    /// whether it waited.
+    pub(crate) fn watch_if_new(&self) -> bool {
+        if self.inner.liveness != Liveness::HeartbeatOnly {
+            return false;
+        }
+        // The heartbeat period is a quarter timeout (see the device's
+        // heartbeat thread): a live owner beats within it.
+        let watch = self.inner.timeout_ns + self.inner.timeout_ns / 4;
+        let now = now_ns();
+        if now.saturating_sub(self.inner.opened_ns) > watch {
+            return false;
+        }
+        for i in 0..self.inner.cfg.slots {
+            let raw = self.regs_of(i).word.load(Acquire);
+            if SlotWord::unpack(raw).state != SlotState::Free {
+                self.heartbeat_age(i, raw, now);
+            }
+        }
+        std::thread::sleep(Duration::from_nanos(watch + 1_000_000));
+        true
     }
 
     /// Scans for dead slots if nobody has in the last quarter timeout

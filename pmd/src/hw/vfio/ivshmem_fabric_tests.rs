@@ -164,3 +164,38 @@ fn a_too_small_bar2_is_refused_with_the_fix() {
     let e = fabric_in(r, "small BAR2", &cfg(true)).unwrap_err();
     assert!(e.to_string().contains("fewer slots"), "{e}");
 }
+
+/// Every slot held by a VM that died (the memory backend outlived them): a
+/// VM that comes up afterwards has no live member to reclaim them for it.
+/// It watches the slots for a timeout, sees their heartbeats stopped, and
+/// takes one; a status tool's reclaim from a fresh handle frees them all.
+#[test]
+fn a_new_vm_reclaims_slots_whose_vms_all_died() {
+    // Four VMs join and die without leaving.
+    let all_dead = || {
+        let mem = bar2();
+        for i in 0..4 {
+            let vm = join_in(map(&mem), &format!("vm-{i} BAR2"), &cfg(false)).unwrap();
+            std::mem::forget(vm);
+        }
+        mem
+    };
+    let mem = all_dead();
+    let t = Instant::now();
+    let late = join_in(map(&mem), "vm-late BAR2", &cfg(true)).unwrap();
+    assert!(
+        t.elapsed() >= TIMEOUT,
+        "claimed before a timeout of watching"
+    );
+    assert!(late.port() < 4);
+
+    let mem = all_dead();
+    let tool = fabric_in(map(&mem), "status BAR2", &cfg(false)).unwrap();
+    let mut freed = tool.reclaim_dead();
+    freed.sort_unstable();
+    assert_eq!(freed, [0, 1, 2, 3]);
+    // A handle that has watched long enough does not wait again.
+    let t = Instant::now();
+    assert!(tool.reclaim_dead().is_empty());
+    assert!(t.elapsed() < TIMEOUT);
+}
