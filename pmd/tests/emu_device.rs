@@ -512,3 +512,41 @@ fn absurd_sizes_and_timeouts_are_clear_errors() {
     drop(f);
     EmuFabric::destroy_in(dir.path(), "absurd").unwrap();
 }
+
+/// The mappings of this process whose name holds `zone`.
+fn mappings_of(zone: &str) -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(zone))
+        .count()
+}
+
+/// A peer's window, mapped for writes to it, is unmapped once its link goes
+/// down: a departed peer's memory is not kept alive by the hosts it talked
+/// to.
+#[test]
+fn a_departed_peers_window_is_unmapped_at_its_link_down() {
+    let dir = TestDir::new("unmap");
+    let c = cfg(&dir, small(4));
+    let a = EmuDevice::open("unmap", &c).unwrap();
+    let b = EmuDevice::open("unmap", &c).unwrap();
+    let zone = format!("emu-unmap-{}", b.port());
+    let mut ev = Vec::new();
+    a.poll_link_events(&mut ev);
+    a.peer_window(b.port(), 0).unwrap().write_u64(0, 7).unwrap();
+    assert!(mappings_of(&zone) >= 2, "b's own mapping and a's");
+    let (pb, g) = (b.port(), b.generation());
+    drop(b);
+    ev.clear();
+    a.poll_link_events(&mut ev);
+    assert!(ev.contains(&LinkEvent::Down {
+        peer: pb,
+        generation: g
+    }));
+    assert_eq!(
+        mappings_of(&zone),
+        0,
+        "a still maps the window of b, which left"
+    );
+}

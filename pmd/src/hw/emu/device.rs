@@ -590,6 +590,11 @@ impl NtbDevice for EmuDevice {
             }
             let peer = p as Port;
             if last.up {
+                // The window of the owner that left is not mapped on, so
+                // its memory (hugepages, often) goes with its owner.
+                *self.inner.peer_maps[p]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
                 out.push(LinkEvent::Down {
                     peer,
                     generation: last.generation,
