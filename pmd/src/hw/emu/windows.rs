@@ -171,27 +171,40 @@ impl WindowMem {
     }
 }
 
-/// Refuses a window larger than the memory available now (`MemAvailable`
-/// of /proc/meminfo): reserving it would wake the OOM killer, not fail.
+/// Refuses a window larger than the memory that could back it now: the free
+/// reserved hugepages (tried first) plus what is available of the rest
+/// (`MemAvailable`, which leaves the reserved hugepages out). Reserving more
+/// would wake the OOM killer, not fail.
 fn check_memory(size: usize) -> Result<()> {
-    let Some(avail) = mem_available() else {
+    let Some(avail) = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| memory_for_windows(&info))
+    else {
         return Ok(()); // unknown (not Linux, or no /proc): let the zone try
     };
     if size as u64 > avail {
         return Err(HwError::Invalid(format!(
             "a window of {size} bytes does not fit: need {size}, {avail} available \
-             (MemAvailable); use a smaller window size"
+             (MemAvailable and free hugepages); use a smaller window size"
         )));
     }
     Ok(())
 }
 
-/// `MemAvailable` of /proc/meminfo, in bytes.
-fn mem_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+/// `MemAvailable` plus `HugePages_Free` × `Hugepagesize` of a
+/// /proc/meminfo text, in bytes (`None` without `MemAvailable`).
+fn memory_for_windows(meminfo: &str) -> Option<u64> {
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    let avail = field("MemAvailable:")?.checked_mul(1024)?;
+    let huge_kib = field("Hugepagesize:").unwrap_or(0);
+    let huge = field("HugePages_Free:")
+        .unwrap_or(0)
+        .saturating_mul(huge_kib)
+        .saturating_mul(1024);
+    Some(avail.saturating_add(huge))
 }
 
 /// The name of the zone holding port `port`'s window on `fabric`.
@@ -202,6 +215,20 @@ fn window_zone_name(fabric: &EmuFabric, port: Port) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_hugepages_count_beside_mem_available() {
+        let info = "MemTotal:       16000000 kB\nMemAvailable:    2000000 kB\n\
+                    HugePages_Total:    6000\nHugePages_Free:     5000\n\
+                    Hugepagesize:       2048 kB\n";
+        assert_eq!(
+            memory_for_windows(info),
+            Some((2_000_000 + 5000 * 2048) * 1024)
+        );
+        let no_huge = "MemAvailable:    1000 kB\n";
+        assert_eq!(memory_for_windows(no_huge), Some(1000 * 1024));
+        assert_eq!(memory_for_windows("MemTotal: 5 kB\n"), None);
+    }
     use crate::hw::NtbDevice;
     use crate::hw::emu::{DeviceConfig, EmuDevice, FabricConfig};
 
