@@ -1,8 +1,8 @@
 //! [`EmuDevice`]: one host on the emulated fabric, implementing
 //! [`NtbDevice`].
 
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, fence};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -332,22 +332,39 @@ impl EmuDevice {
     /// What `peer` published as its grant (see [`NtbDevice::grant_peers`]),
     /// if anything. Read when a handle onto its window is built: a peer
     /// grants once, when its transport starts, before its first hello.
+    ///
+    /// The template is read under its sequence lock (see
+    /// `SlotRegs::grant_count`). One still being rewritten after a bounded
+    /// number of tries (a peer that never finishes) reads as a template
+    /// granting nothing: writes then go only where the live table allows.
     fn published_grant(&self, peer: Port) -> Option<PeerGrant> {
         let r = self.inner.fabric.regs_of(peer as usize);
-        let n = (r.grant_count.load(Acquire) as usize).min(MAX_GRANT);
-        if n == 0 {
-            return None;
-        }
-        let mut g = PeerGrant::default();
-        for e in &r.grant[..n] {
-            let [kind, base, stride, len] = e.each_ref().map(|w| w.load(Relaxed) as usize);
-            match kind {
-                1 => g.per_port.push(Strided { base, stride, len }),
-                2 => g.shared.push(base..base.saturating_add(len)),
-                _ => {}
+        for _ in 0..GRANT_READ_TRIES {
+            let before = r.grant_count.load(Acquire);
+            if (before >> 32) % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let n = ((before & u64::from(u32::MAX)) as usize).min(MAX_GRANT);
+            if n == 0 {
+                return None;
+            }
+            let mut g = PeerGrant::default();
+            for e in &r.grant[..n] {
+                let [kind, base, stride, len] = e.each_ref().map(|w| w.load(Relaxed) as usize);
+                match kind {
+                    1 => g.per_port.push(Strided { base, stride, len }),
+                    2 => g.shared.push(base..base.saturating_add(len)),
+                    _ => {}
+                }
+            }
+            // The copy happens before the second look at the word.
+            fence(Acquire);
+            if r.grant_count.load(Relaxed) == before {
+                return Some(g);
             }
         }
-        Some(g)
+        Some(PeerGrant::default())
     }
 
     /// Checks `peer` and that its link is up; returns its registers and word.
@@ -410,6 +427,10 @@ impl EmuDevice {
         }
     }
 }
+
+/// Looks at a peer's grant template before it is taken as being rewritten
+/// without end (see `published_grant`).
+const GRANT_READ_TRIES: usize = 64;
 
 /// Claims `want` or the first free slot; returns it and its new generation.
 ///
@@ -690,6 +711,13 @@ impl NtbDevice for EmuDevice {
         }
         self.still_ours()?;
         let r = self.regs();
+        // Sequence lock (see `SlotRegs::grant_count`): odd while the ranges
+        // change, even with the new count after.
+        let seq = (r.grant_count.load(Relaxed) >> 32) as u32;
+        let editing = seq.wrapping_add(1) | 1;
+        r.grant_count.store(u64::from(editing) << 32, Relaxed);
+        // The odd word is seen before any range changes.
+        fence(Release);
         let entries = grant
             .per_port
             .iter()
@@ -700,7 +728,8 @@ impl NtbDevice for EmuDevice {
                 w.store(v as u64, Relaxed);
             }
         }
-        r.grant_count.store(n as u64, Release);
+        let done = u64::from(editing.wrapping_add(1)) << 32;
+        r.grant_count.store(done | n as u64, Release);
         // Enforced in the handles every ntbdk peer builds; but where every
         // host maps one shared region whole (ivshmem), a host that ignores
         // the grant can still write anywhere: not isolation.

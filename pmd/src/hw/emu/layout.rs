@@ -21,7 +21,7 @@ use crate::hw::grant_table::GrantTable;
 /// "NTBDKFAB", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NTBDKFAB");
 /// Bumped on every incompatible change of this layout.
-pub(crate) const VERSION: u32 = 4;
+pub(crate) const VERSION: u32 = 5;
 /// Most ranges in a slot's published grant.
 pub(crate) const MAX_GRANT: usize = 8;
 /// Bytes reserved for the header (one page).
@@ -147,8 +147,12 @@ pub(crate) struct SlotRegs {
     /// refused outside a grant.
     pub counters: [AtomicU64; 6],
     /// What each peer may write in this slot's window (see
-    /// `hw::PeerGrant`), published by the owner: 0 = nothing published
-    /// (the whole window), else the number of ranges below, set last.
+    /// `hw::PeerGrant`), published by the owner under a sequence lock: the
+    /// low 32 bits count the ranges below (0 = nothing published: the
+    /// whole window), the high 32 bits are a sequence number the owner
+    /// makes odd while it rewrites the ranges and even again after, so a
+    /// reader that sees the same even word before and after its copy has a
+    /// whole template.
     pub grant_count: AtomicU64,
     /// Grant ranges, `[kind, base, stride, len]` each: kind 1 = per port
     /// (`base + port * stride .. + len`), kind 2 = shared (`base .. + len`).

@@ -215,6 +215,8 @@ fn window_zone_name(fabric: &EmuFabric, port: Port) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hw::emu::{DeviceConfig, EmuDevice, FabricConfig};
+    use crate::hw::{NtbDevice, PeerGrant, Strided};
 
     #[test]
     fn free_hugepages_count_beside_mem_available() {
@@ -229,8 +231,6 @@ mod tests {
         assert_eq!(memory_for_windows(no_huge), Some(1000 * 1024));
         assert_eq!(memory_for_windows("MemTotal: 5 kB\n"), None);
     }
-    use crate::hw::NtbDevice;
-    use crate::hw::emu::{DeviceConfig, EmuDevice, FabricConfig};
 
     /// A member that publishes another file as its window (here one of our
     /// own private zones, or a zone in another process) is refused; what it
@@ -272,5 +272,57 @@ mod tests {
         drop((a, b));
         EmuFabric::destroy_in(&dir, "winpub").unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A peer's grant template is read under its sequence lock: one caught
+    /// mid-rewrite (forever, here) grants nothing, instead of reading as
+    /// "nothing published" (the whole window) or as a mix of two templates.
+    #[test]
+    fn a_grant_template_being_rewritten_grants_nothing() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-grantseq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = FabricConfig {
+            slots: 2,
+            window_size: 1 << 20,
+            heartbeat_timeout: std::time::Duration::from_secs(2),
+            ..FabricConfig::default()
+        };
+        let fabric = EmuFabric::create_in(&dir, "grantseq", &cfg).unwrap();
+        let join = |slot| {
+            let dc = DeviceConfig {
+                slot: Some(slot),
+                fabric: cfg.clone(),
+                dir: Some(dir.clone()),
+                ..DeviceConfig::default()
+            };
+            EmuDevice::join(&fabric, &dc).unwrap()
+        };
+        let (a, b) = (join(0), join(1));
+        let grant = PeerGrant {
+            per_port: vec![Strided {
+                base: 4096,
+                stride: 4096,
+                len: 4096,
+            }],
+            shared: Vec::new(),
+        };
+        b.grant_peers(0, &grant).unwrap();
+        // Port 0 may write 4096 + 0 * 4096 .. 8192, nothing else.
+        let w = a.peer_window(1, 0).unwrap();
+        w.write_u64(4096, 1).unwrap();
+        assert!(w.write_u64(0, 1).is_err());
+        // b "dies" mid-rewrite: the word stays odd.
+        let regs = fabric.regs_of(1);
+        let seq = regs.grant_count.load(Relaxed) >> 32;
+        regs.grant_count.store((seq + 1) << 32, Relaxed);
+        let w = a.peer_window(1, 0).unwrap();
+        assert!(
+            w.write_u64(4096, 1).is_err(),
+            "a template mid-rewrite was used"
+        );
+        assert!(w.write_u64(0, 1).is_err(), "read as the whole window");
+        drop((a, b));
+        EmuFabric::destroy_in(&dir, "grantseq").unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
