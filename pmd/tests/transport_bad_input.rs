@@ -2319,3 +2319,67 @@ fn puts_past_the_completion_queue_depth_are_refused() {
     assert_eq!(s.ts[1].poll_completions(&mut buf), 2);
     assert!(s.ts[1].is_connected(2));
 }
+
+/// A peer presenting a new incarnation at every hello (each has us wipe
+/// its section of our window and re-advertise to it) is taken at most once
+/// per five hello intervals; the one it settles on is still connected.
+#[test]
+fn new_incarnations_are_taken_at_most_once_per_five_hello_intervals() {
+    let cfg = Config {
+        hello_interval: Duration::from_millis(200),
+        ..Config::new(Geometry::small(3))
+    };
+    let Setup {
+        mut ts,
+        rogue,
+        rogue_dev,
+        inj,
+        ..
+    } = setup_with(cfg.clone());
+    let sec = ts[1].layout().section_offset(2);
+    // A mark in the rogue's section of the victim's window: a wipe clears it.
+    let marked = |ts: &mut Vec<Transport>| {
+        ts[1].progress();
+        let mut b = [0u8; 8];
+        rogue_dev.non_posted_read(1, 0, sec, &mut b).unwrap();
+        b == [0x5a; 8]
+    };
+    let restart = |old: Transport| {
+        drop(old);
+        let mut t = Transport::new(rogue_dev.clone(), cfg.clone()).unwrap();
+        t.progress();
+        t
+    };
+    inj.scribble(sec, &[0x5a; 8]).unwrap();
+    let rogue = restart(rogue);
+    let end = Instant::now() + Duration::from_secs(5);
+    while marked(&mut ts) {
+        assert!(
+            Instant::now() < end,
+            "the first new incarnation was not taken"
+        );
+    }
+    let first = Instant::now();
+    inj.scribble(sec, &[0x5a; 8]).unwrap();
+    let mut rogue = restart(rogue);
+    // Polled for 400 ms (many slow-path ticks, each reading hellos), all
+    // within the 1 s the second one must wait.
+    while first.elapsed() < Duration::from_millis(400) {
+        let still = marked(&mut ts);
+        if first.elapsed() < Duration::from_millis(900) {
+            assert!(still, "a second new incarnation taken within the interval");
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(ts[1].is_connected(2) && rogue.is_connected(1)) {
+        rogue.progress();
+        ts[0].progress();
+        ts[1].progress();
+        assert!(
+            Instant::now() < end,
+            "the settled incarnation did not connect"
+        );
+    }
+    assert!(first.elapsed() >= Duration::from_secs(1));
+    assert!(!marked(&mut ts));
+}

@@ -22,7 +22,10 @@ pub struct Config {
     /// up), so a peer with a much shorter timeout may free storage a late
     /// honest write still reaches.
     pub op_timeout: Duration,
-    /// How often a hello is re-sent to a peer that has not answered.
+    /// How often a hello is re-sent to a peer that has not answered. A
+    /// peer's new incarnations are taken at most every five of it (a peer
+    /// restarting at every hello would otherwise keep the poll busy wiping
+    /// its section).
     pub hello_interval: Duration,
     /// Most operations outstanding at once (as initiator).
     pub max_outstanding: usize,

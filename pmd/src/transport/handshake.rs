@@ -54,6 +54,12 @@ pub fn epoch(a: u64, b: u64) -> u32 {
     (mix(a.wrapping_add(b)) as u32) | 1
 }
 
+/// How often a peer may present a new incarnation, in hello intervals
+/// (`Config::hello_interval`; 100 ms by default): a host restarts far less
+/// often, and each new one has us wipe its section of our window (the eager
+/// buffers included) and re-advertise our regions to it.
+pub(crate) const NEW_INCARNATION_HELLOS: u32 = 5;
+
 impl Transport {
     pub(crate) fn write_header(&self) -> Result<()> {
         let g = &self.cfg.geometry;
@@ -270,10 +276,28 @@ impl Transport {
             return;
         }
         if h.incarnation != self.peers[peer as usize].peer_inc {
-            // A new incarnation: forget everything of the old one.
+            let now = Instant::now();
+            let p = &mut self.peers[peer as usize];
+            let every = self.cfg.hello_interval * NEW_INCARNATION_HELLOS;
+            if p.new_incarnation_at
+                .is_some_and(|t| now.duration_since(t) < every)
+            {
+                // Too soon after the last one: read again at a later poll
+                // (a peer changing incarnation at every hello would
+                // otherwise have us wipe its section at every one).
+                p.last_hello_tag = 0;
+                return;
+            }
+            p.new_incarnation_at = Some(now);
+            // A new incarnation: forget everything of the old one (the
+            // section is wiped once: by the teardown of a connection, else
+            // here).
+            let connected = p.conn.is_some();
             self.teardown(peer, Status::PeerDown);
             self.settle(peer);
-            let _ = self.reset_section(peer);
+            if !connected {
+                let _ = self.reset_section(peer);
+            }
             let p = &mut self.peers[peer as usize];
             p.peer_inc = h.incarnation;
             p.state = PeerState::Connecting;

@@ -28,6 +28,9 @@ pub(crate) struct Peer {
     pub hello_seq: u64,
     /// The tag of the last hello we read from it (a new tag is a new hello).
     pub last_hello_tag: u64,
+    /// When it last presented a new incarnation (see
+    /// `handshake::NEW_INCARNATION_HELLOS`).
+    pub new_incarnation_at: Option<Instant>,
     /// When we last wrote it a hello (resent every `Config::hello_interval`).
     pub last_hello_sent: Option<Instant>,
     /// The connection, while connected.
@@ -56,6 +59,7 @@ impl Peer {
             link_gen: 0,
             hello_seq: 0,
             last_hello_tag: 0,
+            new_incarnation_at: None,
             last_hello_sent: None,
             conn: None,
             counters: QpCounters::default(),
