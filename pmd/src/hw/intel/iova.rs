@@ -49,6 +49,16 @@ impl IovaAllocator {
         *next = end;
         Ok(base)
     }
+
+    /// Takes back `size` bytes at `base` if they are the last range handed
+    /// out (an allocation whose mapping failed), so a failed map leaks no
+    /// address space; any other range stays taken.
+    pub fn give_back(&self, base: u64, size: usize) {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        if base.checked_add(size as u64) == Some(*next) {
+            *next = base;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -68,6 +78,11 @@ mod tests {
         assert!(matches!(e, IntelError::IovaExhausted { .. }), "{e}");
         assert!(e.to_string().contains("window_size"), "{e}");
         // A failed allocation takes nothing.
+        assert_eq!(a.alloc(4096, 4096).unwrap(), z + 4096);
+        // The last range given back is handed out again; an earlier one is
+        // not.
+        a.give_back(z + 4096, 4096);
+        a.give_back(x, 0x3000);
         assert_eq!(a.alloc(4096, 4096).unwrap(), z + 4096);
     }
 }

@@ -179,9 +179,12 @@ impl InboundMemory for VfioInbound {
                 .iommu()
                 .map(iova, size, zone.as_ptr(), Permissions::ReadWrite)
         }
-        .map_err(|source| HwError::Io {
-            what: format!("DMA-mapping {size:#x} bytes at IOVA {iova:#x}"),
-            source,
+        .map_err(|source| {
+            self.iova.give_back(iova, size);
+            HwError::Io {
+                what: format!("DMA-mapping {size:#x} bytes at IOVA {iova:#x}"),
+                source,
+            }
         })?;
         let base = zone.as_ptr();
         let keep = Arc::new(DmaZone {
