@@ -173,7 +173,7 @@ fn pool_shared_between_processes() {
     assert_eq!(p.available(), COUNT as usize);
     assert!(
         p.put_checked(handed[0]).is_err(),
-        "double put across processes is caught"
+        "a second put of an object the child took (its state is in the shared table) is caught"
     );
     let mut all = vec![ObjIdx::default(); COUNT as usize];
     p.get_bulk(&mut all).unwrap();

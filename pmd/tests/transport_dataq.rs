@@ -17,6 +17,7 @@ use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
 use ntbdk_pmd::transport::{
     Config, DataPart, DataQueue, DataQueues, Geometry, Transport, TransportError,
+    wire::{SLOT, TAG_OFFSET},
 };
 use transport_common::{RoleChild, TestDir, child_role, env};
 
@@ -272,7 +273,7 @@ fn the_sender_reuses_the_buffers_lent_last() {
 #[test]
 fn descriptors_three_to_a_slot_arrive_in_order_in_bursts_of_any_size() {
     let g = geometry(1, 16, 128);
-    let (_hosts, mut tx, mut rx) = pair("dataq-packed", g);
+    let (hosts, mut tx, mut rx) = pair("dataq-packed", g);
     let txp = pool("dataq-packed-tx", 32, 128);
     rx.rx_burst(&mut Vec::new(), 0); // lends every buffer
     let mut batch: Vec<Mbuf> = (0..7u64)
@@ -287,6 +288,22 @@ fn descriptors_three_to_a_slot_arrive_in_order_in_bursts_of_any_size() {
         tx.tx_burst(&mut batch),
         7,
         "seven in one burst: three slots"
+    );
+    // The receiver's descriptor ring, as the sender's device reads it: the
+    // counts 3, 3 and 1 in the first three slots, the fourth never tagged.
+    let (layout, dev) = (*hosts.ts[1].layout(), hosts.ts[0].device().clone());
+    let desc = layout.data_part(0, 0, DataPart::Desc);
+    let word = |off: usize| {
+        let mut b = [0u8; 8];
+        dev.non_posted_read(1, 0, off, &mut b).unwrap();
+        u64::from_le_bytes(b)
+    };
+    let counts: Vec<u64> = (0..3).map(|i| word(desc + i * SLOT)).collect();
+    assert_eq!(counts, [3, 3, 1]);
+    assert_eq!(
+        word(desc + 3 * SLOT + TAG_OFFSET),
+        0,
+        "a fourth slot written"
     );
     let mut seen = Vec::new();
     for max in [1, 2, 1, 3, 5] {
@@ -675,7 +692,7 @@ fn split_halves_reflect_through_a_ring_on_four_threads() {
             }
         }));
         // B's rx stage hands every mbuf to its tx stage through the ring.
-        joins.push(s.spawn(move || {
+        let b_rx_stage = s.spawn(move || {
             let mut held = Vec::new();
             let mut moved = 0;
             let end = Instant::now() + LONG;
@@ -686,7 +703,8 @@ fn split_halves_reflect_through_a_ring_on_four_threads() {
                 moved += ring_in.enqueue_burst(&mut held) as u64;
                 assert!(Instant::now() < end, "B's rx stage moved {moved}");
             }
-        }));
+            b_rx
+        });
         // B's tx stage sends them back (received mbufs, forwarded as they are).
         joins.push(s.spawn(move || {
             let mut pending = Vec::new();
@@ -701,9 +719,13 @@ fn split_halves_reflect_through_a_ring_on_four_threads() {
         }));
         // A gets them back, in order, every byte.
         joins.push(s.spawn(|| receive_all_rx(&mut a_rx, N, 256, 32)));
+        let b_rx = b_rx_stage.join().unwrap();
         for j in joins {
             j.join().unwrap();
         }
+        // Every receive buffer B forwarded came back to its pool (or is
+        // lent to A again).
+        assert_eq!(b_rx.pool_available() + b_rx.lent(), b_rx.pool_size());
     });
     assert_eq!(txp.available(), txp.size());
 }
