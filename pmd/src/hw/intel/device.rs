@@ -251,6 +251,12 @@ impl<M: Mmio> IntelNtb<M> {
             // Enable the secondary side; the upper half (secondary status,
             // write-1-to-clear) is written 0.
             r.write32(regs::GEN3_SPCICMD, regs::PCI_COMMAND_MEMORY_MASTER)?;
+            // A previous close left the configuration locked; the windows
+            // are translated below, before the link is enabled, so unlock
+            // now (the link stays disabled). Linux translates only after
+            // `intel_ntb3_link_enable` has cleared the lock.
+            let cntl = r.read32(regs::NTBCNTL)?;
+            r.write32(regs::NTBCNTL, cntl & !regs::NTBCNTL_CFG_LOCK)?;
         }
         // Polled mode: nothing is masked, everything pending is cleared
         // (DPDK `intel_ntb_dev_init`).
@@ -395,15 +401,17 @@ impl<M: Mmio> IntelNtb<M> {
                 ctrl | regs::GEN4_LINK_CTRL_DISABLE as u16,
                 0,
             )?;
-        } else {
+        }
+        // The translations go before the configuration is locked.
+        for mw in 0..2 {
+            r.write64(regs::xlmt(mw), self.outbound.bar_bus_address(mw))?;
+            r.write64(regs::xbase(mw), 0)?;
+        }
+        if !self.part.is_gen4() {
             r.write32(
                 regs::NTBCNTL,
                 cntl | regs::NTBCNTL_CFG_LOCK | regs::NTBCNTL_DISABLE,
             )?;
-        }
-        for mw in 0..2 {
-            r.write64(regs::xlmt(mw), self.outbound.bar_bus_address(mw))?;
-            r.write64(regs::xbase(mw), 0)?;
         }
         Ok(())
     }
@@ -419,7 +427,8 @@ impl<M: Mmio> IntelNtb<M> {
     }
 
     /// Acknowledges a link-state change (gen4 first writes `SLOTSTS.DLLSCS`,
-    /// keeping slot control in the dword's other half).
+    /// 16 bits alone on a mapped BAR; slot control, the dword's other half,
+    /// is rewritten with its value only where 16-bit stores are not had).
     fn ack_link_change(&self) -> Result<(), IntelError> {
         if self.part.is_gen4() {
             let slot_ctrl = regs::read16(&self.bar0, regs::GEN4_SLOTSTS - 2)?;

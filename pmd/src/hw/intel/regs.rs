@@ -156,20 +156,18 @@ pub fn read16(mmio: &dyn crate::hw::mmio::Mmio, offset: usize) -> crate::hw::Res
     Ok((dword >> ((offset & 2) * 8)) as u16)
 }
 
-/// Writes the 16-bit register at `offset` by a dword write that leaves the
-/// other half as `other` (callers pass the value that is harmless there:
+/// Writes the 16-bit register at `offset` ([`Mmio::write16`]: 16 bits
+/// alone where the block can store them, else a dword write that leaves the
+/// other half as `other`; callers pass the value that is harmless there:
 /// the other half's current value for a plain register, 0 for a
 /// write-1-to-clear status register).
+///
+/// [`Mmio::write16`]: crate::hw::mmio::Mmio::write16
 pub fn write16(
     mmio: &dyn crate::hw::mmio::Mmio,
     offset: usize,
     value: u16,
     other: u16,
 ) -> crate::hw::Result<()> {
-    let (lo, hi) = if offset & 2 == 0 {
-        (value, other)
-    } else {
-        (other, value)
-    };
-    mmio.write32(offset & !3, u32::from(lo) | (u32::from(hi) << 16))
+    mmio.write16(offset, value, other)
 }

@@ -78,4 +78,16 @@ impl Mmio for MappedBar {
         unsafe { self.ptr(offset).cast::<u64>().write_volatile(value) };
         Ok(())
     }
+
+    /// A real 16-bit store: the register's neighbour in its dword is not
+    /// written at all (on an Intel gen4 NTB, slot control beside slot
+    /// status, where a write is a command; Linux `gen4_poll_link` writes
+    /// the 16 bits alone).
+    fn write16(&self, offset: usize, value: u16, _other: u16) -> Result<()> {
+        check_access(offset, 2, self.len())?;
+        // SAFETY: in bounds and 2-byte aligned (checked); the mapping lives
+        // as long as `self.map`.
+        unsafe { self.ptr(offset).cast::<u16>().write_volatile(value) };
+        Ok(())
+    }
 }
