@@ -2236,6 +2236,19 @@ fn unfinished_storage_requests_cannot_fill_the_grant_table() {
     honest_traffic_works(&mut s);
 }
 
+/// The rogue asks the victim (port 1) for 64 bytes of storage for its put
+/// `op` and finishes it at once, writing nothing.
+fn empty_put(s: &mut Setup, op: u64) {
+    s.inj
+        .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 64 }))
+        .unwrap();
+    s.ts[1].progress();
+    s.inj
+        .push(Ring::Cq, &wire::encode(&Msg::Done { op, len: 64 }))
+        .unwrap();
+    s.ts[1].progress();
+}
+
 /// A peer that finishes each put at once (a `Done` with no data written)
 /// cannot have its storage delivered to the application past its quota:
 /// delivered storage counts against it until the application deregisters
@@ -2247,18 +2260,8 @@ fn delivered_storage_counts_against_its_origin_until_deregistered() {
         ..Config::new(Geometry::small(3))
     });
     let q = s.ts[1].create_qp(2).unwrap();
-    let put = |s: &mut Setup, op: u64| {
-        s.inj
-            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 64 }))
-            .unwrap();
-        s.ts[1].progress();
-        s.inj
-            .push(Ring::Cq, &wire::encode(&Msg::Done { op, len: 64 }))
-            .unwrap();
-        s.ts[1].progress();
-    };
     for op in 1..=5u64 {
-        put(&mut s, op);
+        empty_put(&mut s, op);
     }
     let mut got: Vec<Completion> = Vec::new();
     let mut buf = [Completion::default(); 8];
@@ -2274,7 +2277,7 @@ fn delivered_storage_counts_against_its_origin_until_deregistered() {
     assert!(acked(&s, 5, WireStatus::NoRoom));
     // The application gives one back: the next put fits.
     s.ts[1].deregister_region(got[0].region.unwrap()).unwrap();
-    put(&mut s, 6);
+    empty_put(&mut s, 6);
     let n = s.ts[1].poll_completions(&mut buf);
     assert_eq!(
         buf[..n]
@@ -2299,14 +2302,7 @@ fn puts_past_the_completion_queue_depth_are_refused() {
     let q = s.ts[1].create_qp(2).unwrap();
     let free = s.ts[1].region_area_free();
     for op in 1..=3u64 {
-        s.inj
-            .push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 64 }))
-            .unwrap();
-        s.ts[1].progress();
-        s.inj
-            .push(Ring::Cq, &wire::encode(&Msg::Done { op, len: 64 }))
-            .unwrap();
-        s.ts[1].progress();
+        empty_put(&mut s, op);
     }
     assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
     assert!(acked(&s, 3, WireStatus::NoRoom));

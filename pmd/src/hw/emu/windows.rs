@@ -232,12 +232,10 @@ mod tests {
         assert_eq!(memory_for_windows("MemTotal: 5 kB\n"), None);
     }
 
-    /// A member that publishes another file as its window (here one of our
-    /// own private zones, or a zone in another process) is refused; what it
-    /// really owns is mapped.
-    #[test]
-    fn a_window_published_as_another_zone_or_process_is_refused() {
-        let dir = std::env::temp_dir().join(format!("ntbdk-winpub-{}", std::process::id()));
+    /// A two-slot fabric `name` in a directory of its own, with a member in
+    /// each slot.
+    fn two_members(name: &str) -> (std::path::PathBuf, EmuFabric, [EmuDevice; 2]) {
+        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = FabricConfig {
             slots: 2,
@@ -245,7 +243,7 @@ mod tests {
             heartbeat_timeout: std::time::Duration::from_secs(2),
             ..FabricConfig::default()
         };
-        let fabric = EmuFabric::create_in(&dir, "winpub", &cfg).unwrap();
+        let fabric = EmuFabric::create_in(&dir, name, &cfg).unwrap();
         let join = |slot| {
             let dc = DeviceConfig {
                 slot: Some(slot),
@@ -255,7 +253,16 @@ mod tests {
             };
             EmuDevice::join(&fabric, &dc).unwrap()
         };
-        let (a, b) = (join(0), join(1));
+        let members = [join(0), join(1)];
+        (dir, fabric, members)
+    }
+
+    /// A member that publishes another file as its window (here one of our
+    /// own private zones, or a zone in another process) is refused; what it
+    /// really owns is mapped.
+    #[test]
+    fn a_window_published_as_another_zone_or_process_is_refused() {
+        let (dir, fabric, [a, b]) = two_members("winpub");
         let secret = Zone::create("private", 1 << 20, &ZoneOptions::no_huge()).unwrap();
         let regs = fabric.regs_of(1);
         let (pid, fd) = (regs.win_pid.load(Relaxed), regs.win_fd.load(Relaxed));
@@ -279,25 +286,7 @@ mod tests {
     /// "nothing published" (the whole window) or as a mix of two templates.
     #[test]
     fn a_grant_template_being_rewritten_grants_nothing() {
-        let dir = std::env::temp_dir().join(format!("ntbdk-grantseq-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = FabricConfig {
-            slots: 2,
-            window_size: 1 << 20,
-            heartbeat_timeout: std::time::Duration::from_secs(2),
-            ..FabricConfig::default()
-        };
-        let fabric = EmuFabric::create_in(&dir, "grantseq", &cfg).unwrap();
-        let join = |slot| {
-            let dc = DeviceConfig {
-                slot: Some(slot),
-                fabric: cfg.clone(),
-                dir: Some(dir.clone()),
-                ..DeviceConfig::default()
-            };
-            EmuDevice::join(&fabric, &dc).unwrap()
-        };
-        let (a, b) = (join(0), join(1));
+        let (dir, fabric, [a, b]) = two_members("grantseq");
         let grant = PeerGrant {
             per_port: vec![Strided {
                 base: 4096,
