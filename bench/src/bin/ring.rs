@@ -454,16 +454,19 @@ fn main() -> anyhow::Result<()> {
         // Each case's Mops/s, with (full/empty findings per 1000 items):
         // which regime the pair settled in.
         eprint!("rep {}/{}:", rep + 1, args.reps);
-        for (i, &case) in cases.iter().enumerate() {
-            let row = run_case(case, &args, shared);
+        // The order rotates each repetition, so no case always runs first
+        // (after the coupling probe, on a fresh allocation) or after the
+        // same neighbour.
+        let mut findings = vec![(0, 0); cases.len()];
+        for k in 0..cases.len() {
+            let i = (k + rep) % cases.len();
+            let row = run_case(cases[i], &args, shared);
             let (f, e) = *LAST_IDLE.lock().unwrap();
-            eprint!(
-                " {:.0}({}/{})",
-                row.mops(),
-                f * 1000 / row.ops,
-                e * 1000 / row.ops
-            );
+            findings[i] = (f * 1000 / row.ops, e * 1000 / row.ops);
             runs[i].push(row);
+        }
+        for (run, (f, e)) in runs.iter().zip(findings) {
+            eprint!(" {:.0}({f}/{e})", run[rep].mops());
         }
         coupling.push(coupling_ns(pc, cc));
         eprintln!(
