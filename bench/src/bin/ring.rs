@@ -574,7 +574,10 @@ fn sustained(args: &Args, slowest: &[(String, f64)], (pc, cc): (usize, usize)) {
     let mut coupling = vec![coupling_ns(pc, cc)];
     for rep in 0..args.sustain_reps {
         eprint!("sustained {}/{}:", rep + 1, args.sustain_reps);
-        for (k, &case) in cases.iter().enumerate() {
+        // Rotated each round, as in the table's repetitions.
+        for j in 0..cases.len() {
+            let k = (j + rep) % cases.len();
+            let case = cases[k];
             let mut row = run_case_items(case, args.capacity, items[k], shared);
             while row.elapsed < want {
                 // Too short at this rate: scale up and run again.
@@ -582,7 +585,7 @@ fn sustained(args: &Args, slowest: &[(String, f64)], (pc, cc): (usize, usize)) {
                 items[k] = (items[k] as f64 * scale * 1.2) as u64;
                 row = run_case_items(case, args.capacity, items[k], shared);
             }
-            eprint!(" {:.0}", row.mops());
+            eprint!(" {}: {:.0}", case.name(), row.mops());
             let (full, empty) = *LAST_IDLE.lock().unwrap();
             idles[k].push((full, empty, row.ops));
             runs[k].push(row);
