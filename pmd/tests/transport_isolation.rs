@@ -1277,3 +1277,40 @@ fn a_chain_whose_put_is_refused_is_cancelled_down_the_chain() {
     drop(rogue);
     EmuFabric::destroy_in(dir.path(), "putcancel").unwrap();
 }
+
+/// On a fabric whose devices keep grant tables, storage requests a peer
+/// never finishes take one entry each (the storage is granted to it): past
+/// its share (half the table split among the connected peers) they are
+/// refused, so the application can still register regions and the other
+/// peers still get storage. Before, 512 such requests filled the table.
+#[test]
+fn unfinished_storage_requests_cannot_fill_the_grant_table() {
+    use ntbdk_pmd::transport::inject::Injector;
+    use ntbdk_pmd::transport::wire::{self, Msg};
+    use ntbdk_pmd::transport::{Ring, epoch};
+    let dir = TestDir::new("grant-share");
+    let (_fabric, mut hs) = three(&dir, "grant-share");
+    let rogue_dev = hs[2].t.device().clone();
+    let e = epoch(hs[2].t.incarnation(), hs[1].t.incarnation());
+    let mut inj = Injector::new(&*rogue_dev, 1, *hs[1].t.layout(), e).unwrap();
+    let q = hs[1].t.create_qp(2).unwrap();
+    // Host 2 stops polling; what it does now goes through the injector.
+    let share = 512 / 2 / 2;
+    for op in 1..=520u64 {
+        inj.push(Ring::Rx, &wire::encode(&Msg::Rts { op, len: 1 }))
+            .unwrap();
+        hs[1].t.progress();
+    }
+    assert_eq!(hs[1].t.resources(q).serving, share);
+    assert_eq!(
+        hs[1].t.counters(q).dropped(DropKind::Overload),
+        520 - share as u64
+    );
+    let k = hs[1]
+        .t
+        .register_region_for(4096, Access::REMOTE_WRITE, &[0]);
+    assert!(k.is_ok(), "{k:?}");
+    // Host 0 still writes into it.
+    let k = k.unwrap();
+    assert_eq!(write(&mut hs[..2], 0, 1, k, &[0x42; 4096]), Status::Success);
+}

@@ -10,7 +10,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::hw::{GRANT_TABLE_LEN, LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
+use crate::hw::{LinkEvent, LocalWindow, NtbDevice, PeerGrant, Port, Strided};
 
 use super::claim::WindowClaim;
 use super::completion_queue::CompletionQueue;
@@ -141,10 +141,6 @@ pub struct Transport {
     /// Most bytes of the region area one peer's storage requests may hold
     /// (from `Config::peer_storage_quota`).
     pub(crate) storage_quota: u64,
-    /// Most grant-table entries (extents) one peer's storage requests may
-    /// hold: half the table shared by the other ports, the other half left
-    /// to the application's regions.
-    pub(crate) storage_extent_quota: usize,
     /// Whether the device enforces our per-peer grant (see
     /// [`peers_isolated`](Transport::peers_isolated)).
     pub(crate) isolated: bool,
@@ -275,7 +271,6 @@ impl Transport {
             delivered_storage: Vec::new(),
             orphans: Vec::new(),
             storage_quota,
-            storage_extent_quota: GRANT_TABLE_LEN / 2 / others as usize,
             isolated: false,
             lost: false,
             stats_page: None,

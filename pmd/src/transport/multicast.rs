@@ -21,7 +21,7 @@ const EARLY_PER_PAIR: usize = 64;
 /// can fill at most about half of this; honest pairs keep the rest.
 const EARLY_MAX_PER_PORT: usize = 4 * EARLY_PER_PAIR;
 
-use crate::hw::Port;
+use crate::hw::{GRANT_TABLE_LEN, Port};
 
 use super::config::saturating_after;
 use super::counters::DropKind;
@@ -124,14 +124,17 @@ impl Transport {
     /// `Rts` (target): allocate storage for a multicast put and send it to
     /// the initiator as clear-to-send.
     pub(crate) fn on_rts(&mut self, p: Port, op: u64, len: u32) {
-        if !self.fresh(p, Ring::Rx, op) || !self.within_quota(p, op, len) {
+        if !self.fresh(p, Ring::Rx, op)
+            || !self.within_quota(p, op, len)
+            || !self.within_grant_share(p, op)
+        {
             return;
         }
         // Storage only the initiator writes.
         match self.storage_for(len, p) {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
-                if !self.within_grant_share(p, op, key, len) {
+                if !self.storage_within_grant_share(p, op, key) {
                     return;
                 }
                 let ext = self.regions.extents(key, len);
@@ -182,16 +185,42 @@ impl Transport {
         false
     }
 
-    /// Target: whether storage `key` (`len` bytes), just allocated for
-    /// `p`'s op `op`, keeps `p` within its share of the grant table (an
-    /// entry per extent: a peer asking for storage without ever finishing
-    /// must not take the entries the application's regions and the other
-    /// peers need). If not, the storage goes, `op` is refused ("no room")
-    /// and an overload counted.
-    fn within_grant_share(&mut self, p: Port, op: u64, key: RegionKey, len: u32) -> bool {
-        let extents = |(k, l): (RegionKey, u32)| self.regions.extents(k, l).as_slice().len();
-        let held: usize = self.storage_of(p).into_iter().map(extents).sum();
-        if held + extents((key, len)) <= self.storage_extent_quota {
+    /// Target: the grant-table entries `p`'s storage holds now, and its
+    /// share: half the table (the other half left to the application's
+    /// regions) split among the connected peers. Devices that keep no table
+    /// grant no entries, so nothing is refused there.
+    fn grant_share(&self, p: Port) -> (usize, usize) {
+        let held = self
+            .storage_of(p)
+            .into_iter()
+            .map(|(k, _)| self.regions.grant_entries(k))
+            .sum();
+        let share = GRANT_TABLE_LEN / 2 / self.connected.len().max(1);
+        (held, share)
+    }
+
+    /// Target: whether `p` may take another grant-table entry for storage
+    /// (checked before its storage is allocated); if not, refuses `op`
+    /// ("no room") and counts an overload.
+    fn within_grant_share(&mut self, p: Port, op: u64) -> bool {
+        let (held, share) = self.grant_share(p);
+        if held < share {
+            return true;
+        }
+        self.count(p, DropKind::Overload);
+        self.nak(p, op, WireStatus::NoRoom);
+        false
+    }
+
+    /// Target: whether storage `key`, just allocated for `p`'s op `op`,
+    /// keeps `p` within its share of the grant table (an entry per extent:
+    /// a peer asking for storage without ever finishing must not take the
+    /// entries the application's regions and the other peers need). If not,
+    /// the storage goes, `op` is refused ("no room") and an overload
+    /// counted.
+    fn storage_within_grant_share(&mut self, p: Port, op: u64, key: RegionKey) -> bool {
+        let (held, share) = self.grant_share(p);
+        if held + self.regions.grant_entries(key) <= share {
             return true;
         }
         // Just registered, unadvertised, unused: it goes at once.
@@ -284,7 +313,7 @@ impl Transport {
             self.release_early(p, op);
             return self.nak(p, op, WireStatus::Protocol);
         }
-        if !self.within_quota(p, op, len) {
+        if !self.within_quota(p, op, len) || !self.within_grant_share(p, op) {
             return self.release_early(p, op);
         }
         // Storage only the previous link of the chain writes.
@@ -292,7 +321,7 @@ impl Transport {
             self.release_early(p, op);
             return self.nak(p, op, WireStatus::NoRoom);
         };
-        if !self.within_grant_share(p, op, key, len) {
+        if !self.storage_within_grant_share(p, op, key) {
             return self.release_early(p, op);
         }
         let link = ChainLink {

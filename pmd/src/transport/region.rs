@@ -517,6 +517,12 @@ impl RegionTable {
         self.regions.get(&key.0)
     }
 
+    /// Grant-table entries region `key` holds: one per extent and peer it
+    /// is granted to, none where the device keeps no table.
+    pub fn grant_entries(&self, key: RegionKey) -> usize {
+        self.get(key).map_or(0, |r| r.grants.len())
+    }
+
     /// The window extents of the first `len` bytes of region `key` (none
     /// when it is not registered): storage the transport allocated itself
     /// and now hands to a peer or copies from.
