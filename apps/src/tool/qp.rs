@@ -42,6 +42,20 @@ pub fn remove_pages(dir: &Path, fabric: &str) {
     for page in find_pages(dir, fabric).unwrap_or_default() {
         let _ = std::fs::remove_file(&page.path);
     }
+    // A page a host was building when it died (`<page>.<pid>.new`).
+    let prefix = format!("{}{fabric}-", stats_prefix());
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let building = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(".new"))
+            .and_then(|n| n.split_once('.'))
+            .is_some_and(|(port, pid)| port.parse::<u16>().is_ok() && pid.parse::<u32>().is_ok());
+        if building {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Whether `st`'s slot `port` is still held by the page's author (same pid
@@ -156,6 +170,25 @@ pub fn render_qps(st: &FabricStatus, pages: &[HostPage], all: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removing_a_fabrics_pages_removes_pages_left_half_built() {
+        let dir = std::env::temp_dir().join(format!("ntbdk-qp-rm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = stats_prefix();
+        let names = [
+            format!("{p}lab-3.4242.new"), // ours, half built: goes
+            format!("{p}lab-b-3.1.new"),  // fabric "lab-b": stays
+            format!("{p}other-3.1.new"),  // another fabric: stays
+        ];
+        for n in &names {
+            std::fs::write(dir.join(n), b"x").unwrap();
+        }
+        remove_pages(&dir, "lab");
+        let left: Vec<bool> = names.iter().map(|n| dir.join(n).exists()).collect();
+        assert_eq!(left, [false, true, true]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn drops_are_named_by_kind() {

@@ -282,18 +282,28 @@ impl Zone {
     /// [`MemError::Io`] when the path cannot be opened (the process exited,
     /// closed the fd, or belongs to another user); those of [`Zone::attach`].
     pub fn open_from_pid(pid: i32, fd: RawFd) -> Result<Zone, MemError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = format!("/proc/{pid}/fd/{fd}");
-        // What the descriptor is, before opening it: opening a file that is
-        // not a zone (a FIFO, a file on a stalled mount) could block.
-        let target = std::fs::read_link(&path).map_err(|e| {
+        let io = |what: &str, e| {
             MemError::io(
                 format!(
-                    "readlink {path} (the process must be alive, hold the zone at that fd, \
+                    "{what} {path} (the process must be alive, hold the zone at that fd, \
                      and be ours to inspect)"
                 ),
                 e,
             )
-        })?;
+        };
+        // What the descriptor names is checked before its file is opened
+        // (opening a FIFO, or a file on a stalled mount, could block), on a
+        // handle of our own (O_PATH: no open of the file itself), so the
+        // owner cannot swap the descriptor between the check and the open.
+        let named = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_PATH)
+            .open(&path)
+            .map_err(|e| io("look up", e))?;
+        let ours = format!("/proc/self/fd/{}", named.as_raw_fd());
+        let target = std::fs::read_link(&ours).map_err(|e| io("readlink", e))?;
         let expected = format!("/memfd:{MEMFD_PREFIX}");
         if !target.to_string_lossy().starts_with(&expected) {
             return Err(MemError::BadZone {
@@ -303,16 +313,8 @@ impl Zone {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(&path)
-            .map_err(|e| {
-                MemError::io(
-                    format!(
-                        "open {path} (the process must be alive, hold the zone at that fd, \
-                         and be ours to inspect)"
-                    ),
-                    e,
-                )
-            })?;
+            .open(&ours)
+            .map_err(|e| io("open", e))?;
         Zone::attach(file.into())
     }
 

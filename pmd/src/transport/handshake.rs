@@ -55,9 +55,10 @@ pub fn epoch(a: u64, b: u64) -> u32 {
 }
 
 /// How often a peer may present a new incarnation, in hello intervals
-/// (`Config::hello_interval`; 100 ms by default): a host restarts far less
-/// often, and each new one has us wipe its section of our window (the eager
-/// buffers included) and re-advertise our regions to it.
+/// (`Config::hello_interval`, 20 ms by default: once per 100 ms): a host
+/// restarts far less often, and each new one has us wipe its section of our
+/// window (the eager buffers included) and re-advertise our regions to it.
+/// A peer's goodbye followed by a restart within it waits the rest of it.
 pub(crate) const NEW_INCARNATION_HELLOS: u32 = 5;
 
 impl Transport {

@@ -335,9 +335,9 @@ impl EmuDevice {
     ///
     /// The template is read under its sequence lock (see
     /// `SlotRegs::grant_count`). One still being rewritten after a bounded
-    /// number of tries (a peer that never finishes) reads as a template
-    /// granting nothing: writes then go only where the live table allows.
-    fn published_grant(&self, peer: Port) -> Option<PeerGrant> {
+    /// number of tries (its owner preempted mid-rewrite, or a peer that
+    /// never finishes) is an error: the handle is asked for again later.
+    fn published_grant(&self, peer: Port) -> Result<Option<PeerGrant>> {
         let r = self.inner.fabric.regs_of(peer as usize);
         for _ in 0..GRANT_READ_TRIES {
             let before = r.grant_count.load(Acquire);
@@ -347,7 +347,7 @@ impl EmuDevice {
             }
             let n = ((before & u64::from(u32::MAX)) as usize).min(MAX_GRANT);
             if n == 0 {
-                return None;
+                return Ok(None);
             }
             let mut g = PeerGrant::default();
             for e in &r.grant[..n] {
@@ -361,10 +361,14 @@ impl EmuDevice {
             // The copy happens before the second look at the word.
             fence(Acquire);
             if r.grant_count.load(Relaxed) == before {
-                return Some(g);
+                return Ok(Some(g));
             }
         }
-        Some(PeerGrant::default())
+        Err(HwError::Fabric(format!(
+            "port {peer}'s grant template was being rewritten at each of \
+             {GRANT_READ_TRIES} looks: try again (a live peer finishes in \
+             microseconds)"
+        )))
     }
 
     /// Checks `peer` and that its link is up; returns its registers and word.
@@ -688,7 +692,7 @@ impl NtbDevice for EmuDevice {
                 self.inner.counters.clone(),
             )
             .with_tenure(tenure);
-        let Some(g) = self.published_grant(peer) else {
+        let Some(g) = self.published_grant(peer)? else {
             return Ok(win);
         };
         let table = &self.inner.fabric.regs_of(peer as usize).grants;

@@ -171,40 +171,53 @@ impl WindowMem {
     }
 }
 
-/// Refuses a window larger than the memory that could back it now: the free
-/// reserved hugepages (tried first) plus what is available of the rest
-/// (`MemAvailable`, which leaves the reserved hugepages out). Reserving more
-/// would wake the OOM killer, not fail.
+/// Refuses a window larger than the memory that could back it now: the
+/// zone takes 2 MiB hugepages if enough are free (and not reserved), or
+/// else falls back to small pages entirely, which must then fit in what
+/// is available of the rest (`MemAvailable`, which leaves the reserved
+/// hugepages out). Reserving more would wake the OOM killer, not fail.
 fn check_memory(size: usize) -> Result<()> {
     let Some(avail) = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|info| memory_for_windows(&info))
+        .and_then(|info| mem_available(&info))
     else {
         return Ok(()); // unknown (not Linux, or no /proc): let the zone try
     };
-    if size as u64 > avail {
+    let huge = free_2m_hugepages().unwrap_or(0);
+    if !window_fits(size as u64, avail, huge) {
         return Err(HwError::Invalid(format!(
-            "a window of {size} bytes does not fit: need {size}, {avail} available \
-             (MemAvailable and free hugepages); use a smaller window size"
+            "a window of {size} bytes does not fit: {avail} bytes available \
+             (MemAvailable), {huge} in free 2 MiB hugepages; use a smaller window size"
         )));
     }
     Ok(())
 }
 
-/// `MemAvailable` plus `HugePages_Free` × `Hugepagesize` of a
-/// /proc/meminfo text, in bytes (`None` without `MemAvailable`).
-fn memory_for_windows(meminfo: &str) -> Option<u64> {
-    let field = |name: &str| -> Option<u64> {
-        let line = meminfo.lines().find(|l| l.starts_with(name))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+/// Whether a window of `size` bytes fits: all in free hugepages
+/// (`huge` bytes), or all in small pages (`avail` bytes); a zone never
+/// mixes the two.
+fn window_fits(size: u64, avail: u64, huge: u64) -> bool {
+    size <= huge || size <= avail
+}
+
+/// `MemAvailable` of a /proc/meminfo text, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Bytes in free, unreserved 2 MiB hugepages (the size zones take).
+fn free_2m_hugepages() -> Option<u64> {
+    let read = |f: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{f}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     };
-    let avail = field("MemAvailable:")?.checked_mul(1024)?;
-    let huge_kib = field("Hugepagesize:").unwrap_or(0);
-    let huge = field("HugePages_Free:")
-        .unwrap_or(0)
-        .saturating_mul(huge_kib)
-        .saturating_mul(1024);
-    Some(avail.saturating_add(huge))
+    let pages = read("free_hugepages")?.saturating_sub(read("resv_hugepages").unwrap_or(0));
+    Some(pages.saturating_mul(2 << 20))
 }
 
 /// The name of the zone holding port `port`'s window on `fabric`.
@@ -219,17 +232,16 @@ mod tests {
     use crate::hw::{NtbDevice, PeerGrant, Strided};
 
     #[test]
-    fn free_hugepages_count_beside_mem_available() {
-        let info = "MemTotal:       16000000 kB\nMemAvailable:    2000000 kB\n\
-                    HugePages_Total:    6000\nHugePages_Free:     5000\n\
-                    Hugepagesize:       2048 kB\n";
-        assert_eq!(
-            memory_for_windows(info),
-            Some((2_000_000 + 5000 * 2048) * 1024)
-        );
-        let no_huge = "MemAvailable:    1000 kB\n";
-        assert_eq!(memory_for_windows(no_huge), Some(1000 * 1024));
-        assert_eq!(memory_for_windows("MemTotal: 5 kB\n"), None);
+    fn a_window_fits_in_hugepages_or_in_small_pages_not_in_their_sum() {
+        let gib = 1u64 << 30;
+        assert!(window_fits(gib, 2 * gib, 0));
+        assert!(window_fits(3 * gib, 2 * gib, 4 * gib));
+        // 2.5 GiB: neither 1 GiB of hugepages nor 2 GiB of the rest holds
+        // it alone, and a zone does not mix them.
+        assert!(!window_fits(5 * gib / 2, 2 * gib, gib));
+        let info = "MemTotal:       16000000 kB\nMemAvailable:    2000000 kB\n";
+        assert_eq!(mem_available(info), Some(2_000_000 * 1024));
+        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
     }
 
     /// A two-slot fabric `name` in a directory of its own, with a member in
@@ -282,10 +294,11 @@ mod tests {
     }
 
     /// A peer's grant template is read under its sequence lock: one caught
-    /// mid-rewrite (forever, here) grants nothing, instead of reading as
-    /// "nothing published" (the whole window) or as a mix of two templates.
+    /// mid-rewrite (forever, here) is an error to try again, instead of
+    /// reading as "nothing published" (the whole window) or as a mix of
+    /// two templates; once rewritten, the new one holds.
     #[test]
-    fn a_grant_template_being_rewritten_grants_nothing() {
+    fn a_grant_template_being_rewritten_is_not_used() {
         let (dir, fabric, [a, b]) = two_members("grantseq");
         let grant = PeerGrant {
             per_port: vec![Strided {
@@ -304,12 +317,15 @@ mod tests {
         let regs = fabric.regs_of(1);
         let seq = regs.grant_count.load(Relaxed) >> 32;
         regs.grant_count.store((seq + 1) << 32, Relaxed);
+        let e = a.peer_window(1, 0).unwrap_err();
+        assert!(e.to_string().contains("being rewritten"), "{e}");
+        // Finished: the sequence even again, one range for port 0 at 0.
+        regs.grant[0][1].store(0, Relaxed);
+        regs.grant_count
+            .store(((seq + 2) << 32) | 1, std::sync::atomic::Ordering::Release);
         let w = a.peer_window(1, 0).unwrap();
-        assert!(
-            w.write_u64(4096, 1).is_err(),
-            "a template mid-rewrite was used"
-        );
-        assert!(w.write_u64(0, 1).is_err(), "read as the whole window");
+        w.write_u64(0, 1).unwrap();
+        assert!(w.write_u64(4096, 1).is_err());
         drop((a, b));
         EmuFabric::destroy_in(&dir, "grantseq").unwrap();
         let _ = std::fs::remove_dir_all(&dir);

@@ -241,6 +241,14 @@ impl<M: Mmio> IntelNtb<M> {
 
     fn bring_up(&self) -> Result<(), IntelError> {
         let r = &self.bar0;
+        if !self.part.is_gen4() {
+            // A previous close left the configuration locked; the windows
+            // are translated below, before the link is enabled, so unlock
+            // first (the link stays disabled). Linux translates only after
+            // `intel_ntb3_link_enable` has cleared the lock.
+            let cntl = r.read32(regs::NTBCNTL)?;
+            r.write32(regs::NTBCNTL, cntl & !regs::NTBCNTL_CFG_LOCK)?;
+        }
         // Zero-length windows until translated: limit = BAR start
         // (`gen3_setup_b2b_mw`, `gen4_init_dev`).
         for mw in 0..2 {
@@ -251,12 +259,6 @@ impl<M: Mmio> IntelNtb<M> {
             // Enable the secondary side; the upper half (secondary status,
             // write-1-to-clear) is written 0.
             r.write32(regs::GEN3_SPCICMD, regs::PCI_COMMAND_MEMORY_MASTER)?;
-            // A previous close left the configuration locked; the windows
-            // are translated below, before the link is enabled, so unlock
-            // now (the link stays disabled). Linux translates only after
-            // `intel_ntb3_link_enable` has cleared the lock.
-            let cntl = r.read32(regs::NTBCNTL)?;
-            r.write32(regs::NTBCNTL, cntl & !regs::NTBCNTL_CFG_LOCK)?;
         }
         // Polled mode: nothing is masked, everything pending is cleared
         // (DPDK `intel_ntb_dev_init`).
