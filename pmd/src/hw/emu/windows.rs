@@ -186,7 +186,7 @@ fn check_memory(size: usize) -> Result<()> {
     let huge = free_2m_hugepages().unwrap_or(0);
     if !window_fits(size as u64, avail, huge) {
         return Err(HwError::Invalid(format!(
-            "a window of {size} bytes does not fit: {avail} bytes available \
+            "a window of {size} bytes does not fit: need {size}, {avail} available \
              (MemAvailable), {huge} in free 2 MiB hugepages; use a smaller window size"
         )));
     }
