@@ -2375,3 +2375,62 @@ fn new_incarnations_are_taken_at_most_once_per_five_hello_intervals() {
     assert!(first.elapsed() >= Duration::from_secs(1));
     assert!(!marked(&mut ts));
 }
+
+/// A remote offset whose range overflows 64 bits names no region: a write
+/// or a read is refused at its post, not failed by timeout after the target
+/// dropped the request unanswered.
+#[test]
+fn a_remote_range_past_64_bits_is_refused_at_the_post() {
+    let mut s = setup();
+    let q = s.ts[0].create_qp(1).unwrap();
+    let src = s.ts[0].register_region(100, Access::LOCAL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 100,
+    }];
+    let remote = RemoteAddr {
+        key: s.open,
+        offset: u64::MAX - 10,
+    };
+    let e = s.ts[0].post_write(q, &sge, remote, 1).unwrap_err();
+    assert!(
+        matches!(e, TransportError::RemoteRangeOverflows { .. }),
+        "{e}"
+    );
+    let e = s.ts[0].post_read(q, &sge, remote, 2).unwrap_err();
+    assert!(
+        matches!(e, TransportError::RemoteRangeOverflows { .. }),
+        "{e}"
+    );
+    assert_eq!(s.ts[0].resources(q).outstanding, 0);
+    honest_traffic_works(&mut s);
+}
+
+/// A region's bytes end at its length, not at the 64-byte grain the area
+/// allocates it in: local writes and reads past it, and a receive posted
+/// over the padding, are refused on the fast paths as on the general one.
+#[test]
+fn the_grain_padding_after_a_region_is_no_part_of_it() {
+    let mut s = setup();
+    let t = &mut s.ts[1];
+    let k = t.register_region(100, Access::ALL).unwrap();
+    assert!(matches!(
+        t.region_write(k, 100, &[0; 28]),
+        Err(TransportError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        t.region_read(k, 90, &mut [0; 38]),
+        Err(TransportError::OutOfRange { .. })
+    ));
+    t.region_write(k, 72, &[1; 28]).unwrap();
+    let q = t.create_qp(0).unwrap();
+    let over = Sge {
+        key: k,
+        offset: 0,
+        len: 128,
+    };
+    let e = t.post_recv(q, over, 9).unwrap_err();
+    assert!(matches!(e, TransportError::OutOfRange { .. }), "{e}");
+    honest_traffic_works(&mut s);
+}

@@ -98,6 +98,20 @@ pub enum TransportError {
         /// The region's length.
         region_len: u32,
     },
+    /// A remote range whose end does not fit in 64 bits: no region holds
+    /// it (the target would drop the request as malformed, unanswered).
+    #[error(
+        "remote range {offset}+{len} of region {key:?} overflows 64 bits: no region holds it; \
+         check the remote offset"
+    )]
+    RemoteRangeOverflows {
+        /// The region.
+        key: RegionKey,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+    },
     /// A peer named a region outside its protection domain.
     #[error("region {key:?} is not registered for port {peer}")]
     NotInDomain {

@@ -53,7 +53,8 @@ impl Transport {
             let r = self
                 .check_post(qp)
                 .and_then(|_| self.backlog_room(qp.peer, Ring::Rx, 1))
-                .and_then(|_| self.resolve_sges(wr.local, Access::LOCAL_READ));
+                .and_then(|_| self.resolve_sges(wr.local, Access::LOCAL_READ))
+                .and_then(|(ext, len)| remote_end(wr.remote, len).map(|()| (ext, len)));
             let (ext, len) = match r {
                 Ok(x) => x,
                 Err(e) if n == 0 => return Err(e),
@@ -107,6 +108,7 @@ impl Transport {
     ) -> Result<()> {
         self.check_post(qp)?;
         let (ext, len) = self.resolve_sges(local, Access::LOCAL_WRITE)?;
+        remote_end(remote, len)?;
         // The target writes our destination: it must be in its domain (the
         // device would refuse its stores otherwise).
         if let Some(s) = local
@@ -357,5 +359,19 @@ impl Transport {
             });
         }
         Ok(wrs.len())
+    }
+}
+
+/// Refuses a remote range `len` bytes long at `remote` whose end does not
+/// fit in 64 bits: the target drops such a request unanswered, so the
+/// operation would only fail by timeout.
+fn remote_end(remote: RemoteAddr, len: u32) -> Result<()> {
+    match remote.offset.checked_add(u64::from(len)) {
+        Some(_) => Ok(()),
+        None => Err(TransportError::RemoteRangeOverflows {
+            key: remote.key,
+            offset: remote.offset,
+            len: u64::from(len),
+        }),
     }
 }

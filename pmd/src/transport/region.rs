@@ -315,8 +315,8 @@ impl RegionTable {
                 return Err(e);
             }
         };
-        // Trim the last extent's logical length to `len` (the grain padding
-        // stays allocated and is returned with it).
+        // The extents keep the grain padding (it is allocated and returned
+        // with them); the region's `len` is where its bytes end.
         let key = self.mint_key();
         self.regions.insert(
             key,
@@ -580,12 +580,13 @@ impl RegionTable {
     /// The first extent (window offset, length) of region `key` when the
     /// access is allowed (`None` otherwise, or when there is no such
     /// region): for many ranges of one region checked against it, as
-    /// [`contiguous`](Self::contiguous) checks one.
+    /// [`contiguous`](Self::contiguous) checks one. Its length stops at the
+    /// region's end: the grain padding after it is no part of the region.
     #[inline]
     pub(crate) fn first_extent(&self, key: RegionKey, need: Access) -> Option<(u64, u64)> {
         let r = self.regions.get(&key.0)?;
-        let &first = r.extents.first()?;
-        r.access.contains(need).then_some(first)
+        let &(at, len) = r.extents.first()?;
+        r.access.contains(need).then_some((at, len.min(r.len)))
     }
 
     /// The window offset of `off..off+len` of region `key` when the access
