@@ -434,3 +434,27 @@ fn notices_stop_at_the_completion_queue_depth_and_resume_after_a_poll() {
     drop(ts);
     EmuFabric::destroy_in(dir.path(), "cq-depth").unwrap();
 }
+
+/// A region registered scattered that ends up in one piece is advertised to
+/// the peers already connected, like any other (it reached only peers that
+/// connected later).
+#[test]
+fn a_scattered_registration_in_one_piece_is_advertised() {
+    let dir = TestDir::new("direct-scat");
+    let (_f, mut ts) = hosts(&dir, "direct-scat", 2);
+    let region = ts[1]
+        .register_region_scattered(4096, Access::ALL, 1 << 20)
+        .unwrap();
+    learn(&mut ts, 0, 1, region);
+    let qp = ts[0].create_qp(1).unwrap();
+    let remote = RemoteAddr {
+        key: region,
+        offset: 100,
+    };
+    ts[0]
+        .post_write_direct(qp, &[0x5a; 64], remote, None, 1)
+        .unwrap();
+    let mut got = [0u8; 64];
+    ts[1].region_read(region, 100, &mut got).unwrap();
+    assert_eq!(got, [0x5a; 64]);
+}

@@ -76,7 +76,8 @@ pub enum TransportError {
     /// (or has revoked).
     #[error(
         "port {peer} has not advertised region {key:?} for one-sided writes (or revoked it): \
-         the peer must register it with remote-write access for us; or use post_write"
+         the peer must register it with remote-write access for us, in one piece of its area \
+         (a scattered region is not advertised); or use post_write"
     )]
     UnknownRemoteKey {
         /// The peer.

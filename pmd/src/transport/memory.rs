@@ -42,6 +42,12 @@ impl Transport {
     /// `access` allows. Returns its key, drawn at random (an OS-seeded
     /// permutation), so that a peer cannot guess the keys of regions it was
     /// not told of.
+    ///
+    /// With remote-write access, a region in one piece of the area is
+    /// advertised to the peers for one-sided writes; on an area too
+    /// fragmented to hold `len` bytes in one piece the region is scattered
+    /// over several and serves rendezvous writes only (compact the area by
+    /// deregistering, or register large regions first).
     pub fn register_region(&mut self, len: usize, access: Access) -> Result<RegionKey> {
         let key = self.regions.register(len as u64, access, None)?;
         self.advertise_new(key);
@@ -67,15 +73,19 @@ impl Transport {
 
     /// Like [`register_region`](Self::register_region), built from extents
     /// of at most `max_extent` bytes (scattered where the area is
-    /// fragmented): SGLs naming it have several entries.
+    /// fragmented): SGLs naming it have several entries. One that ends up
+    /// in one piece is advertised for one-sided writes as well.
     pub fn register_region_scattered(
         &mut self,
         len: usize,
         access: Access,
         max_extent: usize,
     ) -> Result<RegionKey> {
-        self.regions
-            .register(len as u64, access, Some(max_extent as u64))
+        let key = self
+            .regions
+            .register(len as u64, access, Some(max_extent as u64))?;
+        self.advertise_new(key);
+        Ok(key)
     }
 
     /// Deregisters a region. Do not deregister a region that posted work

@@ -591,7 +591,7 @@ impl RegionTable {
 
     /// The window offset of `off..off+len` of region `key` when the access
     /// is allowed and the range lies in the region's first extent (every
-    /// region not built scattered); `None` otherwise, and the caller takes
+    /// region in one piece); `None` otherwise, and the caller takes
     /// [`resolve_one`](Self::resolve_one) for the extents or the error. A
     /// small value in registers: the hot paths (receives, local reads)
     /// pay no error-sized result written to memory and read back.
