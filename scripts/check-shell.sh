@@ -16,13 +16,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v shellcheck >/dev/null 2>&1; then
+# shellcheck, and busybox so that the busybox-ash checks below run on a
+# fresh machine too (not only once the VM test installed it).
+need=()
+command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
+command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
+if [ "${#need[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "== installing shellcheck"
+        echo "== installing ${need[*]}"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q >/dev/null
-        apt-get install -y -q --no-install-recommends shellcheck >/dev/null
-    else
+        apt-get -o Acquire::Retries=3 update -q >/dev/null
+        apt-get -o Acquire::Retries=3 install -y -q --no-install-recommends "${need[@]}" >/dev/null
+    fi
+    if ! command -v shellcheck >/dev/null 2>&1; then
         echo "check-shell: shellcheck not found: apt-get install shellcheck" >&2
         exit 1
     fi

@@ -98,8 +98,8 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || die "missing Debian packages ${need_pkgs[*]}: run as root or apt-get install them"
     log "installing ${need_pkgs[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    apt-get -o Acquire::Retries=3 update -q >/dev/null
+    apt-get -o Acquire::Retries=3 install -y -q --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 KVER=$(find_kernel) || die "no kernel with vfio-pci modules under /boot and /lib/modules"
 VMLINUZ=/boot/vmlinuz-$KVER
@@ -314,6 +314,9 @@ if [ "$PEER_DEATH" = 1 ]; then
         log "peer death: the server ended ${took}s after the kill"
         if awk -v t="$took" 'BEGIN { exit !(t > 15) }'; then
             echo "vm-test: peer death: the server took ${took}s to notice (more than 15 s)" >&2
+            failed=1
+        elif awk -v t="$took" 'BEGIN { exit !(t < 0) }'; then
+            echo "vm-test: peer death: the server ended ${took#-}s before the kill: it never saw the client die" >&2
             failed=1
         fi
     fi

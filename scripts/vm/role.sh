@@ -191,9 +191,15 @@ case "$WORKLOAD" in
                 # the server must see link down within its timeout and exit
                 # with status 0 or 1 (a clean error), never hang
                 rc=0
-                ntb-perf --device "vfio:$BDF" --server --timeout 60 || rc=$?
+                ntb-perf --device "vfio:$BDF" --server --timeout 60 >/tmp/serve2.out 2>&1 || rc=$?
+                cat /tmp/serve2.out
                 [ "$rc" -le 1 ] || fail "ntb-perf server died with status $rc after the peer died"
-                say "peer died: ntb-perf server exited cleanly (status $rc)"
+                # A server that failed for another reason (it never served,
+                # its device was busy) is no proof it saw the peer die.
+                [ "$rc" -eq 1 ] || fail "ntb-perf server ended with status 0: it did not see the client die"
+                grep -Eq 'left before the end of the run|left during the run|is gone|is not connected|Reset|PeerDown' /tmp/serve2.out ||
+                    fail "ntb-perf server failed, but not because its client left (see its output above)"
+                say "peer died: ntb-perf server saw its client leave and exited cleanly (status $rc)"
             else
                 # 2. a file over the transport, every byte compared
                 seq 1 120000 >/tmp/expected.bin
