@@ -16,8 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# shellcheck, and busybox so that the busybox-ash checks below run on a
-# fresh machine too (not only once the VM test installed it).
+# Installs the shellcheck tool, and busybox so that the busybox-ash checks run on a
+# a fresh machine too (not only once the VM test installed it).
 need=()
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
