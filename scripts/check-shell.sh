@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Installs the shellcheck tool, and busybox so that the busybox-ash checks run on a
+# Installs the shellcheck tool, and busybox so that the busybox-ash checks run on
 # a fresh machine too (not only once the VM test installed it).
 need=()
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
