@@ -624,12 +624,12 @@ fn a_region_being_written_keeps_its_bytes_until_the_write_ends() {
     let q = s.ts[1].create_qp(2).unwrap();
     for (op, ends_by_done) in [(1u64, true), (2, false)] {
         let free = s.ts[1].region_area_free();
-        // Registered scattered, so not advertised (only `register_region`
-        // advertises at registration; no reconnect happens here): only the
-        // served write holds it. An advertised one also waits for its
-        // peers' acknowledgments of the revocation.
+        // In two pieces, so not advertised for one-sided writes (only a
+        // region in one piece is): only the served write holds it. An
+        // advertised one also waits for its peers' acknowledgments of the
+        // revocation.
         let target = s.ts[1]
-            .register_region_scattered(8192, Access::ALL, 8192)
+            .register_region_scattered(8192, Access::ALL, 4096)
             .unwrap();
         let m = Msg::WriteReq {
             op,
@@ -2433,4 +2433,33 @@ fn the_grain_padding_after_a_region_is_no_part_of_it() {
     let e = t.post_recv(q, over, 9).unwrap_err();
     assert!(matches!(e, TransportError::OutOfRange { .. }), "{e}");
     honest_traffic_works(&mut s);
+}
+
+/// `max_outstanding` bounds the operations a post creates (rendezvous
+/// writes, reads, puts); a send or a one-sided write creates none and is
+/// not refused for it.
+#[test]
+fn sends_are_not_refused_for_outstanding_operations() {
+    let mut s = setup_with(Config {
+        max_outstanding: 1,
+        ..Config::new(Geometry::small(3))
+    });
+    let q = s.ts[0].create_qp(1).unwrap();
+    let src = s.ts[0].register_region(64, Access::LOCAL).unwrap();
+    let sge = [Sge {
+        key: src,
+        offset: 0,
+        len: 64,
+    }];
+    let remote = RemoteAddr {
+        key: s.open,
+        offset: 0,
+    };
+    s.ts[0].post_write(q, &sge, remote, 1).unwrap();
+    let e = s.ts[0].post_write(q, &sge, remote, 2).unwrap_err();
+    assert!(
+        matches!(e, TransportError::TooManyOutstanding { .. }),
+        "{e}"
+    );
+    s.ts[0].post_send(q, b"still sent", 3).unwrap();
 }

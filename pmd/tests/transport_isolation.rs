@@ -155,6 +155,16 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
         a.t.device().service(),
         Err(HwError::SlotLost { port: 0 })
     ));
+    // A receive posted now would never complete: refused.
+    let sge = Sge {
+        key: a.recv_region,
+        offset: 0,
+        len: 64,
+    };
+    assert!(matches!(
+        a.t.post_recv(qa, sge, 7),
+        Err(TransportError::Lost)
+    ));
     // Its goodbye on drop is suppressed too, and so are its withdrawals
     // of grants in what is C's table now.
     assert!(a.t.register_region(4096, Access::ALL).is_err());

@@ -407,7 +407,8 @@ impl Transport {
             .map_or_else(QpCounters::default, |p| p.counters)
     }
 
-    /// Resources of a queue pair (all zero but the totals while disconnected;
+    /// Resources of a queue pair (while disconnected, all zero but the
+    /// totals and the receives posted for its next connection;
     /// all zero for a queue pair of another transport, whose peer this one
     /// does not have).
     pub fn resources(&self, qp: Qp) -> Resources {
@@ -486,6 +487,15 @@ impl Transport {
                 _ => TransportError::NotConnected { peer: qp.peer },
             });
         }
+        Ok(())
+    }
+
+    /// [`check_post`](Self::check_post) for a post that creates an
+    /// operation (rendezvous writes, reads, multicast): also within
+    /// `Config::max_outstanding`. Sends and one-sided writes create none.
+    #[inline]
+    pub(crate) fn check_op_post(&self, qp: Qp) -> Result<()> {
+        self.check_post(qp)?;
         if self.ops.len() >= self.cfg.max_outstanding {
             return Err(TransportError::TooManyOutstanding {
                 limit: self.cfg.max_outstanding,

@@ -414,7 +414,7 @@ impl Transport {
         if p.state == PeerState::Connected {
             p.state = PeerState::Connecting;
         }
-        let recvs: Vec<_> = p.recvs.drain(..).collect();
+
         // What we served keeps its hold until its deadline, or until the
         // peer is known to be done with this connection (the callers that
         // know it settle at once).
@@ -431,16 +431,7 @@ impl Transport {
                 self.orphans.push((peer, op, io));
             }
         }
-        for r in recvs {
-            self.completions.push_back(Completion {
-                peer,
-                op: OpKind::Recv,
-                status: Status::Flushed,
-                bytes: 0,
-                cookie: r.cookie,
-                region: None,
-            });
-        }
+        self.flush_recvs(peer);
         let ids: Vec<u64> = self
             .ops
             .iter()
@@ -460,5 +451,21 @@ impl Transport {
         }
         let _ = self.reset_section(peer);
         tracing::debug!(me = self.me, peer, "transport disconnected");
+    }
+
+    /// Completes the receives posted for `peer` as `Flushed` (its
+    /// connection ended, or we lost our place on the fabric).
+    pub(crate) fn flush_recvs(&mut self, peer: Port) {
+        let recvs = std::mem::take(&mut self.peers[peer as usize].recvs);
+        for r in recvs {
+            self.completions.push_back(Completion {
+                peer,
+                op: OpKind::Recv,
+                status: Status::Flushed,
+                bytes: 0,
+                cookie: r.cookie,
+                region: None,
+            });
+        }
     }
 }

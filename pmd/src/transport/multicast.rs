@@ -74,7 +74,7 @@ impl Transport {
             return Err(TransportError::NoTargets);
         }
         for (i, t) in targets.iter().enumerate() {
-            self.check_post(*t)?;
+            self.check_op_post(*t)?;
             // Its request waits for credits like any message (`Busy` past
             // the room a post may take of the backlog).
             self.backlog_room(t.peer, Ring::Rx, 1)?;

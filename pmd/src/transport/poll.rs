@@ -144,6 +144,8 @@ impl Transport {
         for p in 0..self.peers.len() as Port {
             if p != self.me {
                 self.teardown(p, Status::PeerDown);
+                // Receives posted while it was not connected, too.
+                self.flush_recvs(p);
                 // Our window, regions and all, is another host's now.
                 self.settle(p);
                 self.peers[p as usize].state = PeerState::Lost;

@@ -51,7 +51,7 @@ impl Transport {
         let posted = Instant::now();
         for wr in wrs {
             let r = self
-                .check_post(qp)
+                .check_op_post(qp)
                 .and_then(|_| self.backlog_room(qp.peer, Ring::Rx, 1))
                 .and_then(|_| self.resolve_sges(wr.local, Access::LOCAL_READ))
                 .and_then(|(ext, len)| remote_end(wr.remote, len).map(|()| (ext, len)));
@@ -106,7 +106,7 @@ impl Transport {
         remote: RemoteAddr,
         cookie: u64,
     ) -> Result<()> {
-        self.check_post(qp)?;
+        self.check_op_post(qp)?;
         let (ext, len) = self.resolve_sges(local, Access::LOCAL_WRITE)?;
         remote_end(remote, len)?;
         // The target writes our destination: it must be in its domain (the
@@ -194,7 +194,7 @@ impl Transport {
         max_len: u64,
         cookie: u64,
     ) -> Result<()> {
-        self.check_post(qp)?;
+        self.check_op_post(qp)?;
         // Its one request must fit the backlog towards the peer, as
         // `post_read`'s do (past the backlog's limit the connection resets).
         self.backlog_room(qp.peer, Ring::Tx, 1)?;
@@ -320,6 +320,9 @@ impl Transport {
     fn recvs(&mut self, qp: Qp, wrs: &[RecvWr]) -> Result<usize> {
         if qp.peer as usize >= self.peers.len() || qp.peer == self.me {
             return Err(TransportError::NoSuchPeer { peer: qp.peer });
+        }
+        if self.lost {
+            return Err(TransportError::Lost);
         }
         let recvs = &mut self.peers[qp.peer as usize].recvs;
         recvs.reserve(wrs.len());

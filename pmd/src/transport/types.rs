@@ -61,8 +61,10 @@ pub struct Completion {
     pub bytes: u64,
     /// The caller's cookie.
     pub cookie: u64,
-    /// The region allocated for the data, for [`OpKind::ReadUnknown`] and
-    /// [`OpKind::MulticastRecv`]; deregister it when done with it.
+    /// For [`OpKind::ReadUnknown`] and [`OpKind::MulticastRecv`], the
+    /// region the transport allocated for the data: the application's now,
+    /// deregister it when done with it. For [`OpKind::WriteImm`], the
+    /// application's own region the peer wrote (leave it registered).
     pub region: Option<RegionKey>,
 }
 
