@@ -51,6 +51,17 @@ pub enum HwError {
         /// Requested length.
         len: usize,
     },
+    /// The peer's table of granted ranges was being edited at every look
+    /// (its owner preempted mid-edit): no answer yet. Nothing was written;
+    /// try again.
+    #[error(
+        "port {peer}'s grant table was being edited at every look: nothing written; try again \
+         (a live peer finishes an edit in microseconds)"
+    )]
+    GrantTableBusy {
+        /// The peer whose table it is.
+        peer: u16,
+    },
     /// The table of ranges granted to peers (regions registered for them)
     /// is full.
     #[error(

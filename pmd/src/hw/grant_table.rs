@@ -153,16 +153,29 @@ impl GrantTable {
         offset >= start && end <= start.saturating_add(w >> TAG_BITS)
     }
 
+    /// Test only: leaves the table as an owner preempted mid-edit does
+    /// (its sequence number odd), or ends that edit.
+    #[cfg(test)]
+    pub(crate) fn hold_mid_edit(&self, held: bool) {
+        let odd = self.seq.load(Ordering::Relaxed) & 1 == 1;
+        if odd != held {
+            self.seq.fetch_add(1, Ordering::Release);
+        }
+    }
+
     /// [`admitted_at`](Self::admitted_at) as a yes or no.
     #[cfg(test)]
     pub fn admits(&self, writer: Port, offset: usize, len: usize, hint: &AtomicUsize) -> bool {
-        self.admitted_at(writer, offset, len, hint).is_some()
+        matches!(self.admitted_at(writer, offset, len, hint), Ok(Some(_)))
     }
 
     /// Whether `writer` may write `len` bytes at `offset`, by a table
-    /// consistent at one moment: the sequence number at which it may (even:
-    /// the table as of that number admitted the write), or `None`. `hint`
-    /// is the entry that admitted this writer last (tried first; updated).
+    /// consistent at one moment: `Ok(Some(n))` with the sequence number at
+    /// which it may (even: the table as of that number admitted the write),
+    /// `Ok(None)` when it may not, `Err(TableBusy)` when the table was being
+    /// edited at every look (its owner preempted mid-edit, or a peer that
+    /// never finishes one): no answer, ask again later. `hint` is the entry
+    /// that admitted this writer last (tried first; updated).
     #[inline]
     pub fn admitted_at(
         &self,
@@ -170,8 +183,10 @@ impl GrantTable {
         offset: usize,
         len: usize,
         hint: &AtomicUsize,
-    ) -> Option<u64> {
-        let tag = tag_of(Some(writer))?;
+    ) -> Result<Option<u64>, TableBusy> {
+        let Some(tag) = tag_of(Some(writer)) else {
+            return Ok(None);
+        };
         let (offset, end) = (offset as u64, offset.saturating_add(len) as u64);
         for _ in 0..RETRIES {
             let s = self.seq.load(Ordering::Acquire);
@@ -193,12 +208,17 @@ impl GrantTable {
                 if let Some(i) = found.filter(|&i| i != h) {
                     hint.store(i, Ordering::Relaxed);
                 }
-                return found.map(|_| s);
+                return Ok(found.map(|_| s));
             }
         }
-        None
+        Err(TableBusy)
     }
 }
+
+/// A grant table being edited at every look: no answer yet (see
+/// [`GrantTable::admitted_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TableBusy;
 
 /// A writer's view of one peer's table: where it is, who we are, the
 /// entry that admitted us last.
@@ -250,9 +270,10 @@ impl LiveGrants {
     }
 
     /// The sequence number at which the table lets us write `len` bytes at
-    /// `offset` ([`GrantTable::admitted_at`]), or `None` when it does not.
+    /// `offset`, `None` when it does not, or no answer yet
+    /// ([`GrantTable::admitted_at`]).
     #[inline]
-    pub fn admitted_at(&self, offset: usize, len: usize) -> Option<u64> {
+    pub fn admitted_at(&self, offset: usize, len: usize) -> Result<Option<u64>, TableBusy> {
         self.table()
             .admitted_at(self.writer, offset, len, &self.hint)
     }
@@ -342,7 +363,7 @@ mod tests {
         let h = AtomicUsize::new(0);
         let mut seen = vec![t.epoch()];
         let a = t.grant(0, 64, Some(1)).unwrap();
-        let at = t.admitted_at(1, 0, 64, &h).unwrap();
+        let at = t.admitted_at(1, 0, 64, &h).unwrap().unwrap();
         assert_eq!(at, t.epoch());
         seen.push(t.epoch());
         t.withdraw(a);
@@ -355,7 +376,7 @@ mod tests {
         seen.push(t.epoch());
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
         assert!(seen.iter().all(|s| s % 2 == 0), "{seen:?}");
-        assert_eq!(t.admitted_at(1, 0, 64, &h), None);
+        assert_eq!(t.admitted_at(1, 0, 64, &h), Ok(None));
     }
 
     /// A stale owner the fabric already replaced may still edit beside

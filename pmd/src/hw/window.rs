@@ -622,9 +622,13 @@ impl Guard {
         offset: usize,
         len: usize,
     ) -> Result<Option<u64>> {
-        let Some(epoch) = self.live.as_ref().and_then(|l| l.admitted_at(offset, len)) else {
-            counters.ungranted();
-            return Err(HwError::NotGranted { peer, offset, len });
+        let epoch = match self.live.as_ref().map(|l| l.admitted_at(offset, len)) {
+            Some(Ok(Some(epoch))) => epoch,
+            Some(Err(_)) => return Err(HwError::GrantTableBusy { peer }),
+            Some(Ok(None)) | None => {
+                counters.ungranted();
+                return Err(HwError::NotGranted { peer, offset, len });
+            }
         };
         self.held().map(|()| Some(epoch))
     }

@@ -20,7 +20,7 @@
 //! not that region contents are private. A `WriteImm` for a region not
 //! registered for that peer is dropped and counted.
 
-use crate::hw::{Port, WindowSpan};
+use crate::hw::{HwError, Port, WindowSpan};
 
 use super::conn::Conn;
 use super::counters::DropKind;
@@ -323,6 +323,14 @@ fn place<'w>(
         Some((k, span)) if k == key.0 => span,
         _ => match c.remote_span(key.0) {
             Some(Ok(span)) => target.insert((key.0, span)).1,
+            // The peer's table mid-edit at every look: no answer, not a
+            // refusal; the write is posted again later.
+            Some(Err(HwError::GrantTableBusy { .. })) => {
+                return Err(Stop::Refused(TransportError::Busy {
+                    peer,
+                    what: "the peer's grant table was being edited",
+                }));
+            }
             Some(Err(e)) => return Err(Stop::Broken(e.into())),
             None => {
                 return Err(Stop::Refused(TransportError::UnknownRemoteKey {

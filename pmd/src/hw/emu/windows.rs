@@ -330,4 +330,35 @@ mod tests {
         EmuFabric::destroy_in(&dir, "grantseq").unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A write the live grant table must admit, while the peer's table is
+    /// mid-edit at every look (its owner preempted), is "busy, try again",
+    /// not "not granted" (which ends a connection); once the edit ends, it
+    /// goes through.
+    #[test]
+    fn a_write_into_a_table_mid_edit_is_busy_not_refused() {
+        let (dir, fabric, [a, b]) = two_members("grantbusy");
+        // A template granting port 0 its first page; 8192.. by the table.
+        let template = PeerGrant {
+            per_port: vec![Strided {
+                base: 0,
+                stride: 4096,
+                len: 4096,
+            }],
+            shared: Vec::new(),
+        };
+        b.grant_peers(0, &template).unwrap();
+        b.grant_range(0, 8192, 4096, Some(0)).unwrap();
+        let w = a.peer_window(1, 0).unwrap();
+        w.write_u64(8192, 1).unwrap();
+        let table = &fabric.regs_of(1).grants;
+        table.hold_mid_edit(true);
+        let e = w.write_u64(8192, 2).unwrap_err();
+        assert!(matches!(e, HwError::GrantTableBusy { peer: 1 }), "{e}");
+        table.hold_mid_edit(false);
+        w.write_u64(8192, 3).unwrap();
+        drop((w, a, b));
+        EmuFabric::destroy_in(&dir, "grantbusy").unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
