@@ -2299,6 +2299,11 @@ fn puts_past_the_completion_queue_depth_are_refused() {
         empty_put(&mut s, op);
     }
     assert_eq!(s.ts[1].counters(q).dropped(DropKind::Overload), 1);
+    assert_eq!(
+        s.ts[1].counters(q).served,
+        2,
+        "the refused put counted as served"
+    );
     assert!(acked(&s, 3, WireStatus::NoRoom));
     assert_eq!(
         s.ts[1].region_area_free(),

@@ -45,6 +45,9 @@ impl Transport {
     /// (all, unless an error stops the batch; the error is returned when
     /// none was).
     pub fn post_writes(&mut self, qp: Qp, wrs: &[WriteWr<'_>]) -> Result<usize> {
+        if wrs.is_empty() {
+            return Ok(0);
+        }
         let mut n = 0;
         // One clock read for the batch (the copy windows then start no
         // later than each write's own post).

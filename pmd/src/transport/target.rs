@@ -86,6 +86,7 @@ impl Transport {
             self.notice_overrun(origin);
             return WireStatus::NoRoom;
         }
+        self.peers[origin as usize].counters.served += 1;
         self.delivered_storage.push(DeliveredStorage {
             origin,
             region,
@@ -360,7 +361,7 @@ impl Transport {
                 chain,
                 deadline,
             }) if l == len => {
-                counters.served += 1;
+                // The bytes came in; served only once delivered.
                 counters.bytes_in += u64::from(len);
                 if let Some(ch) = chain {
                     self.chain_forward(origin, op, len, region, &ch, deadline);
