@@ -25,6 +25,17 @@ case "$secs" in
     ;;
 esac
 targets=(wire_decode transport_inject)
+# Every target in the crate is run: a new one missing here is an error.
+for f in pmd/fuzz/fuzz_targets/*.rs; do
+    t=$(basename "$f" .rs)
+    case " ${targets[*]} " in
+    *" $t "*) ;;
+    *)
+        echo "fuzz: the target $t is not run: add it to targets in scripts/fuzz.sh" >&2
+        exit 1
+        ;;
+    esac
+done
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 export CARGO_TARGET_DIR=pmd/fuzz/target/sancov
