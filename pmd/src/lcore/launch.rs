@@ -76,12 +76,8 @@ fn process_cores() -> &'static [core_affinity::CoreId] {
 /// unknown set leaves the affinity as it is.
 fn unpin_current() {
     let mut set = CpuSet::new();
-    for c in process_cores() {
-        if set.set(c.id).is_err() {
-            return;
-        }
-    }
-    if !process_cores().is_empty() {
+    let known = !process_cores().is_empty();
+    if known && process_cores().iter().all(|c| set.set(c.id).is_ok()) {
         let _ = sched_setaffinity(Pid::from_raw(0), &set);
     }
 }

@@ -414,7 +414,6 @@ impl Transport {
         if p.state == PeerState::Connected {
             p.state = PeerState::Connecting;
         }
-
         // What we served keeps its hold until its deadline, or until the
         // peer is known to be done with this connection (the callers that
         // know it settle at once).

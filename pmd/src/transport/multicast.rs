@@ -126,7 +126,7 @@ impl Transport {
     pub(crate) fn on_rts(&mut self, p: Port, op: u64, len: u32) {
         if !self.fresh(p, Ring::Rx, op)
             || !self.within_quota(p, op, len)
-            || !self.within_grant_share(p, op)
+            || !self.within_grant_share(p, op, 1, None)
         {
             return;
         }
@@ -134,17 +134,15 @@ impl Transport {
         match self.storage_for(len, p) {
             Err(_) => self.nak(p, op, WireStatus::NoRoom),
             Ok(key) => {
-                if !self.storage_within_grant_share(p, op, key) {
+                let more = self.regions.grant_entries(key);
+                if !self.within_grant_share(p, op, more, Some(key)) {
                     return;
                 }
                 let ext = self.regions.extents(key, len);
                 // Storage scattered over a fragmented area into more
                 // extents than our queue to it can carry now: refused.
                 if !self.sgl_fits(p, wire::sgl_msgs(&ext)) {
-                    // Just registered, unadvertised, unused: it goes at once.
-                    let _ = self.regions.deregister(key);
-                    self.count(p, DropKind::Overload);
-                    return self.nak(p, op, WireStatus::NoRoom);
+                    return self.refuse_storage(p, op, Some(key));
                 }
                 self.serve_deposit(p, op, key, len, None);
                 self.emit_sgl(p, op, &ext);
@@ -180,54 +178,46 @@ impl Transport {
         if held + footprint(len) <= self.storage_quota {
             return true;
         }
-        self.count(p, DropKind::Overload);
-        self.nak(p, op, WireStatus::NoRoom);
+        self.refuse_storage(p, op, None);
         false
     }
 
-    /// Target: the grant-table entries `p`'s storage holds now, and its
-    /// share: half the table (the other half left to the application's
-    /// regions) split among the connected peers. Devices that keep no table
-    /// grant no entries, so nothing is refused there.
-    fn grant_share(&self, p: Port) -> (usize, usize) {
-        let held = self
+    /// Target: whether `p`'s storage may take `more` grant-table entries
+    /// (an entry per extent: a peer asking for storage without ever
+    /// finishing must not take the entries the application's regions and
+    /// the other peers need). Its share is half the table (the other half
+    /// left to the application's regions) split among the connected peers;
+    /// devices that keep no table grant no entries, so nothing is refused
+    /// there. If not, refuses `op` (its storage `key`, if allocated, goes).
+    fn within_grant_share(
+        &mut self,
+        p: Port,
+        op: u64,
+        more: usize,
+        key: Option<RegionKey>,
+    ) -> bool {
+        let held: usize = self
             .storage_of(p)
             .into_iter()
             .map(|(k, _)| self.regions.grant_entries(k))
             .sum();
         let share = GRANT_TABLE_LEN / 2 / self.connected.len().max(1);
-        (held, share)
-    }
-
-    /// Target: whether `p` may take another grant-table entry for storage
-    /// (checked before its storage is allocated); if not, refuses `op`
-    /// ("no room") and counts an overload.
-    fn within_grant_share(&mut self, p: Port, op: u64) -> bool {
-        let (held, share) = self.grant_share(p);
-        if held < share {
+        if held + more <= share {
             return true;
         }
-        self.count(p, DropKind::Overload);
-        self.nak(p, op, WireStatus::NoRoom);
+        self.refuse_storage(p, op, key);
         false
     }
 
-    /// Target: whether storage `key`, just allocated for `p`'s op `op`,
-    /// keeps `p` within its share of the grant table (an entry per extent:
-    /// a peer asking for storage without ever finishing must not take the
-    /// entries the application's regions and the other peers need). If not,
-    /// the storage goes, `op` is refused ("no room") and an overload
-    /// counted.
-    fn storage_within_grant_share(&mut self, p: Port, op: u64, key: RegionKey) -> bool {
-        let (held, share) = self.grant_share(p);
-        if held + self.regions.grant_entries(key) <= share {
-            return true;
+    /// Target: refuses `p`'s storage request `op` ("no room", counted as an
+    /// overload), freeing its storage `key` if it was allocated (just
+    /// registered, unadvertised, unused: it goes at once).
+    fn refuse_storage(&mut self, p: Port, op: u64, key: Option<RegionKey>) {
+        if let Some(key) = key {
+            let _ = self.regions.deregister(key);
         }
-        // Just registered, unadvertised, unused: it goes at once.
-        let _ = self.regions.deregister(key);
         self.count(p, DropKind::Overload);
         self.nak(p, op, WireStatus::NoRoom);
-        false
     }
 
     /// Target: serves `p`'s multicast `op` with storage `region` allocated
@@ -313,7 +303,7 @@ impl Transport {
             self.release_early(p, op);
             return self.nak(p, op, WireStatus::Protocol);
         }
-        if !self.within_quota(p, op, len) || !self.within_grant_share(p, op) {
+        if !self.within_quota(p, op, len) || !self.within_grant_share(p, op, 1, None) {
             return self.release_early(p, op);
         }
         // Storage only the previous link of the chain writes.
@@ -321,7 +311,8 @@ impl Transport {
             self.release_early(p, op);
             return self.nak(p, op, WireStatus::NoRoom);
         };
-        if !self.storage_within_grant_share(p, op, key) {
+        let more = self.regions.grant_entries(key);
+        if !self.within_grant_share(p, op, more, Some(key)) {
             return self.release_early(p, op);
         }
         let link = ChainLink {
