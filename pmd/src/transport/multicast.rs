@@ -201,7 +201,9 @@ impl Transport {
             .into_iter()
             .map(|(k, _)| self.regions.grant_entries(k))
             .sum();
-        let share = GRANT_TABLE_LEN / 2 / self.connected.len().max(1);
+        // At least one entry, so that a device without a table (no entries
+        // held) refuses nothing however many peers are connected.
+        let share = (GRANT_TABLE_LEN / 2 / self.connected.len().max(1)).max(1);
         if held + more <= share {
             return true;
         }
