@@ -3,7 +3,7 @@
 //! The rendezvous path moves each payload byte exactly once: from a region
 //! of our window straight into a region of the peer's window.
 
-use crate::hw::{LocalWindow, PeerWindow, Result};
+use crate::hw::{HwError, LocalWindow, PeerWindow, Result};
 
 use super::sgl::ExtentPos;
 use super::wire::WireSge;
@@ -128,10 +128,21 @@ impl DmaEngine for CpuEngine {
     }
 }
 
+/// Why [`copy_to_sgl`] stopped short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SglCopyError {
+    /// The peer's grant table was mid-edit at every look: no answer yet;
+    /// the same copy may go through later.
+    Busy,
+    /// A piece was refused or failed, or `src` does not cover the range.
+    Failed,
+}
+
 /// Copies transfer bytes `start..` of `src` (extents of our window, walked
 /// on from `at`) to the entries of `sges` (a peer's SGL into its window),
-/// in order, with `engine`. `false` if a piece failed or `src` does not
-/// cover the range.
+/// in order, with `engine`. Copying the same SGL again writes the same
+/// bytes to the same places, so one that stopped short may be tried again
+/// whole.
 pub(crate) fn copy_to_sgl(
     engine: &mut dyn DmaEngine,
     local: &LocalWindow,
@@ -140,23 +151,25 @@ pub(crate) fn copy_to_sgl(
     at: &mut ExtentPos,
     start: u64,
     sges: &[WireSge],
-) -> bool {
+) -> std::result::Result<(), SglCopyError> {
     let mut pos = start;
+    let mut why = SglCopyError::Failed;
     for s in sges {
         let mut d = s.offset as usize;
         let ok = at.walk(src, pos, u64::from(s.len), |so, sl| {
-            let r = engine
-                .copy_to_peer(local, so as usize, win, d, sl as usize)
-                .is_ok();
+            let r = engine.copy_to_peer(local, so as usize, win, d, sl as usize);
             d += sl as usize;
-            r
+            if let Err(HwError::GrantTableBusy { .. }) = r {
+                why = SglCopyError::Busy;
+            }
+            r.is_ok()
         });
         if !ok {
-            return false;
+            return Err(why);
         }
         pos += u64::from(s.len);
     }
-    true
+    Ok(())
 }
 
 /// `(offset, len)` extents as SGL entries.

@@ -21,6 +21,7 @@ use super::error::{Result, TransportError};
 use super::geometry::Layout;
 use super::idhash::IdMap;
 use super::ops::{DeliveredStorage, EarlySgl, InOp, KeptStorage, OutKind, OutOp};
+use super::parked::Parked;
 use super::peer::Peer;
 use super::region::RegionTable;
 use super::stats_page::StatsPage;
@@ -119,6 +120,9 @@ pub struct Transport {
     pub(crate) events: Vec<LinkEvent>,
     /// Peers whose connection broke during this poll (torn down at its end).
     pub(crate) doomed: Vec<Port>,
+    /// SGLs whose copy found the peer's grant table mid-edit, tried again
+    /// from the slow path.
+    pub(crate) parked: Parked,
     /// Control-ring messages taken by a poll, handled after it (kept for reuse).
     pub(crate) scratch: Vec<Msg>,
     /// The slots of the send batch being posted, encoded here before one
@@ -264,6 +268,7 @@ impl Transport {
             last_slow: Instant::now(),
             events: Vec::new(),
             doomed: Vec::new(),
+            parked: Parked::default(),
             scratch: Vec::new(),
             send_stage: Vec::new(),
             chain_early: Vec::new(),

@@ -405,6 +405,7 @@ impl Transport {
     /// Ends the connection with `peer` (if any): fails what involves it.
     pub(crate) fn teardown(&mut self, peer: Port, status: Status) {
         self.forget_early(peer);
+        self.parked.forget_peer(peer);
         let p = &mut self.peers[peer as usize];
         let conn = p.conn.take();
         p.watch.down();

@@ -10,9 +10,10 @@
 use crate::hw::Port;
 
 use super::counters::DropKind;
-use super::dma::copy_to_sgl;
+use super::dma::{SglCopyError, copy_to_sgl};
 use super::endpoint::{Movers, Transport};
 use super::ops::OutKind;
+use super::parked::ParkedKind;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus};
 
@@ -82,6 +83,9 @@ impl Transport {
     /// 3025241, write step 3: copy it straight in, then `Done`), or a
     /// multicast target's clear-to-send.
     pub(crate) fn on_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
+        if self.parked.holds(p, op, ParkedKind::Write) {
+            return self.park(p, op, ParkedKind::Write, start, sges);
+        }
         if matches!(
             self.ops.get(&op).map(|o| &o.kind),
             Some(OutKind::Multicast { .. })
@@ -124,9 +128,10 @@ impl Transport {
             return;
         };
         let (src, at) = src.parts();
-        if !copy_to_sgl(engine, local, c.win(), src, at, u64::from(start), sges) {
-            self.doomed.push(p);
-            return;
+        match copy_to_sgl(engine, local, c.win(), src, at, u64::from(start), sges) {
+            Ok(()) => {}
+            Err(SglCopyError::Busy) => return self.park(p, op, ParkedKind::Write, start, sges),
+            Err(SglCopyError::Failed) => return self.doomed.push(p),
         }
         *delivered += total as u32;
         peers[p as usize].counters.bytes_out += total;

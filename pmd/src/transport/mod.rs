@@ -163,6 +163,7 @@ mod key;
 mod memory;
 mod multicast;
 mod ops;
+mod parked;
 mod peer;
 mod poll;
 mod post;

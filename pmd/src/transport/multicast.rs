@@ -25,7 +25,7 @@ use crate::hw::{GRANT_TABLE_LEN, Port};
 
 use super::config::saturating_after;
 use super::counters::DropKind;
-use super::dma::{copy_to_sgl, to_wire};
+use super::dma::{SglCopyError, copy_to_sgl, to_wire};
 use super::endpoint::{Movers, Transport};
 use super::error::{Result, TransportError};
 use super::initiator::status_of;
@@ -273,11 +273,16 @@ impl Transport {
             return; // checked above
         };
         let at = &mut ExtentPos::default();
-        if copy_to_sgl(engine, local, c.win(), &src, at, 0, &to_wire(&ch.next_sgl)) {
-            peers[next as usize].counters.bytes_out += u64::from(len);
-            self.emit(next, Ring::Cq, &Msg::ChainDone { op, origin, len });
-        } else {
-            self.doomed.push(next);
+        match copy_to_sgl(engine, local, c.win(), &src, at, 0, &to_wire(&ch.next_sgl)) {
+            Ok(()) => {
+                peers[next as usize].counters.bytes_out += u64::from(len);
+                self.emit(next, Ring::Cq, &Msg::ChainDone { op, origin, len });
+            }
+            // The successor's grant table mid-edit at every look: no reason
+            // to end that connection; the chain stops here, as when too
+            // late, and the rest of it gives its storage back.
+            Err(SglCopyError::Busy) => self.release_next(ch, origin, op),
+            Err(SglCopyError::Failed) => self.doomed.push(next),
         }
     }
 
@@ -899,7 +904,7 @@ impl Transport {
                     continue;
                 }
                 let at = &mut ExtentPos::default();
-                if copy_to_sgl(engine, local, c.win(), src, at, 0, &to_wire(&t.sgl)) {
+                if copy_to_sgl(engine, local, c.win(), src, at, 0, &to_wire(&t.sgl)).is_ok() {
                     peers[t.peer as usize].counters.bytes_out += u64::from(len);
                     dones.push(t.peer);
                 } else {

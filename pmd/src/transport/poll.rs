@@ -122,6 +122,7 @@ impl Transport {
             }
         }
         self.expire(now);
+        self.retry_parked();
         self.maybe_publish_stats(now);
     }
 

@@ -12,10 +12,11 @@ use std::time::Instant;
 use crate::hw::Port;
 
 use super::counters::DropKind;
-use super::dma::copy_to_sgl;
+use super::dma::{SglCopyError, copy_to_sgl};
 use super::endpoint::{Movers, Transport};
 use super::key::{Access, RegionKey};
 use super::ops::{DeliveredStorage, InOp};
+use super::parked::ParkedKind;
 use super::sgl::ExtentPos;
 use super::types::{Completion, OpKind, Status};
 use super::wire::{Msg, Ring, WireSge, WireStatus, sgl_msgs};
@@ -217,6 +218,9 @@ impl Transport {
     /// `ReadSgl` (EP 3025241, read step 3): copy the next part of a read we
     /// serve straight into the reader's window; `Ack` once all of it is there.
     pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
+        if self.parked.holds(p, op, ParkedKind::Read) {
+            return self.park(p, op, ParkedKind::Read, start, sges);
+        }
         let deadline_now = self.cfg.op_deadline();
         let Movers(_, peers, engine, local, regions) = self.movers();
         let peer = &mut peers[p as usize];
@@ -248,7 +252,7 @@ impl Transport {
             peer.counters.drop_one(DropKind::UnknownOp);
             return self.nak(p, op, WireStatus::Protocol);
         };
-        if !copy_to_sgl(
+        match copy_to_sgl(
             engine,
             local,
             win,
@@ -257,8 +261,9 @@ impl Transport {
             *roff + u64::from(start),
             sges,
         ) {
-            self.doomed.push(p);
-            return;
+            Ok(()) => {}
+            Err(SglCopyError::Busy) => return self.park(p, op, ParkedKind::Read, start, sges),
+            Err(SglCopyError::Failed) => return self.doomed.push(p),
         }
         *delivered += total as u32;
         *deadline = deadline_now;
