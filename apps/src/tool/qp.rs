@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use ntbdk_pmd::hw::emu::{FabricStatus, SlotState};
-use ntbdk_pmd::transport::{DropKind, PublishedStats, read_stats, stats_prefix};
+use ntbdk_pmd::transport::{
+    DropKind, PublishedStats, is_page_being_built, read_stats, stats_prefix,
+};
 
 /// One host's page as found beside a fabric.
 #[derive(Debug)]
@@ -42,17 +44,12 @@ pub fn remove_pages(dir: &Path, fabric: &str) {
     for page in find_pages(dir, fabric).unwrap_or_default() {
         let _ = std::fs::remove_file(&page.path);
     }
-    // A page a host was building when it died (`<page>.<pid>.new`).
-    let prefix = format!("{}{fabric}-", stats_prefix());
+    // Pages hosts were building when they died.
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = e.file_name();
-        let building = name
+        if e.file_name()
             .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .and_then(|n| n.strip_suffix(".new"))
-            .and_then(|n| n.split_once('.'))
-            .is_some_and(|(port, pid)| port.parse::<u16>().is_ok() && pid.parse::<u32>().is_ok());
-        if building {
+            .is_some_and(|n| is_page_being_built(n, fabric))
+        {
             let _ = std::fs::remove_file(e.path());
         }
     }

@@ -196,8 +196,8 @@ pub use memory::RegionView;
 pub use multicast::MulticastMode;
 pub use sgl::{RemoteAddr, Sge};
 pub use stats_page::{
-    PUBLISH_INTERVAL, PublishedPeer, PublishedState, PublishedStats, read_stats, stats_path,
-    stats_prefix,
+    PUBLISH_INTERVAL, PublishedPeer, PublishedState, PublishedStats, is_page_being_built,
+    read_stats, stats_path, stats_prefix,
 };
 pub use types::{
     Completion, DirectWr, OpKind, PeerState, Qp, RecvWr, Resources, SendWr, Status, WriteWr,

@@ -200,6 +200,27 @@ pub fn stats_prefix() -> &'static str {
     "ntbdk-qpstats-"
 }
 
+/// Where this process builds the page for `path` before renaming it over
+/// `path`: `<page>.<pid>.new`.
+fn building_path(path: &Path) -> PathBuf {
+    let mut building = path.as_os_str().to_owned();
+    building.push(format!(".{}.new", std::process::id()));
+    PathBuf::from(building)
+}
+
+/// Whether `name`, a file name beside fabric `fabric`'s control segment, is
+/// a page of that fabric a host was building (`<page>.<pid>.new`): one that
+/// is not being renamed over its page was left by a host that died while
+/// building it.
+pub fn is_page_being_built(name: &str, fabric: &str) -> bool {
+    name.strip_prefix(stats_prefix())
+        .and_then(|n| n.strip_prefix(fabric))
+        .and_then(|n| n.strip_prefix('-'))
+        .and_then(|n| n.strip_suffix(".new"))
+        .and_then(|n| n.split_once('.'))
+        .is_some_and(|(port, pid)| port.parse::<u16>().is_ok() && pid.parse::<u32>().is_ok())
+}
+
 /// A shared mapping of a page file: its base and length, unmapped on drop.
 struct Mapping {
     base: NonNull<u8>,
@@ -277,9 +298,7 @@ impl StatsPage {
             what: format!("creating {}: {e}", path.display()),
         };
         let words = HEADER_WORDS + ports * RECORD_WORDS;
-        let mut building = path.as_os_str().to_owned();
-        building.push(format!(".{}.new", std::process::id()));
-        let building = PathBuf::from(building);
+        let building = building_path(path);
         let file = File::options()
             .read(true)
             .write(true)
@@ -538,5 +557,24 @@ fn snapshot(w: &dyn Fn(usize) -> u64, port: Port, ports: usize) -> PublishedStat
         generation: w(H_GENERATION),
         updated_unix_ms: w(H_UPDATED_MS),
         peers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The name a page is built under is the one ntb-tool's clean-up looks
+    /// for; a page itself, or another fabric's, is not.
+    #[test]
+    fn the_building_name_is_the_one_recognised() {
+        let dir = Path::new("/nowhere");
+        let name = |p: PathBuf| p.file_name().unwrap().to_str().unwrap().to_owned();
+        let page = stats_path(dir, "lab", 3);
+        assert!(is_page_being_built(&name(building_path(&page)), "lab"));
+        assert!(!is_page_being_built(&name(page.clone()), "lab"));
+        assert!(!is_page_being_built(&name(building_path(&page)), "la"));
+        let other = stats_path(dir, "lab-b", 3);
+        assert!(!is_page_being_built(&name(building_path(&other)), "lab"));
     }
 }
