@@ -83,8 +83,9 @@ impl Transport {
     /// 3025241, write step 3: copy it straight in, then `Done`), or a
     /// multicast target's clear-to-send.
     pub(crate) fn on_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
-        if self.parked.holds(p, op, ParkedKind::Write) {
-            return self.park(p, op, ParkedKind::Write, start, sges);
+        let key = (p, op, ParkedKind::Write);
+        if self.parked.holds(key) && self.park_sgl(key, start, sges) {
+            return;
         }
         if matches!(
             self.ops.get(&op).map(|o| &o.kind),
@@ -130,8 +131,8 @@ impl Transport {
         let (src, at) = src.parts();
         match copy_to_sgl(engine, local, c.win(), src, at, u64::from(start), sges) {
             Ok(()) => {}
-            Err(SglCopyError::Busy) => return self.park(p, op, ParkedKind::Write, start, sges),
-            Err(SglCopyError::Failed) => return self.doomed.push(p),
+            Err(SglCopyError::Busy) if self.park_sgl(key, start, sges) => return,
+            Err(_) => return self.doomed.push(p),
         }
         *delivered += total as u32;
         peers[p as usize].counters.bytes_out += total;
@@ -187,6 +188,7 @@ impl Transport {
         let ok = status.is_ok();
         let (peer, op, region) = match o.kind {
             OutKind::Write { peer, .. } => {
+                self.parked.forget_op((peer, id, ParkedKind::Write));
                 let c = &mut self.peers[peer as usize].counters;
                 if ok {
                     c.writes += 1;

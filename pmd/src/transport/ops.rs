@@ -142,6 +142,13 @@ pub(crate) enum InOp {
         delivered: u32,
         /// When we stop waiting.
         deadline: Instant,
+        /// When we stop copying: the copy window from the request's
+        /// arrival. The reader gives its operation up a timeout after it
+        /// posted it, and may reuse its memory then; a part copied later
+        /// (one that waited out a peer's grant table mid-edit, or arrived
+        /// late) could land in it. Past this, the read is dropped unserved
+        /// and the reader's operation times out.
+        copy_by: Instant,
     },
     /// A multicast target: storage allocated, waiting for Done.
     McRecv {

@@ -6,9 +6,15 @@
 //! no answer yet, not a refusal: ending the connection for it would fail
 //! every operation with an honest peer. So the SGL is set aside here and its
 //! copy tried again from the slow path, until it goes through, or its
-//! operation ends (its timeout, or the connection's end). The SGLs of one
-//! operation that arrive meanwhile wait behind it, so they are copied in
-//! the order they came.
+//! operation ends (its copy window or timeout, or the connection's end).
+//! The SGLs of one operation that arrive meanwhile wait behind it, so they
+//! are copied in the order they came.
+//!
+//! What a peer can make us do with it is bounded: a pass tries one copy
+//! per peer whose table is still mid-edit (the rest wait without a try),
+//! and a peer past [`PER_PEER`] SGLs set aside has its connection reset.
+
+use std::collections::HashMap;
 
 use crate::hw::Port;
 
@@ -16,13 +22,15 @@ use super::endpoint::Transport;
 use super::ops::{InOp, OutKind};
 use super::wire::WireSge;
 
-/// SGLs one peer may have set aside at once. Past it (a peer that keeps its
-/// table mid-edit and sends SGL after SGL) the connection is reset, as any
-/// failed copy resets it.
-const PER_PEER: usize = 256;
+/// SGL messages one peer may have set aside at once: room for every one of
+/// our operations (at most `Config::max_outstanding`, 4096 by default) and
+/// of theirs we serve to wait with several each. Past it (a peer that keeps
+/// its table mid-edit and sends SGL after SGL) the connection is reset, as
+/// any failed copy resets it.
+const PER_PEER: usize = 16 << 10;
 
 /// Which of our roles the SGL serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ParkedKind {
     /// Our rendezvous write: where the target wants its bytes (`Sgl`).
     Write,
@@ -30,127 +38,187 @@ pub(crate) enum ParkedKind {
     Read,
 }
 
-/// One SGL set aside.
+/// An operation's place among the set-aside SGLs: the peer whose window
+/// they go into, the operation (ours for a write, the peer's for a read we
+/// serve), and which role.
+type OpKey = (Port, u64, ParkedKind);
+
+/// One SGL set aside: its position in the operation's bytes, its entries.
 #[derive(Debug)]
 pub(crate) struct ParkedSgl {
-    /// The peer whose window the copy goes into.
-    pub(crate) peer: Port,
-    /// The operation (ours for a write, the peer's for a read we serve).
-    pub(crate) op: u64,
-    /// Which role.
-    pub(crate) kind: ParkedKind,
     /// The SGL's position in the operation's bytes.
     pub(crate) start: u32,
     /// Its entries.
     pub(crate) sges: Vec<WireSge>,
 }
 
-/// The SGLs set aside, in arrival order.
-#[derive(Debug, Default)]
-pub(crate) struct Parked(Vec<ParkedSgl>);
+impl ParkedSgl {
+    /// The position just past its bytes.
+    fn end(&self) -> u64 {
+        u64::from(self.start) + self.sges.iter().map(|s| u64::from(s.len)).sum::<u64>()
+    }
+}
 
-/// The peer has [`PER_PEER`] SGLs set aside already.
-#[derive(Debug)]
-pub(crate) struct TooManyParked;
+/// The SGLs set aside, by operation, each operation's in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct Parked {
+    by_op: HashMap<OpKey, Vec<ParkedSgl>>,
+    /// SGLs set aside per peer (the [`PER_PEER`] bound).
+    per_peer: HashMap<Port, usize>,
+}
+
+/// Why an SGL was not set aside.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NotParked {
+    /// The peer has [`PER_PEER`] SGLs set aside already.
+    TooMany,
+    /// It does not follow the last one waiting for its operation (SGLs come
+    /// in order): for the caller's usual checks to refuse.
+    OutOfOrder,
+}
 
 impl Parked {
     /// Whether nothing is set aside (the slow path's one look).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.by_op.is_empty()
     }
 
-    /// Whether an SGL of `op` from `peer` waits: a newer one must wait
+    /// Whether an SGL of operation `key` waits: a newer one must wait
     /// behind it.
     #[inline]
-    pub(crate) fn holds(&self, peer: Port, op: u64, kind: ParkedKind) -> bool {
-        !self.0.is_empty()
-            && self
-                .0
-                .iter()
-                .any(|e| e.peer == peer && e.op == op && e.kind == kind)
+    pub(crate) fn holds(&self, key: OpKey) -> bool {
+        !self.by_op.is_empty() && self.by_op.contains_key(&key)
     }
 
-    /// Sets an SGL aside, after those already waiting.
+    /// Sets an SGL of operation `key` aside, after those already waiting
+    /// for it (it must start where the last one ends).
     pub(crate) fn park(
         &mut self,
-        peer: Port,
-        op: u64,
-        kind: ParkedKind,
+        key: OpKey,
         start: u32,
         sges: &[WireSge],
-    ) -> Result<(), TooManyParked> {
-        if self.0.iter().filter(|e| e.peer == peer).count() >= PER_PEER {
-            return Err(TooManyParked);
+    ) -> Result<(), NotParked> {
+        let count = self.per_peer.entry(key.0).or_default();
+        if *count >= PER_PEER {
+            return Err(NotParked::TooMany);
         }
-        self.0.push(ParkedSgl {
-            peer,
-            op,
-            kind,
+        let queue = self.by_op.entry(key).or_default();
+        if queue
+            .last()
+            .is_some_and(|last| last.end() != u64::from(start))
+        {
+            return Err(NotParked::OutOfOrder);
+        }
+        queue.push(ParkedSgl {
             start,
             sges: sges.to_vec(),
         });
+        *count += 1;
         Ok(())
     }
 
-    /// Everything set aside, in arrival order, to try again (what fails
-    /// again is parked anew, in the same order).
-    pub(crate) fn take(&mut self) -> Vec<ParkedSgl> {
-        std::mem::take(&mut self.0)
+    /// Everything set aside, to try again (what fails again is parked anew,
+    /// in the same order).
+    pub(crate) fn take(&mut self) -> HashMap<OpKey, Vec<ParkedSgl>> {
+        self.per_peer.clear();
+        std::mem::take(&mut self.by_op)
+    }
+
+    /// Puts an operation's SGLs back untried, ahead of any that came since.
+    fn put_back(&mut self, key: OpKey, mut sgls: Vec<ParkedSgl>) {
+        *self.per_peer.entry(key.0).or_default() += sgls.len();
+        let queue = self.by_op.entry(key).or_default();
+        sgls.append(queue);
+        *queue = sgls;
+    }
+
+    /// Drops what waits for operation `key` (it ended).
+    pub(crate) fn forget_op(&mut self, key: OpKey) {
+        if let Some(q) = self.by_op.remove(&key)
+            && let Some(n) = self.per_peer.get_mut(&key.0)
+        {
+            *n -= q.len();
+        }
     }
 
     /// Drops what waits for `peer` (its connection ended: what the SGLs
     /// served has failed with it).
     pub(crate) fn forget_peer(&mut self, peer: Port) {
-        self.0.retain(|e| e.peer != peer);
+        self.by_op.retain(|k, _| k.0 != peer);
+        self.per_peer.remove(&peer);
     }
 }
 
 impl Transport {
-    /// Sets `op`'s SGL aside to copy later (see the module documentation);
-    /// a peer past its share of set-aside SGLs has its connection reset.
-    pub(crate) fn park(
-        &mut self,
-        p: Port,
-        op: u64,
-        kind: ParkedKind,
-        start: u32,
-        sges: &[WireSge],
-    ) {
-        if self.parked.park(p, op, kind, start, sges).is_err() {
-            tracing::warn!(
-                me = self.me,
-                peer = p,
-                "transport: the peer's grant table stayed mid-edit through {PER_PEER} SGLs: resetting the connection"
-            );
-            self.doomed.push(p);
+    /// Sets an SGL of operation `key` aside to copy later (see the module
+    /// documentation): `true` when it was (or when its peer, past its share
+    /// of set-aside SGLs, is having its connection reset); `false` when it
+    /// does not follow the SGLs waiting for its operation, for the caller's
+    /// usual checks to refuse.
+    pub(crate) fn park_sgl(&mut self, key: OpKey, start: u32, sges: &[WireSge]) -> bool {
+        match self.parked.park(key, start, sges) {
+            Ok(()) => true,
+            Err(NotParked::OutOfOrder) => false,
+            Err(NotParked::TooMany) => {
+                tracing::warn!(
+                    me = self.me,
+                    peer = key.0,
+                    "transport: the peer's grant table stayed mid-edit through {PER_PEER} SGLs: \
+                     resetting the connection"
+                );
+                self.doomed.push(key.0);
+                true
+            }
         }
     }
 
-    /// Slow path: tries every set-aside SGL again, in arrival order, whose
-    /// operation is still waiting for it; those that find the table
-    /// mid-edit again are set aside again.
+    /// Slow path: tries the set-aside SGLs again, each operation's in
+    /// arrival order, for the operations still waiting for them. A peer
+    /// whose table is still mid-edit gets one try per pass (its other SGLs
+    /// wait untried); a peer whose copy failed is being reset (its SGLs are
+    /// dropped).
     pub(crate) fn retry_parked(&mut self) {
         if self.parked.is_empty() {
             return;
         }
-        for e in self.parked.take() {
-            let waiting = match e.kind {
-                ParkedKind::Write => self.ops.get(&e.op).is_some_and(
-                    |o| matches!(o.kind, OutKind::Write { peer, .. } if peer == e.peer),
-                ),
-                ParkedKind::Read => self.peers[e.peer as usize]
-                    .conn
-                    .as_ref()
-                    .is_some_and(|c| matches!(c.served(e.op), Some(InOp::Read { .. }))),
-            };
-            if !waiting {
-                continue; // timed out, or its connection ended
+        let mut busy: Vec<Port> = Vec::new();
+        for (key, sgls) in self.parked.take() {
+            let (peer, op, kind) = key;
+            if self.doomed.contains(&peer) || !self.still_waits(key) {
+                continue;
             }
-            match e.kind {
-                ParkedKind::Write => self.on_sgl(e.peer, e.op, e.start, &e.sges),
-                ParkedKind::Read => self.on_read_sgl(e.peer, e.op, e.start, &e.sges),
+            if busy.contains(&peer) {
+                self.parked.put_back(key, sgls);
+                continue;
             }
+            for sgl in sgls {
+                if self.doomed.contains(&peer) {
+                    break; // a copy failed: the connection is being reset
+                }
+                match kind {
+                    ParkedKind::Write => self.on_sgl(peer, op, sgl.start, &sgl.sges),
+                    ParkedKind::Read => self.on_read_sgl(peer, op, sgl.start, &sgl.sges),
+                }
+            }
+            if self.parked.holds(key) {
+                busy.push(peer);
+            }
+        }
+    }
+
+    /// Whether operation `key` still waits for its SGLs (it may have timed
+    /// out, or been finished by the peer, since they were set aside).
+    fn still_waits(&self, (peer, op, kind): OpKey) -> bool {
+        match kind {
+            ParkedKind::Write => self
+                .ops
+                .get(&op)
+                .is_some_and(|o| matches!(o.kind, OutKind::Write { peer: p, .. } if p == peer)),
+            ParkedKind::Read => self.peers[peer as usize]
+                .conn
+                .as_ref()
+                .is_some_and(|c| matches!(c.served(op), Some(InOp::Read { .. }))),
         }
     }
 }
@@ -164,26 +232,40 @@ mod tests {
     }
 
     #[test]
-    fn keeps_arrival_order_bounds_each_peer_and_forgets_a_peer() {
+    fn keeps_each_operations_order_bounds_each_peer_and_forgets() {
         let mut p = Parked::default();
-        assert!(p.is_empty() && !p.holds(1, 7, ParkedKind::Write));
-        p.park(1, 7, ParkedKind::Write, 0, &[sge(0)]).unwrap();
-        p.park(2, 7, ParkedKind::Read, 0, &[sge(64)]).unwrap();
-        p.park(1, 7, ParkedKind::Write, 64, &[sge(128)]).unwrap();
-        assert!(p.holds(1, 7, ParkedKind::Write));
-        assert!(!p.holds(1, 7, ParkedKind::Read) && !p.holds(1, 8, ParkedKind::Write));
-        let all = p.take();
+        let (w1, r2) = ((1, 7, ParkedKind::Write), (2, 7, ParkedKind::Read));
+        assert!(p.is_empty() && !p.holds(w1));
+        p.park(w1, 0, &[sge(0)]).unwrap();
+        p.park(r2, 0, &[sge(64)]).unwrap();
+        p.park(w1, 64, &[sge(128), sge(256)]).unwrap();
+        // Not where the last one waiting ends (128).
+        assert_eq!(p.park(w1, 64, &[sge(0)]), Err(NotParked::OutOfOrder));
+        assert!(p.holds(w1) && p.holds(r2));
+        assert!(!p.holds((1, 7, ParkedKind::Read)) && !p.holds((1, 8, ParkedKind::Write)));
+        let mut all = p.take();
         assert!(p.is_empty());
-        let order: Vec<_> = all.iter().map(|e| (e.peer, e.start)).collect();
-        assert_eq!(order, [(1, 0), (2, 0), (1, 64)]);
+        let starts: Vec<u32> = all[&w1].iter().map(|s| s.start).collect();
+        assert_eq!(starts, [0, 64]);
+        // Put back ahead of one that came meanwhile.
+        p.park(w1, 192, &[sge(0)]).unwrap();
+        p.put_back(w1, all.remove(&w1).unwrap());
+        let starts: Vec<u32> = p.by_op[&w1].iter().map(|s| s.start).collect();
+        assert_eq!(starts, [0, 64, 192]);
+        assert_eq!(p.per_peer[&1], 3);
+        p.forget_op(w1);
+        assert_eq!((p.per_peer[&1], p.is_empty()), (0, true));
         for i in 0..PER_PEER {
-            p.park(3, i as u64, ParkedKind::Write, 0, &[sge(0)])
+            p.park((3, i as u64, ParkedKind::Write), 0, &[sge(0)])
                 .unwrap();
         }
-        assert!(p.park(3, 0, ParkedKind::Write, 0, &[sge(0)]).is_err());
-        p.park(4, 0, ParkedKind::Write, 0, &[sge(0)]).unwrap();
+        assert_eq!(
+            p.park((3, 0, ParkedKind::Read), 0, &[sge(0)]),
+            Err(NotParked::TooMany)
+        );
+        p.park((4, 0, ParkedKind::Write), 0, &[sge(0)]).unwrap();
         p.forget_peer(3);
-        assert!(!p.holds(3, 0, ParkedKind::Write) && p.holds(4, 0, ParkedKind::Write));
+        assert!(!p.holds((3, 0, ParkedKind::Write)) && p.holds((4, 0, ParkedKind::Write)));
     }
 
     use std::sync::Arc;
@@ -191,14 +273,20 @@ mod tests {
 
     use crate::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
     use crate::transport::{
-        Access, Completion, Config, DataQueues, Geometry, Qp, RemoteAddr, Sge, Status,
+        Access, Completion, Config, DataQueues, Geometry, Qp, RegionKey, RemoteAddr, Sge, Status,
     };
 
-    const LEN: usize = 8192;
+    /// Bytes moved by each test's operation: 16 extents of 4 KiB, scattered
+    /// where they are written (4 SGL messages of at most 5 entries), so
+    /// SGLs wait behind the first one set aside.
+    const LEN: usize = 16 * EXTENT;
+    const EXTENT: usize = 4096;
 
     /// Two connected transports on an emulated fabric of two slots, a
-    /// (port 0) and b (port 1); b's region `dst` holds `LEN` bytes a may
-    /// write and read, and a's `src` as many, filled with `data`.
+    /// (port 0) and b (port 1), with operations timing out after
+    /// `op_timeout`. b's region `dst` (`LEN` bytes, zeroes, a may write and
+    /// read it) and a's `into` (`LEN` bytes, zeroes) are scattered in 4 KiB
+    /// extents; a's `src` holds `data`.
     struct Pair {
         dir: std::path::PathBuf,
         name: &'static str,
@@ -206,13 +294,26 @@ mod tests {
         a: Transport,
         b: Transport,
         qa: Qp,
-        src: crate::transport::RegionKey,
-        dst: crate::transport::RegionKey,
+        src: RegionKey,
+        into: RegionKey,
+        dst: RegionKey,
         data: Vec<u8>,
     }
 
+    /// A region of `LEN` bytes of `t`'s area in 16 extents apart from each
+    /// other: regions registered between them, every other one freed.
+    fn scattered(t: &mut Transport, access: Access) -> RegionKey {
+        let fill: Vec<RegionKey> = (0..32)
+            .map(|_| t.register_region(EXTENT, Access::LOCAL).unwrap())
+            .collect();
+        for k in fill.iter().step_by(2) {
+            t.deregister_region(*k).unwrap();
+        }
+        t.register_region_scattered(LEN, access, EXTENT).unwrap()
+    }
+
     impl Pair {
-        fn new(name: &'static str) -> Pair {
+        fn new(name: &'static str, op_timeout: Duration) -> Pair {
             let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             let fcfg = FabricConfig {
@@ -238,16 +339,19 @@ mod tests {
                 eager_size: 4096,
                 data: DataQueues::NONE,
             };
-            let mut a = Transport::new(join(0), Config::new(geo)).unwrap();
-            let mut b = Transport::new(join(1), Config::new(geo)).unwrap();
+            let mut cfg = Config::new(geo);
+            cfg.op_timeout = op_timeout;
+            let mut a = Transport::new(join(0), cfg.clone()).unwrap();
+            let mut b = Transport::new(join(1), cfg).unwrap();
             let end = Instant::now() + Duration::from_secs(10);
             while !a.is_connected(1) || !b.is_connected(0) {
                 a.progress();
                 b.progress();
                 assert!(Instant::now() < end, "no connection");
             }
-            let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8).collect();
-            let dst = b.register_region_for(LEN, Access::ALL, &[0]).unwrap();
+            let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8 | 1).collect();
+            let dst = scattered(&mut b, Access::ALL);
+            let into = scattered(&mut a, Access::LOCAL);
             let src = a.register_region(LEN, Access::LOCAL).unwrap();
             a.region_write(src, 0, &data).unwrap();
             let qa = a.create_qp(1).unwrap();
@@ -259,45 +363,74 @@ mod tests {
                 b,
                 qa,
                 src,
+                into,
                 dst,
                 data,
             }
         }
 
-        /// Runs both transports for 100 ms with `port`'s grant table held
+        /// Runs both transports for `hold` with `port`'s grant table held
         /// mid-edit (held again after each poll of its owner, whose own
-        /// edits end a hold), checking that nothing completes and both stay
-        /// connected; then ends the hold and returns `a`'s completion.
-        fn hold_then_complete(&mut self, port: usize) -> Completion {
+        /// edits end a hold), checking that both stay connected, that SGLs
+        /// waited behind the first set aside, and that nothing completes
+        /// before `by`; then ends the hold.
+        fn hold(&mut self, port: usize, hold: Duration, by: Duration) -> Vec<Completion> {
             let table = &self.fabric.regs_of(port).grants;
             let mut done = [Completion::default(); 4];
-            let hold = Instant::now() + Duration::from_millis(100);
-            while Instant::now() < hold {
+            let mut got = Vec::new();
+            let mut queued = 0;
+            let start = Instant::now();
+            while start.elapsed() < hold {
                 self.a.progress();
                 table.hold_mid_edit(true);
                 self.b.progress();
                 table.hold_mid_edit(true);
-                assert_eq!(self.a.poll_completions(&mut done), 0, "{:?}", done[0]);
+                let n = self.a.poll_completions(&mut done);
+                got.extend_from_slice(&done[..n]);
+                assert!(got.is_empty() || start.elapsed() >= by, "{got:?}");
+                for t in [&self.a, &self.b] {
+                    queued = t
+                        .parked
+                        .by_op
+                        .values()
+                        .map(Vec::len)
+                        .fold(queued, usize::max);
+                }
             }
-            assert!(
-                !self.a.parked.is_empty() || !self.b.parked.is_empty(),
-                "no copy was set aside"
-            );
+            assert!(queued > 1, "no SGL waited behind another ({queued})");
             assert!(self.a.is_connected(1) && self.b.is_connected(0));
             table.hold_mid_edit(false);
+            got
+        }
+
+        /// Polls until `a` has a completion, then checks that neither side
+        /// keeps an SGL or lost its connection.
+        fn complete(&mut self) -> Completion {
+            let mut done = [Completion::default(); 4];
             let end = Instant::now() + Duration::from_secs(10);
             while self.a.poll_completions(&mut done) == 0 {
                 self.b.progress();
                 assert!(Instant::now() < end, "the operation never completed");
             }
+            self.settle();
+            done[0]
+        }
+
+        /// Runs both sides a while longer (a late copy would land now), then
+        /// checks that neither keeps an SGL or lost its connection.
+        fn settle(&mut self) {
+            let end = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < end {
+                self.a.progress();
+                self.b.progress();
+            }
             assert!(self.a.parked.is_empty() && self.b.parked.is_empty());
             let qb = self.b.create_qp(0).unwrap();
             assert_eq!(self.a.counters(self.qa).disconnects, 0);
             assert_eq!(self.b.counters(qb).disconnects, 0);
-            done[0]
         }
 
-        fn sge(&self, key: crate::transport::RegionKey) -> Sge {
+        fn sge(&self, key: RegionKey) -> Sge {
             Sge {
                 key,
                 offset: 0,
@@ -312,6 +445,12 @@ mod tests {
             }
         }
 
+        fn read(t: &mut Transport, key: RegionKey) -> Vec<u8> {
+            let mut got = vec![0u8; LEN];
+            t.region_read(key, 0, &mut got).unwrap();
+            got
+        }
+
         fn finish(self) {
             drop((self.a, self.b));
             EmuFabric::destroy_in(&self.dir, self.name).unwrap();
@@ -319,22 +458,28 @@ mod tests {
         }
     }
 
+    const LONG: Duration = Duration::from_secs(10);
+    const HOLD: Duration = Duration::from_millis(100);
+
     /// A rendezvous write whose target's grant table stays mid-edit (its
-    /// owner preempted inside an edit) waits, connection kept, and lands
-    /// whole once the edit ends; every byte checked at the target.
+    /// owner preempted inside an edit) waits, connection kept, its later
+    /// SGLs behind the first, and lands whole once the edit ends; every
+    /// byte checked at the target.
     #[test]
     fn a_write_into_a_table_mid_edit_waits_and_lands() {
-        let mut t = Pair::new("parkedw");
+        let mut t = Pair::new("parkedw", LONG);
         let (sge, at) = (t.sge(t.src), t.remote());
         t.a.post_write(t.qa, &[sge], at, 9).unwrap();
-        let c = t.hold_then_complete(1);
+        assert!(t.hold(1, HOLD, LONG).is_empty());
+        let c = t.complete();
         assert_eq!(
             (c.cookie, c.status, c.bytes),
             (9, Status::Success, LEN as u64)
         );
-        let mut got = vec![0u8; LEN];
-        t.b.region_read(t.dst, 0, &mut got).unwrap();
-        assert!(got == t.data, "the target's bytes differ");
+        assert!(
+            Pair::read(&mut t.b, t.dst) == t.data,
+            "the target's bytes differ"
+        );
         t.finish();
     }
 
@@ -342,20 +487,68 @@ mod tests {
     /// mid-edit, waits at the serving side and lands whole.
     #[test]
     fn a_read_served_into_a_table_mid_edit_waits_and_lands() {
-        let mut t = Pair::new("parkedr");
+        let mut t = Pair::new("parkedr", LONG);
         let data = t.data.iter().map(|b| b ^ 0x5a).collect::<Vec<u8>>();
         t.b.region_write(t.dst, 0, &data).unwrap();
-        let into = t.a.register_region(LEN, Access::LOCAL).unwrap();
-        let (sge, at) = (t.sge(into), t.remote());
+        let (sge, at) = (t.sge(t.into), t.remote());
         t.a.post_read(t.qa, &[sge], at, 10).unwrap();
-        let c = t.hold_then_complete(0);
+        assert!(t.hold(0, HOLD, LONG).is_empty());
+        let c = t.complete();
         assert_eq!(
             (c.cookie, c.status, c.bytes),
             (10, Status::Success, LEN as u64)
         );
-        let mut got = vec![0u8; LEN];
-        t.a.region_read(into, 0, &mut got).unwrap();
-        assert!(got == data, "the reader's bytes differ");
+        assert!(
+            Pair::read(&mut t.a, t.into) == data,
+            "the reader's bytes differ"
+        );
+        t.finish();
+    }
+
+    /// A table mid-edit past the copy window (3/4 of the timeout): no
+    /// copy starts any more, so none can still run when the other side
+    /// gives up. The write fails with `Timeout` at its next try; the read
+    /// we serve is dropped, and the reader's fails with `Timeout`. No byte
+    /// lands (the target's and the reader's regions stay zero), even once
+    /// the edit ends before the timeout; the connection is kept.
+    #[test]
+    fn past_the_copy_window_nothing_lands() {
+        // The edit ends at 0.9 of the timeout, well past the window.
+        let timeout = Duration::from_secs(1);
+        let (hold, by) = (timeout * 9 / 10, timeout * 7 / 10);
+        let mut t = Pair::new("parkedt", timeout);
+        let (sge, at) = (t.sge(t.src), t.remote());
+        t.a.post_write(t.qa, &[sge], at, 11).unwrap();
+        let got = t.hold(1, hold, by);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].cookie, got[0].status), (11, Status::Timeout));
+        t.settle();
+        assert!(Pair::read(&mut t.b, t.dst).iter().all(|&b| b == 0));
+
+        t.b.region_write(t.dst, 0, &t.data).unwrap();
+        let sge = t.sge(t.into);
+        t.a.post_read(t.qa, &[sge], at, 12).unwrap();
+        assert!(t.hold(0, hold, by).is_empty());
+        let c = t.complete();
+        assert_eq!((c.cookie, c.status), (12, Status::Timeout));
+        assert!(Pair::read(&mut t.a, t.into).iter().all(|&b| b == 0));
+        t.finish();
+    }
+
+    /// The connection ending while SGLs wait drops them: nothing is copied
+    /// into the new connection's peer.
+    #[test]
+    fn a_connection_that_ends_drops_what_waits() {
+        let mut t = Pair::new("parkedd", LONG);
+        let (sge, at) = (t.sge(t.src), t.remote());
+        t.a.post_write(t.qa, &[sge], at, 13).unwrap();
+        assert!(t.hold(1, HOLD, LONG).is_empty());
+        t.a.start_over(1, Status::Reset);
+        assert!(t.a.parked.is_empty());
+        let mut done = [Completion::default(); 4];
+        let n = t.a.poll_completions(&mut done);
+        assert_eq!((n, done[0].cookie, done[0].status), (1, 13, Status::Reset));
+        assert!(Pair::read(&mut t.b, t.dst).iter().all(|&b| b == 0));
         t.finish();
     }
 }

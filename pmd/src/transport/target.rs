@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::hw::Port;
 
+use super::config::saturating_after;
 use super::counters::DropKind;
 use super::dma::{SglCopyError, copy_to_sgl};
 use super::endpoint::{Movers, Transport};
@@ -198,6 +199,7 @@ impl Transport {
             }
             Ok(serial) => {
                 let deadline = self.served_deadline();
+                let copy_by = saturating_after(self.cfg.copy_window());
                 self.serve(
                     p,
                     op,
@@ -209,6 +211,7 @@ impl Transport {
                         len,
                         delivered: 0,
                         deadline,
+                        copy_by,
                     },
                 );
             }
@@ -218,8 +221,9 @@ impl Transport {
     /// `ReadSgl` (EP 3025241, read step 3): copy the next part of a read we
     /// serve straight into the reader's window; `Ack` once all of it is there.
     pub(crate) fn on_read_sgl(&mut self, p: Port, op: u64, start: u32, sges: &[WireSge]) {
-        if self.parked.holds(p, op, ParkedKind::Read) {
-            return self.park(p, op, ParkedKind::Read, start, sges);
+        let key = (p, op, ParkedKind::Read);
+        if self.parked.holds(key) && self.park_sgl(key, start, sges) {
+            return;
         }
         let deadline_now = self.cfg.op_deadline();
         let Movers(_, peers, engine, local, regions) = self.movers();
@@ -234,11 +238,18 @@ impl Transport {
             len,
             delivered,
             deadline,
+            copy_by,
             ..
         }) = io
         else {
             return peer.counters.drop_one(DropKind::UnknownOp);
         };
+        // Too late to copy: the reader may have given up and reused its
+        // memory (see `InOp::Read::copy_by`).
+        if Instant::now() >= *copy_by {
+            c.unserve(op);
+            return;
+        }
         let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
         if start != *delivered || u64::from(start) + total > u64::from(*len) {
             c.unserve(op);
@@ -262,8 +273,8 @@ impl Transport {
             sges,
         ) {
             Ok(()) => {}
-            Err(SglCopyError::Busy) => return self.park(p, op, ParkedKind::Read, start, sges),
-            Err(SglCopyError::Failed) => return self.doomed.push(p),
+            Err(SglCopyError::Busy) if self.park_sgl(key, start, sges) => return,
+            Err(_) => return self.doomed.push(p),
         }
         *delivered += total as u32;
         *deadline = deadline_now;
