@@ -325,12 +325,7 @@ fn place<'w>(
             Some(Ok(span)) => target.insert((key.0, span)).1,
             // The peer's table mid-edit at every look: no answer, not a
             // refusal; the write is posted again later.
-            Some(Err(HwError::GrantTableBusy { .. })) => {
-                return Err(Stop::Refused(TransportError::Busy {
-                    peer,
-                    what: "the peer's grant table was being edited",
-                }));
-            }
+            Some(Err(HwError::GrantTableBusy { .. })) => return Err(table_busy(peer)),
             Some(Err(e)) => return Err(Stop::Broken(e.into())),
             None => {
                 return Err(Stop::Refused(TransportError::UnknownRemoteKey {
@@ -372,5 +367,20 @@ fn place<'w>(
     } else {
         span.write(at, wr.data)
     };
-    written.map_err(|e| Stop::Broken(e.into()))
+    written.map_err(|e| match e {
+        // A non-temporal write is admitted again by the live table: one
+        // edited since `remote_span` and mid-edit at every look is no
+        // answer yet, as above.
+        HwError::GrantTableBusy { .. } => table_busy(peer),
+        e => Stop::Broken(e.into()),
+    })
+}
+
+/// The peer's grant table was mid-edit at every look: no answer yet, not a
+/// refusal; the write is posted again later.
+fn table_busy(peer: Port) -> Stop {
+    Stop::Refused(TransportError::Busy {
+        peer,
+        what: "the peer's grant table was being edited",
+    })
 }

@@ -551,4 +551,49 @@ mod tests {
         assert!(Pair::read(&mut t.b, t.dst).iter().all(|&b| b == 0));
         t.finish();
     }
+
+    /// A one-sided write into a region whose owner's grant table stays
+    /// mid-edit is `Busy` (nothing written, the connection kept), and goes
+    /// through once the edit ends.
+    #[test]
+    fn a_one_sided_write_into_a_table_mid_edit_is_busy() {
+        use crate::transport::TransportError;
+
+        let mut t = Pair::new("parkedo", LONG);
+        let region = t.b.register_region_for(4096, Access::ALL, &[0]).unwrap();
+        let at = RemoteAddr {
+            key: region,
+            offset: 64,
+        };
+        let end = Instant::now() + LONG;
+        // Until the advertisement arrives (a zero-length probe is refused
+        // for its size once the key is known).
+        while let Err(TransportError::UnknownRemoteKey { .. }) =
+            t.a.post_write_direct(t.qa, &[], at, None, 0)
+        {
+            t.a.progress();
+            t.b.progress();
+            assert!(Instant::now() < end, "never advertised");
+        }
+        let table = &t.fabric.regs_of(1).grants;
+        table.hold_mid_edit(true);
+        for _ in 0..3 {
+            let e = t.a.post_write_direct(t.qa, &t.data[..64], at, None, 14);
+            assert!(
+                matches!(e, Err(TransportError::Busy { peer: 1, .. })),
+                "{e:?}"
+            );
+            t.a.progress();
+            t.b.progress();
+            table.hold_mid_edit(true);
+        }
+        table.hold_mid_edit(false);
+        t.a.post_write_direct(t.qa, &t.data[..64], at, None, 14)
+            .unwrap();
+        let mut got = [0u8; 128];
+        t.b.region_read(region, 0, &mut got).unwrap();
+        assert!(got[..64].iter().all(|&b| b == 0) && got[64..] == t.data[..64]);
+        t.settle();
+        t.finish();
+    }
 }
