@@ -154,6 +154,12 @@ fn registers_and_peer_operations_against_a_live_device() {
     let free = if dev.port() == 3 { "2" } else { "3" };
     let err = fails(p, &["db", "ring", "regs", "--peer", free, "1"]);
     assert!(err.contains("down"), "{err}");
+    // The free slot the tool would act from is no peer.
+    let err = fails(
+        p,
+        &["db", "ring", "regs", "--peer", free, "--slot", free, "1"],
+    );
+    assert!(err.contains("no peer to act on"), "{err}");
     let err = fails(p, &["destroy", "regs"]);
     assert!(err.contains("--force"), "{err}");
 

@@ -25,7 +25,7 @@ use ntbdk_apps::cli::units::{parse_bytes, parse_size, secs};
 use ntbdk_apps::cli::{run_main, usage_error};
 use ntbdk_apps::fwd::{
     DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, StatsPrinter, TOOL, TxOnly,
-    iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file, txonly,
+    eal_hint, iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file, txonly,
     window_needed,
 };
 use ntbdk_apps::perf::fabric_config;
@@ -51,7 +51,12 @@ use ntbdk_pmd::transport::{Config, DataQueue, DataQueues, Transport};
 ///   ntb-fwd --device vfio:0000:00:03.0 --fwd-mode file-trans --recv out.bin
 ///   ntb-fwd --device vfio:0000:00:03.0 --fwd-mode file-trans --send in.bin
 #[derive(Debug, Parser)]
-#[command(name = "ntb-fwd", version, verbatim_doc_comment)]
+#[command(
+    name = "ntb-fwd",
+    version,
+    verbatim_doc_comment,
+    allow_negative_numbers = true
+)]
 #[command(group(clap::ArgGroup::new("where").args(["fabric", "device"]).required(true)))]
 struct Args {
     /// Forwarding mode (DPDK's --fwd-mode; --mode is an alias).
@@ -75,7 +80,7 @@ struct Args {
     #[arg(long, value_name = "N")]
     slot: Option<Port>,
     /// The peer (default: the first other slot whose link comes up).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", visible_alias = "peer")]
     peer_slot: Option<Port>,
     /// Queues to the peer (DPDK's --qp), one lcore each (two with
     /// --pipeline). The same on both sides.
@@ -170,6 +175,11 @@ fn parse_buf_size(s: &str) -> Result<u32, String> {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(msg) = eal_hint(&argv) {
+        eprintln!("{TOOL}: error: {msg}\n\nFor more information, try '--help'.");
+        return ExitCode::from(2);
+    }
     let args = Args::parse();
     run_main(TOOL, || run(&args))
 }

@@ -77,7 +77,12 @@ const DEFAULT_OP_TIMEOUT: f64 = 10.0;
 /// is ntb-perf --test bw -s 64K -n 5000); what has no NTB meaning is refused
 /// with the nearest option that has one.
 #[derive(Debug, Parser)]
-#[command(name = "ntb-perf", version, verbatim_doc_comment)]
+#[command(
+    name = "ntb-perf",
+    version,
+    verbatim_doc_comment,
+    allow_negative_numbers = true
+)]
 #[command(group(clap::ArgGroup::new("shared").args(["fabric", "device"])))]
 struct Args {
     /// Test to run: bw (bandwidth and message rate, as ib_*_bw) or lat
@@ -203,7 +208,7 @@ struct Args {
     /// The other side's slot (default: a client, the first other slot whose
     /// link comes up; a server, the first peer that says it is a client, so
     /// that several servers may wait on one fabric for a -q N client).
-    #[arg(long, value_name = "N", requires = "shared")]
+    #[arg(long, value_name = "N", requires = "shared", visible_alias = "peer")]
     peer_slot: Option<Port>,
     /// Be the server (with --fabric or --device): wait for a client (until
     /// Ctrl-C unless --timeout), serve its run, exit.
@@ -222,8 +227,8 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// The server spawned by a self-contained run (internal).
-    #[arg(long, hide = true, requires_all = ["fabric", "slot", "peer_slot"])]
-    peer: bool,
+    #[arg(long = "spawned-side", hide = true, requires_all = ["fabric", "slot", "peer_slot"])]
+    spawned: bool,
 }
 
 /// The options that only matter on the client (the server serves whatever
@@ -261,7 +266,7 @@ fn main() -> ExitCode {
         args.device = None;
     }
     run_main(TOOL, || {
-        if args.server && !args.peer {
+        if args.server && !args.spawned {
             let given: Vec<&str> = CLIENT_ONLY
                 .iter()
                 .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::CommandLine))
@@ -394,7 +399,7 @@ fn check_args(args: &Args) -> Result<()> {
 /// Checks, before a run, that the files it will write can be written (an
 /// error of the system, not of the command line: exit 1).
 fn check_outputs(args: &Args) -> Result<()> {
-    if !args.server && !args.peer {
+    if !args.server && !args.spawned {
         if let Some(p) = json_path(args) {
             check_writable(&p, "--out_json_file")?;
         }
@@ -435,15 +440,15 @@ fn run(args: &Args) -> Result<()> {
     };
     match args.fabric.as_ref().or(vfio_name.as_ref()) {
         None => self_contained(args, &cores, core, op_timeout),
-        Some(name) if args.peer || args.server => {
-            if args.peer {
+        Some(name) if args.spawned || args.server => {
+            if args.spawned {
                 die_with_parent();
                 leave_signals_to_parent();
             }
             // `_owned` removes the fabric on exit if we created it.
             let (host, _owned) = match &vfio {
                 Some(spec) => (open_device(spec, args.slot)?, None),
-                None if args.peer => {
+                None if args.spawned => {
                     let f = attach(name, "the fabric of the run that spawned us is gone")?;
                     (Host::member(join(&f, args.slot)?), None)
                 }
@@ -458,7 +463,7 @@ fn run(args: &Args) -> Result<()> {
             publish_host_stats(&mut ep, &host);
             // perftest's server waits for its client as long as it takes.
             let wait = args.timeout.map(Duration::from_secs_f64);
-            if !args.peer {
+            if !args.spawned {
                 let until = match wait {
                     Some(t) => format!("for {t:?}"),
                     None => "until Ctrl-C".to_string(),
@@ -486,7 +491,7 @@ fn run(args: &Args) -> Result<()> {
             };
             pin(TOOL, core);
             let stats = serve(&mut ep, &mut ctl, client, op_timeout)?;
-            if !args.peer {
+            if !args.spawned {
                 println!(
                     "{TOOL}: served port {client}: {} commands, {} messages received, {} echoes",
                     stats.commands, stats.recvs, stats.echoes
@@ -599,7 +604,7 @@ fn self_contained(
     let mut children = Children::default();
     for slot in 1..slots {
         let child = spawned_by_us(&mut Command::new(&exe))
-            .args(["--peer", "--fabric", &name, "--peer-slot", "0"])
+            .args(["--spawned-side", "--fabric", &name, "--peer-slot", "0"])
             .args(["--slot", &slot.to_string()])
             .args(["--lcore", &server_index(slot - 1).to_string()])
             .args(["--timeout", &timeout.as_secs_f64().to_string()])

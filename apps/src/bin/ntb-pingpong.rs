@@ -4,7 +4,7 @@
 //!
 //! With no role arguments it runs the whole thing by itself: it creates a
 //! private fabric, starts the echo side as a second process (itself, with the
-//! hidden `--peer` role), pins the two to different cores, measures, prints
+//! hidden `--spawned-side` role), pins the two to different cores, measures, prints
 //! and cleans up. With `--fabric NAME` the two sides run in two terminals:
 //! one with `--server` echoes, the other measures.
 //!
@@ -95,7 +95,12 @@ impl Via {
 ///   ntb-pingpong --device vfio:0000:00:03.0 --server
 ///   ntb-pingpong --device vfio:0000:00:03.0
 #[derive(Debug, Parser)]
-#[command(name = "ntb-pingpong", version, verbatim_doc_comment)]
+#[command(
+    name = "ntb-pingpong",
+    version,
+    verbatim_doc_comment,
+    allow_negative_numbers = true
+)]
 #[command(group(clap::ArgGroup::new("shared").args(["fabric", "device"])))]
 struct Args {
     /// Ping-pong through doorbells or scratchpads (both sides must say the
@@ -123,7 +128,7 @@ struct Args {
     slot: Option<Port>,
     /// The other side's slot (default: the first other slot whose link comes
     /// up).
-    #[arg(long, value_name = "N", requires = "shared")]
+    #[arg(long, value_name = "N", requires = "shared", visible_alias = "peer")]
     peer_slot: Option<Port>,
     /// Be the echo side (with --fabric or --device); the other side measures.
     #[arg(long, requires = "shared")]
@@ -148,8 +153,8 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// The echo side spawned by a self-contained run (internal).
-    #[arg(long, hide = true, requires_all = ["fabric", "slot", "peer_slot"])]
-    peer: bool,
+    #[arg(long = "spawned-side", hide = true, requires_all = ["fabric", "slot", "peer_slot"])]
+    spawned: bool,
 }
 
 fn main() -> ExitCode {
@@ -170,7 +175,7 @@ fn run(args: &Args) -> Result<()> {
     for (path, flag) in [(&args.json, "--json"), (&args.plot, "--plot")] {
         match path {
             Some(p) if !args.server => check_writable(p, flag)?,
-            Some(_) if !args.peer => eprintln!(
+            Some(_) if !args.spawned => eprintln!(
                 "{TOOL}: note: {flag} ignored on the echo side: the measuring side writes it"
             ),
             _ => {}
@@ -189,15 +194,15 @@ fn run(args: &Args) -> Result<()> {
     };
     match args.fabric.as_ref().or(vfio_name.as_ref()) {
         None => self_contained(args, &cores, core, timeout),
-        Some(name) if args.peer || args.server => {
-            if args.peer {
+        Some(name) if args.spawned || args.server => {
+            if args.spawned {
                 die_with_parent();
                 leave_signals_to_parent();
             }
             // `_owned` removes the fabric on exit if we created it.
             let (host, _owned) = match &args.device {
                 Some(spec) => (open_device(spec, args.slot)?, None),
-                None if args.peer => (
+                None if args.spawned => (
                     Host::member(join(
                         &attach(name, "the fabric of the run that spawned us is gone")?,
                         args.slot,
@@ -211,7 +216,7 @@ fn run(args: &Args) -> Result<()> {
             };
             let dev = &*host.dev;
             clear_role(dev)?;
-            if !args.peer {
+            if !args.spawned {
                 println!(
                     "{TOOL}: echo side on port {} of {}: waiting for the measuring side (on the \
                      other side run: {TOOL} {how} {name})",
@@ -238,7 +243,7 @@ fn run(args: &Args) -> Result<()> {
             announce(dev, peer, Role::Echo)?;
             pin(TOOL, core);
             let served = echo(dev, peer, args.via, timeout)?;
-            if !args.peer {
+            if !args.spawned {
                 println!("{TOOL}: echoed {served} round trips for port {peer}");
             }
             Ok(())
@@ -298,7 +303,7 @@ fn self_contained(
     let mut cmd = Command::new(exe);
     spawned_by_us(&mut cmd);
     cmd.args([
-        "--peer",
+        "--spawned-side",
         "--fabric",
         &name,
         "--slot",
@@ -578,7 +583,8 @@ impl<'a> Waiter<'a> {
                 if waited >= self.timeout {
                     bail!(
                         "no answer from port {} within {:?} while waiting for {what}: \
-                         is the other side still running?",
+                         is the other side still running, with the same --via (a side \
+                         waiting on doorbells never sees scratchpad writes, and back)?",
                         self.peer,
                         self.timeout
                     );

@@ -51,23 +51,24 @@ enum Cmd {
     Create {
         /// Fabric name (A-Z a-z 0-9 _ - ., up to 64 characters).
         name: String,
-        /// Number of slots (ports).
-        #[arg(long, default_value_t = 16)]
-        slots: usize,
+        /// Number of slots (ports), 2 to 4096.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(2..=4096))]
+        slots: u16,
         /// Inbound window size per slot (K, M, G suffixes).
         #[arg(long, default_value = "16M", value_parser = parse_size)]
         window_size: usize,
         /// Scratchpad registers per slot (at most 64).
-        #[arg(long, default_value_t = 16)]
-        spads: usize,
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u8).range(0..=64))]
+        spads: u8,
         /// Doorbell bits per slot (1 to 64).
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=64))]
         db_bits: u32,
         /// R-LUT entries per slot (1 to 64).
-        #[arg(long, default_value_t = 32)]
-        rlut: usize,
-        /// Heartbeat timeout in milliseconds: a host silent this long is dead.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u8).range(1..=64))]
+        rlut: u8,
+        /// Heartbeat timeout in milliseconds: a host silent this long is
+        /// dead (not a wait, unlike the other tools' --timeout).
+        #[arg(long = "heartbeat-ms", visible_alias = "timeout-ms", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         timeout_ms: u64,
         /// Emulated non-posted read latency in nanoseconds.
         #[arg(long, default_value_t = 1000)]
@@ -96,7 +97,7 @@ enum Cmd {
         reclaim: bool,
         /// Print per-host rates (posted writes/s, MiB/s, reads/s), joins and
         /// link downs every SECS seconds (default 1) until Ctrl-C.
-        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1", value_parser = parse_watch)]
         watch: Option<f64>,
         /// With --watch, stop after N samples.
         #[arg(long, value_name = "N", requires = "watch")]
@@ -107,7 +108,7 @@ enum Cmd {
     /// counters and drops by kind, per peer (from the stats pages the
     /// transports publish beside the fabric).
     Qp {
-        /// Fabric name.
+        /// Fabric name, or emu:NAME.
         name: String,
         /// Show peers never connected too.
         #[arg(long)]
@@ -354,6 +355,17 @@ fn wait_for<T>(limit: Duration, what: &str, mut done: impl FnMut() -> Option<T>)
     }
 }
 
+/// `--watch`'s optional SECS: a word that is no number is most likely the
+/// fabric's name given after it.
+fn parse_watch(s: &str) -> std::result::Result<f64, String> {
+    s.parse().map_err(|_| {
+        format!(
+            "{s:?} is not a number of seconds (give the fabric's name before --watch: \
+             ntb-tool status NAME --watch [SECS])"
+        )
+    })
+}
+
 /// Attaches to the fabric `name` in `dir`; when there is none, says how to
 /// create one (in this tool's terms).
 fn attach(dir: &Path, name: &str) -> Result<EmuFabric> {
@@ -398,8 +410,22 @@ fn attach_shared(spec: &DeviceSpec, dir: &Path) -> Result<EmuFabric> {
     Ok(f)
 }
 
+/// Joins `fabric` briefly as a host to act on `peer`: slot `slot`, or the
+/// first free one (which must not be `peer` itself).
+fn host(fabric: &EmuFabric, slot: Option<u16>, peer: u16) -> Result<EmuDevice> {
+    let dev = join_briefly(fabric, slot)?;
+    if dev.port() == peer {
+        bail!(
+            "slot {peer} was free, so it is no peer to act on (ntb-tool took it to act from): \
+             name a slot that is up (ntb-tool status {}), or start a host there first",
+            fabric.name()
+        );
+    }
+    Ok(dev)
+}
+
 /// Joins `fabric` briefly as a host: slot `slot`, or the first free one.
-fn host(fabric: &EmuFabric, slot: Option<u16>) -> Result<EmuDevice> {
+fn join_briefly(fabric: &EmuFabric, slot: Option<u16>) -> Result<EmuDevice> {
     let cfg = DeviceConfig {
         slot,
         heartbeat_thread: false,
@@ -440,11 +466,11 @@ fn run(cli: Cli) -> Result<()> {
             read_latency_ns,
         } => {
             let cfg = FabricConfig {
-                slots,
+                slots: usize::from(slots),
                 window_size,
-                spads,
+                spads: usize::from(spads),
                 db_bits,
-                rlut_entries: rlut,
+                rlut_entries: usize::from(rlut),
                 heartbeat_timeout: Duration::from_millis(timeout_ms),
                 read_latency: Duration::from_nanos(read_latency_ns),
             };
@@ -554,6 +580,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Qp { name, all } => {
+            let name = name.strip_prefix("emu:").unwrap_or(&name).to_owned();
             let f = attach(&dir, &name)?;
             let pages = find_pages(&dir, &name)
                 .with_context(|| format!("listing stats pages in {}", dir.display()))?;
@@ -568,7 +595,7 @@ fn run(cli: Cli) -> Result<()> {
             } => {
                 let f = attach_device(&dir, &name)?;
                 if let Some(peer) = peer {
-                    let dev = host(&f, slot)?;
+                    let dev = host(&f, slot, peer)?;
                     for i in spads_to_show(dev.spad_count(), index)? {
                         let v = dev
                             .peer_spad_read(peer, i)
@@ -595,7 +622,7 @@ fn run(cli: Cli) -> Result<()> {
             } => {
                 let f = attach_device(&dir, &name)?;
                 if let Some(peer) = peer {
-                    let dev = host(&f, slot)?;
+                    let dev = host(&f, slot, peer)?;
                     dev.peer_spad_write(peer, index, value)
                         .with_context(|| format!("writing scratchpad {index} of peer {peer}"))?;
                     println!(
@@ -619,7 +646,7 @@ fn run(cli: Cli) -> Result<()> {
                 bits,
             } => {
                 let f = attach_device(&dir, &name)?;
-                let dev = host(&f, slot)?;
+                let dev = host(&f, slot, peer)?;
                 dev.peer_db_set(peer, bits)
                     .with_context(|| format!("ringing doorbell {bits:#x} of peer {peer}"))?;
                 println!(
@@ -684,7 +711,7 @@ fn run(cli: Cli) -> Result<()> {
                 len,
             } => {
                 let f = attach_device(&dir, &name)?;
-                let dev = host(&f, slot)?;
+                let dev = host(&f, slot, peer)?;
                 let mut buf = vec![0u8; mw_len(len)?];
                 dev.non_posted_read(peer, 0, offset, &mut buf)
                     .with_context(|| {
@@ -707,7 +734,7 @@ fn run(cli: Cli) -> Result<()> {
                     _ => bail!("say what to write: hex BYTES, or --fill B --len N"),
                 };
                 let f = attach_device(&dir, &name)?;
-                let dev = host(&f, slot)?;
+                let dev = host(&f, slot, peer)?;
                 dev.peer_window(peer, 0)
                     .and_then(|w| w.write(offset, &bytes))
                     .with_context(|| {

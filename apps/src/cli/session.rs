@@ -104,7 +104,9 @@ pub fn usable_cores() -> Vec<core_affinity::CoreId> {
     core_affinity::get_core_ids().unwrap_or_default()
 }
 
-/// Core `index` of `cores`, or a clear error naming `flag`.
+/// Core `index` of `cores` (an index into the cores this process may use,
+/// as DPDK's lcore ids number the cores of its `-l` list), or a usage error
+/// naming `flag` and the CPU each index stands for.
 pub fn pick_core(
     cores: &[core_affinity::CoreId],
     index: usize,
@@ -113,10 +115,19 @@ pub fn pick_core(
     match cores.len() {
         0 => Ok(core_affinity::CoreId { id: 0 }),
         n if index < n => Ok(cores[index]),
-        n => bail!(
-            "{flag} {index}: this process may use {n} cores (0..={}); pick one of those",
-            n - 1
-        ),
+        n => {
+            let cpus: Vec<String> = cores
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("{i} is CPU {}", c.id))
+                .collect();
+            Err(crate::cli::usage_error(anyhow::anyhow!(
+                "{flag} {index}: this process may use {n} cores, indices 0..={} ({}); pick one \
+                 of those",
+                n - 1,
+                cpus.join(", ")
+            )))
+        }
     }
 }
 

@@ -23,6 +23,7 @@
 
 mod checksum;
 mod connect;
+mod eal;
 mod file;
 mod geometry;
 mod iofwd;
@@ -34,6 +35,7 @@ mod txrx;
 
 pub use checksum::Checksum;
 pub use connect::wait_connected;
+pub use eal::eal_hint;
 pub use file::{Transfer, recv_file, send_file};
 pub use geometry::{DEFAULT_NB_DESC, Shape, plan_geometry, window_needed};
 pub use iofwd::{iofwd, pipeline_rx, pipeline_tx};

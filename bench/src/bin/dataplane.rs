@@ -50,10 +50,11 @@ struct Args {
     /// Seconds of each continuous run (after a 0.2 s warm-up).
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
-    /// Interleaved repetitions of every case.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Message sizes in bytes.
+    /// Interleaved repetitions of every case (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
+    /// Message sizes in bytes, comma-separated (e.g. `--sizes 64,1500`),
+    /// each 1..=4096.
     #[arg(long, value_delimiter = ',', default_values_t = [64usize, 1500, 4096])]
     sizes: Vec<usize>,
     /// Data descriptors, and so receive buffers, per queue (a power of
@@ -66,10 +67,10 @@ struct Args {
     /// Run only the burst path (for profiling it).
     #[arg(long)]
     burst_only: bool,
-    /// Instead of the table: N messages of the first size through one
-    /// queue with both sides on this thread (software cost per message;
-    /// run it under callgrind to count instructions).
-    #[arg(long, value_name = "N")]
+    /// Instead of the table: N messages (at least 1) of the first size
+    /// through one queue with both sides on this thread (software cost per
+    /// message; run it under callgrind to count instructions).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     one_core: Option<u64>,
 }
 
@@ -91,13 +92,14 @@ fn geometry(nb_desc: u32) -> Geometry {
 
 /// A fabric of two hosts in a directory of its own, removed after `f`.
 fn with_hosts<R>(nb_desc: u32, f: impl FnOnce(Transport, Transport) -> Result<R>) -> Result<R> {
-    let dir = std::env::temp_dir().join(format!("ntbdk-bench-dataplane-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
     let g = geometry(nb_desc);
     let window = g
-        .layout()?
+        .layout()
+        .with_context(|| format!("--nb-desc {nb_desc}"))?
         .window_size_for(RECVS as usize * BUF as usize + (1 << 20))
         .next_multiple_of(1 << 20);
+    let dir = std::env::temp_dir().join(format!("ntbdk-bench-dataplane-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("creating the fabric directory")?;
     let fc = FabricConfig {
         slots: 2,
         window_size: window,
@@ -391,6 +393,9 @@ fn summary(runs: &[Rate], pick: impl Fn(&Rate) -> f64) -> (f64, f64, f64) {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(&size) = args.sizes.iter().find(|&&s| s == 0 || s > BUF as usize) {
+        bail!("--sizes: {size} B: each size must be 1..={BUF}");
+    }
     if let Some(n) = args.one_core {
         let size = args.sizes[0];
         let ns = one_core(size, args.nb_desc, n)?;
@@ -411,9 +416,6 @@ fn main() -> Result<()> {
     println!("| case | size | Mmsg/s | GB/s | ratio to copy path (median) |");
     println!("| --- | --- | --- | --- | --- |");
     for &size in &args.sizes {
-        if size == 0 || size > BUF as usize {
-            bail!("size {size}: must be 1..={BUF}");
-        }
         let (mut copy, mut burst) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
             if !args.burst_only {

@@ -1,6 +1,6 @@
 //! An in-process fabric: every port's window is plain memory of this
-//! process. For unit tests, doc examples and single-process benchmarks of
-//! the transport; the emulated fabric (`hw::emu`) is the multi-process one.
+//! process. For unit tests and doc examples of the transport; the emulated
+//! fabric (`hw::emu`) is the multi-process one (and the benchmarks').
 //!
 //! Links go up when a port joins and down when it leaves ([`LoopbackDevice`]
 //! is dropped or [`LoopbackFabric::kill`] is called), with a new generation

@@ -7,8 +7,9 @@
 //! vfio-pci.
 //!
 //! The outbound handle onto a peer's window, [`PeerWindow`], offers posted
-//! writes only. The one non-posted access, [`NtbDevice::non_posted_read`], is
-//! separately named, takes an R-LUT entry for its duration and is counted, so
+//! writes only. The non-posted accesses, [`NtbDevice::non_posted_read`] and
+//! [`NtbDevice::peer_spad_read`], are separately named, take an R-LUT entry
+//! for their duration and are counted, so
 //! [`NtbDevice::counters`] proves what the transport does not do.
 
 pub(crate) mod copy;

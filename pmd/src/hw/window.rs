@@ -4,8 +4,9 @@
 //! A write through an NTB is a posted PCIe transaction: fire and forget,
 //! ordered, cheap. A read is non-posted: it waits a round trip and occupies a
 //! requester-ID look-up table (R-LUT) entry. [`PeerWindow`] therefore has no
-//! read method at all; the one non-posted read is
-//! [`NtbDevice::non_posted_read`](super::NtbDevice::non_posted_read), separately
+//! read method at all; the non-posted reads are
+//! [`NtbDevice::non_posted_read`](super::NtbDevice::non_posted_read) and
+//! [`NtbDevice::peer_spad_read`](super::NtbDevice::peer_spad_read), separately
 //! named and counted.
 //!
 //! Every access is bounds-checked here: an offset or length outside the window

@@ -4,7 +4,10 @@
 //!
 //! The verbs live beside it, one role a file: `memory.rs` (regions),
 //! `post.rs` (posting work), `poll.rs` (the poll loop), `receive.rs`,
-//! `target.rs`, `initiator.rs`, `multicast.rs` and `handshake.rs`.
+//! `target.rs`, `initiator.rs`, `multicast.rs`, `direct.rs` (one-sided
+//! writes), `handshake.rs`, `publish.rs` (the stats page), `retry.rs`
+//! (copies set aside while a peer's grant table is mid-edit) and `dataq/`
+//! (the data queues).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;

@@ -131,8 +131,9 @@
 //! (slot rings), `wire.rs` (the message format), `geometry.rs`,
 //! `region.rs`, `sgl.rs`, `dma.rs`; the data queues in `dataq/` (with
 //! `watch.rs`, the connection word they follow); the stats page in
-//! `stats_page.rs` and `publish.rs`; `claim.rs` (one transport per window),
-//! `idhash.rs`.
+//! `stats_page.rs` and `publish.rs`; copies set aside while a peer's grant
+//! table is mid-edit in `parked.rs` and `retry.rs`; `claim.rs` (one
+//! transport per window), `idhash.rs`.
 //!
 //! # Batching and progress
 //! A slot is published by its own tag, so a batch of work requests
@@ -171,6 +172,7 @@ mod publish;
 mod queue;
 mod receive;
 mod region;
+mod retry;
 mod sgl;
 mod stats_page;
 mod target;

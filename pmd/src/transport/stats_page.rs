@@ -15,7 +15,7 @@
 //!      2     header words (HEADER_WORDS), 3  words per peer (RECORD_WORDS)
 //!      4     our port, 5  ports (records), 6  pid, 7  our join generation
 //!      8     sequence (odd while the owner writes), 9  last update, Unix ms
-//! HEADER_WORDS + p * RECORD_WORDS: port p's record (see `Field`)
+//! HEADER_WORDS + p * RECORD_WORDS: port p's record (see `field`)
 //! ```
 //!
 //! Every word is a little-endian `u64` at an 8-byte aligned offset, reached

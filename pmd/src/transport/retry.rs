@@ -1,0 +1,413 @@
+//! Copies tried again: an SGL whose copy found the peer's grant table
+//! mid-edit at every look is set aside (in the store of `parked.rs`, whose
+//! documentation says why) and tried again from the slow path, each
+//! operation's SGLs in arrival order.
+
+use crate::hw::Port;
+
+use super::endpoint::Transport;
+use super::ops::{InOp, OutKind};
+use super::parked::{NotParked, OpKey, PER_PEER, ParkedKind};
+use super::wire::WireSge;
+
+impl Transport {
+    /// Sets an SGL of operation `key` aside to copy later (see the module
+    /// documentation): `true` when it was (or when its peer, past its share
+    /// of set-aside SGLs, is having its connection reset); `false` when it
+    /// does not follow the SGLs waiting for its operation, for the caller's
+    /// usual checks to refuse.
+    pub(crate) fn park_sgl(&mut self, key: OpKey, start: u32, sges: &[WireSge]) -> bool {
+        match self.parked.park(key, start, sges) {
+            Ok(()) => true,
+            Err(NotParked::OutOfOrder) => false,
+            Err(NotParked::TooMany) => {
+                tracing::warn!(
+                    me = self.me,
+                    peer = key.0,
+                    "transport: the peer's grant table stayed mid-edit through {PER_PEER} SGLs: \
+                     resetting the connection"
+                );
+                self.doomed.push(key.0);
+                true
+            }
+        }
+    }
+
+    /// Slow path: tries the set-aside SGLs again, each operation's in
+    /// arrival order, for the operations still waiting for them. A peer
+    /// whose table is still mid-edit gets one try per pass (its other SGLs
+    /// wait untried); a peer whose copy failed is being reset (its SGLs are
+    /// dropped).
+    pub(crate) fn retry_parked(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let mut busy: Vec<Port> = Vec::new();
+        for (key, sgls) in self.parked.take() {
+            let (peer, op, kind) = key;
+            if self.doomed.contains(&peer) || !self.still_waits(key) {
+                continue;
+            }
+            if busy.contains(&peer) {
+                self.parked.put_back(key, sgls);
+                continue;
+            }
+            for sgl in sgls {
+                if self.doomed.contains(&peer) {
+                    break; // a copy failed: the connection is being reset
+                }
+                match kind {
+                    ParkedKind::Write => self.on_sgl(peer, op, sgl.start, &sgl.sges),
+                    ParkedKind::Read => self.on_read_sgl(peer, op, sgl.start, &sgl.sges),
+                }
+            }
+            if self.parked.holds(key) {
+                busy.push(peer);
+            }
+        }
+    }
+
+    /// Whether operation `key` still waits for its SGLs (it may have timed
+    /// out, or been finished by the peer, since they were set aside).
+    fn still_waits(&self, (peer, op, kind): OpKey) -> bool {
+        match kind {
+            ParkedKind::Write => self
+                .ops
+                .get(&op)
+                .is_some_and(|o| matches!(o.kind, OutKind::Write { peer: p, .. } if p == peer)),
+            ParkedKind::Read => self.peers[peer as usize]
+                .conn
+                .as_ref()
+                .is_some_and(|c| matches!(c.served(op), Some(InOp::Read { .. }))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
+    use crate::transport::{
+        Access, Completion, Config, DataQueues, Geometry, Qp, RegionKey, RemoteAddr, Sge, Status,
+    };
+
+    /// Bytes moved by each test's operation: 16 extents of 4 KiB, scattered
+    /// where they are written (4 SGL messages of at most 5 entries), so
+    /// SGLs wait behind the first one set aside.
+    const LEN: usize = 16 * EXTENT;
+    const EXTENT: usize = 4096;
+
+    /// Two connected transports on an emulated fabric of two slots, a
+    /// (port 0) and b (port 1), with operations timing out after
+    /// `op_timeout`. b's region `dst` (`LEN` bytes, zeroes, a may write and
+    /// read it) and a's `into` (`LEN` bytes, zeroes) are scattered in 4 KiB
+    /// extents; a's `src` holds `data`.
+    struct Pair {
+        dir: std::path::PathBuf,
+        name: &'static str,
+        fabric: EmuFabric,
+        a: Transport,
+        b: Transport,
+        qa: Qp,
+        src: RegionKey,
+        into: RegionKey,
+        dst: RegionKey,
+        data: Vec<u8>,
+    }
+
+    /// A region of `LEN` bytes of `t`'s area in 16 extents apart from each
+    /// other: regions registered between them, every other one freed.
+    fn scattered(t: &mut Transport, access: Access) -> RegionKey {
+        let fill: Vec<RegionKey> = (0..32)
+            .map(|_| t.register_region(EXTENT, Access::LOCAL).unwrap())
+            .collect();
+        for k in fill.iter().step_by(2) {
+            t.deregister_region(*k).unwrap();
+        }
+        t.register_region_scattered(LEN, access, EXTENT).unwrap()
+    }
+
+    impl Pair {
+        fn new(name: &'static str, op_timeout: Duration) -> Pair {
+            let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let fcfg = FabricConfig {
+                slots: 2,
+                window_size: 4 << 20,
+                heartbeat_timeout: Duration::from_secs(2),
+                ..FabricConfig::default()
+            };
+            let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
+            let join = |slot| {
+                let dc = DeviceConfig {
+                    slot: Some(slot),
+                    fabric: fcfg.clone(),
+                    dir: Some(dir.clone()),
+                    ..DeviceConfig::default()
+                };
+                Arc::new(fabric.join(&dc).unwrap())
+            };
+            let geo = Geometry {
+                ports: 2,
+                queue_depth: 64,
+                eager_count: 32,
+                eager_size: 4096,
+                data: DataQueues::NONE,
+            };
+            let mut cfg = Config::new(geo);
+            cfg.op_timeout = op_timeout;
+            let mut a = Transport::new(join(0), cfg.clone()).unwrap();
+            let mut b = Transport::new(join(1), cfg).unwrap();
+            let end = Instant::now() + Duration::from_secs(10);
+            while !a.is_connected(1) || !b.is_connected(0) {
+                a.progress();
+                b.progress();
+                assert!(Instant::now() < end, "no connection");
+            }
+            let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8 | 1).collect();
+            let dst = scattered(&mut b, Access::ALL);
+            let into = scattered(&mut a, Access::LOCAL);
+            let src = a.register_region(LEN, Access::LOCAL).unwrap();
+            a.region_write(src, 0, &data).unwrap();
+            let qa = a.create_qp(1).unwrap();
+            Pair {
+                dir,
+                name,
+                fabric,
+                a,
+                b,
+                qa,
+                src,
+                into,
+                dst,
+                data,
+            }
+        }
+
+        /// Runs both transports for `hold` with `port`'s grant table held
+        /// mid-edit (held again after each poll of its owner, whose own
+        /// edits end a hold), checking that both stay connected, that SGLs
+        /// waited behind the first set aside, and that nothing completes
+        /// before `by`; then ends the hold.
+        fn hold(&mut self, port: usize, hold: Duration, by: Duration) -> Vec<Completion> {
+            let table = &self.fabric.regs_of(port).grants;
+            let mut done = [Completion::default(); 4];
+            let mut got = Vec::new();
+            let mut queued = 0;
+            let start = Instant::now();
+            while start.elapsed() < hold {
+                self.a.progress();
+                table.hold_mid_edit(true);
+                self.b.progress();
+                table.hold_mid_edit(true);
+                let n = self.a.poll_completions(&mut done);
+                got.extend_from_slice(&done[..n]);
+                assert!(got.is_empty() || start.elapsed() >= by, "{got:?}");
+                for t in [&self.a, &self.b] {
+                    queued = queued.max(t.parked.longest_queue());
+                }
+            }
+            assert!(queued > 1, "no SGL waited behind another ({queued})");
+            assert!(self.a.is_connected(1) && self.b.is_connected(0));
+            table.hold_mid_edit(false);
+            got
+        }
+
+        /// Polls until `a` has a completion, then checks that neither side
+        /// keeps an SGL or lost its connection.
+        fn complete(&mut self) -> Completion {
+            let mut done = [Completion::default(); 4];
+            let end = Instant::now() + Duration::from_secs(10);
+            while self.a.poll_completions(&mut done) == 0 {
+                self.b.progress();
+                assert!(Instant::now() < end, "the operation never completed");
+            }
+            self.settle();
+            done[0]
+        }
+
+        /// Runs both sides a while longer (a late copy would land now), then
+        /// checks that neither keeps an SGL or lost its connection.
+        fn settle(&mut self) {
+            let end = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < end {
+                self.a.progress();
+                self.b.progress();
+            }
+            assert!(self.a.parked.is_empty() && self.b.parked.is_empty());
+            let qb = self.b.create_qp(0).unwrap();
+            assert_eq!(self.a.counters(self.qa).disconnects, 0);
+            assert_eq!(self.b.counters(qb).disconnects, 0);
+        }
+
+        fn sge(&self, key: RegionKey) -> Sge {
+            Sge {
+                key,
+                offset: 0,
+                len: LEN as u64,
+            }
+        }
+
+        fn remote(&self) -> RemoteAddr {
+            RemoteAddr {
+                key: self.dst,
+                offset: 0,
+            }
+        }
+
+        fn read(t: &mut Transport, key: RegionKey) -> Vec<u8> {
+            let mut got = vec![0u8; LEN];
+            t.region_read(key, 0, &mut got).unwrap();
+            got
+        }
+
+        fn finish(self) {
+            drop((self.a, self.b));
+            EmuFabric::destroy_in(&self.dir, self.name).unwrap();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(10);
+    const HOLD: Duration = Duration::from_millis(100);
+
+    /// A rendezvous write whose target's grant table stays mid-edit (its
+    /// owner preempted inside an edit) waits, connection kept, its later
+    /// SGLs behind the first, and lands whole once the edit ends; every
+    /// byte checked at the target.
+    #[test]
+    fn a_write_into_a_table_mid_edit_waits_and_lands() {
+        let mut t = Pair::new("parkedw", LONG);
+        let (sge, at) = (t.sge(t.src), t.remote());
+        t.a.post_write(t.qa, &[sge], at, 9).unwrap();
+        assert!(t.hold(1, HOLD, LONG).is_empty());
+        let c = t.complete();
+        assert_eq!(
+            (c.cookie, c.status, c.bytes),
+            (9, Status::Success, LEN as u64)
+        );
+        assert!(
+            Pair::read(&mut t.b, t.dst) == t.data,
+            "the target's bytes differ"
+        );
+        t.finish();
+    }
+
+    /// The mirror: a read we serve, into a reader whose grant table stays
+    /// mid-edit, waits at the serving side and lands whole.
+    #[test]
+    fn a_read_served_into_a_table_mid_edit_waits_and_lands() {
+        let mut t = Pair::new("parkedr", LONG);
+        let data = t.data.iter().map(|b| b ^ 0x5a).collect::<Vec<u8>>();
+        t.b.region_write(t.dst, 0, &data).unwrap();
+        let (sge, at) = (t.sge(t.into), t.remote());
+        t.a.post_read(t.qa, &[sge], at, 10).unwrap();
+        assert!(t.hold(0, HOLD, LONG).is_empty());
+        let c = t.complete();
+        assert_eq!(
+            (c.cookie, c.status, c.bytes),
+            (10, Status::Success, LEN as u64)
+        );
+        assert!(
+            Pair::read(&mut t.a, t.into) == data,
+            "the reader's bytes differ"
+        );
+        t.finish();
+    }
+
+    /// A table mid-edit past the copy window (3/4 of the timeout): no
+    /// copy starts any more, so none can still run when the other side
+    /// gives up. The write fails with `Timeout` at its next try; the read
+    /// we serve is dropped, and the reader's fails with `Timeout`. No byte
+    /// lands (the target's and the reader's regions stay zero), even once
+    /// the edit ends before the timeout; the connection is kept.
+    #[test]
+    fn past_the_copy_window_nothing_lands() {
+        // The edit ends at 0.9 of the timeout, well past the window.
+        let timeout = Duration::from_secs(1);
+        let (hold, by) = (timeout * 9 / 10, timeout * 7 / 10);
+        let mut t = Pair::new("parkedt", timeout);
+        let (sge, at) = (t.sge(t.src), t.remote());
+        t.a.post_write(t.qa, &[sge], at, 11).unwrap();
+        let got = t.hold(1, hold, by);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].cookie, got[0].status), (11, Status::Timeout));
+        t.settle();
+        assert!(Pair::read(&mut t.b, t.dst).iter().all(|&b| b == 0));
+
+        t.b.region_write(t.dst, 0, &t.data).unwrap();
+        let sge = t.sge(t.into);
+        t.a.post_read(t.qa, &[sge], at, 12).unwrap();
+        assert!(t.hold(0, hold, by).is_empty());
+        let c = t.complete();
+        assert_eq!((c.cookie, c.status), (12, Status::Timeout));
+        assert!(Pair::read(&mut t.a, t.into).iter().all(|&b| b == 0));
+        t.finish();
+    }
+
+    /// The connection ending while SGLs wait drops them: nothing is copied
+    /// into the new connection's peer.
+    #[test]
+    fn a_connection_that_ends_drops_what_waits() {
+        let mut t = Pair::new("parkedd", LONG);
+        let (sge, at) = (t.sge(t.src), t.remote());
+        t.a.post_write(t.qa, &[sge], at, 13).unwrap();
+        assert!(t.hold(1, HOLD, LONG).is_empty());
+        t.a.start_over(1, Status::Reset);
+        assert!(t.a.parked.is_empty());
+        let mut done = [Completion::default(); 4];
+        let n = t.a.poll_completions(&mut done);
+        assert_eq!((n, done[0].cookie, done[0].status), (1, 13, Status::Reset));
+        assert!(Pair::read(&mut t.b, t.dst).iter().all(|&b| b == 0));
+        t.finish();
+    }
+
+    /// A one-sided write into a region whose owner's grant table stays
+    /// mid-edit is `Busy` (nothing written, the connection kept), and goes
+    /// through once the edit ends.
+    #[test]
+    fn a_one_sided_write_into_a_table_mid_edit_is_busy() {
+        use crate::transport::TransportError;
+
+        let mut t = Pair::new("parkedo", LONG);
+        let region = t.b.register_region_for(4096, Access::ALL, &[0]).unwrap();
+        let at = RemoteAddr {
+            key: region,
+            offset: 64,
+        };
+        let end = Instant::now() + LONG;
+        // Until the advertisement arrives (a zero-length probe is refused
+        // for its size once the key is known).
+        while let Err(TransportError::UnknownRemoteKey { .. }) =
+            t.a.post_write_direct(t.qa, &[], at, None, 0)
+        {
+            t.a.progress();
+            t.b.progress();
+            assert!(Instant::now() < end, "never advertised");
+        }
+        let table = &t.fabric.regs_of(1).grants;
+        table.hold_mid_edit(true);
+        for _ in 0..3 {
+            let e = t.a.post_write_direct(t.qa, &t.data[..64], at, None, 14);
+            assert!(
+                matches!(e, Err(TransportError::Busy { peer: 1, .. })),
+                "{e:?}"
+            );
+            t.a.progress();
+            t.b.progress();
+            table.hold_mid_edit(true);
+        }
+        table.hold_mid_edit(false);
+        t.a.post_write_direct(t.qa, &t.data[..64], at, None, 14)
+            .unwrap();
+        let mut got = [0u8; 128];
+        t.b.region_read(region, 0, &mut got).unwrap();
+        assert!(got[..64].iter().all(|&b| b == 0) && got[64..] == t.data[..64]);
+        t.settle();
+        t.finish();
+    }
+}
