@@ -42,7 +42,7 @@ while IFS= read -r -d '' f; do
         '#!/bin/sh'*) posix+=("$f") ;;
         '#!/usr/bin/env bash'* | '#!/bin/bash'*) bashs+=("$f") ;;
     esac
-done < <(git ls-files -z --cached --others --exclude-standard -- scripts .ci)
+done < <(git ls-files -z --cached --others --exclude-standard -- scripts .ci bench)
 
 echo "== sh -n (${#posix[@]} POSIX scripts)"
 for f in "${posix[@]}"; do

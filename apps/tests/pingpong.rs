@@ -192,9 +192,10 @@ fn bad_arguments_are_refused() {
     assert_ok(&help);
     assert!(help.stdout.contains("--via") && help.stdout.contains("--fabric"));
     assert!(
-        !help.stdout.contains("--peer "),
+        !help.stdout.contains("--spawned-side"),
         "the internal role stays hidden"
     );
+    assert!(help.stdout.contains("--peer-slot"), "{}", help.stdout);
 }
 
 #[test]

@@ -29,6 +29,9 @@ impl Ends {
         let node = NodeBuilder::new()
             .create::<ipc::Service>()
             .context("creating an iceoryx2 node")?;
+        // What a run killed mid-way left behind (its node is dead) goes
+        // first, so that a later run never meets its services.
+        node.try_cleanup_dead_nodes();
         let service = |name: &str| {
             let name: ServiceName = name.try_into().context("an iceoryx2 service name")?;
             node.service_builder(&name)
@@ -72,7 +75,11 @@ impl Ends {
 /// between a thread on core `a` (timed) and one on core `b` that echoes
 /// each message; returns each batch's duration.
 pub fn pingpong(a: usize, b: usize, batch: u64, batches: u64) -> Result<Vec<Duration>> {
-    let tag = format!("ntbdk-bench-{}", std::process::id());
+    // Unique per run, not only per process (pids repeat in containers).
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let tag = format!("ntbdk-bench-{}-{nonce}", std::process::id());
     let (ping, pong) = (format!("{tag}/ping"), format!("{tag}/pong"));
     iceoryx2::prelude::set_log_level(LogLevel::Error);
     let ready = &Barrier::new(2);

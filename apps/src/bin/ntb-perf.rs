@@ -4,7 +4,7 @@
 //!
 //! With no arguments it runs the whole demo by itself: it creates a private
 //! emulated fabric, starts the server as a second process (itself, with the
-//! hidden `--peer` role), pins the two to different cores, sweeps message
+//! hidden `--spawned-side` role), pins the two to different cores, sweeps message
 //! sizes from 2 B to 8 MiB for write bandwidth and write latency, prints
 //! perftest's tables and the counters, and cleans up. With `--fabric NAME`
 //! or `--device SPEC` the two sides run in two terminals (or on two hosts):

@@ -147,7 +147,11 @@ pub(crate) enum InOp {
         /// posted it, and may reuse its memory then; a part copied later
         /// (one that waited out a peer's grant table mid-edit, or arrived
         /// late) could land in it. Past this, the read is dropped unserved
-        /// and the reader's operation times out.
+        /// and the reader's operation times out. This assumes, as
+        /// `Config::op_timeout` does, equal timeouts on both sides and a
+        /// request handled within a quarter of one after it was posted; a
+        /// host stalled longer than that can still copy after the reader
+        /// gave up.
         copy_by: Instant,
     },
     /// A multicast target: storage allocated, waiting for Done.
