@@ -422,4 +422,99 @@ mod tests {
         t.settle();
         t.finish();
     }
+
+    /// A chain link whose successor's grant table stays mid-edit gives its
+    /// forward up instead of resetting that connection: the first target
+    /// gets its data, the put ends (not `Success`: the last target got
+    /// nothing) within its timeout, and every connection is kept.
+    #[test]
+    fn a_chain_forward_into_a_table_mid_edit_gives_up_and_keeps_the_connection() {
+        use crate::transport::{MulticastMode, OpKind};
+
+        let name = "parkedc";
+        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fcfg = FabricConfig {
+            slots: 3,
+            window_size: 4 << 20,
+            heartbeat_timeout: Duration::from_secs(2),
+            ..FabricConfig::default()
+        };
+        let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
+        let mut cfg = Config::new(Geometry {
+            ports: 3,
+            queue_depth: 64,
+            eager_count: 32,
+            eager_size: 4096,
+            data: DataQueues::NONE,
+        });
+        cfg.op_timeout = Duration::from_secs(1);
+        let mut ts: Vec<Transport> = (0..3)
+            .map(|slot| {
+                let dc = DeviceConfig {
+                    slot: Some(slot),
+                    fabric: fcfg.clone(),
+                    dir: Some(dir.clone()),
+                    ..DeviceConfig::default()
+                };
+                Transport::new(Arc::new(fabric.join(&dc).unwrap()), cfg.clone()).unwrap()
+            })
+            .collect();
+        let end = Instant::now() + LONG;
+        while !(0..3).all(|i| (0..3).all(|j| i == j || ts[i].is_connected(j as u16))) {
+            ts.iter_mut().for_each(|t| {
+                t.progress();
+            });
+            assert!(Instant::now() < end, "no connection");
+        }
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 13) as u8 | 1).collect();
+        let src = ts[0].register_region(LEN, Access::LOCAL).unwrap();
+        ts[0].region_write(src, 0, &data).unwrap();
+        let targets = [ts[0].create_qp(1).unwrap(), ts[0].create_qp(2).unwrap()];
+        let sge = Sge {
+            key: src,
+            offset: 0,
+            len: LEN as u64,
+        };
+        ts[0]
+            .post_multicast_put_with(&targets, &[sge], MulticastMode::Chain, 15)
+            .unwrap();
+        let table = &fabric.regs_of(2).grants;
+        let mut got: Vec<Vec<Completion>> = vec![Vec::new(); 3];
+        let mut done = [Completion::default(); 4];
+        let end = Instant::now() + LONG;
+        while got[0].is_empty() {
+            for (i, t) in ts.iter_mut().enumerate() {
+                let n = t.poll_completions(&mut done);
+                got[i].extend_from_slice(&done[..n]);
+                table.hold_mid_edit(true);
+            }
+            assert!(Instant::now() < end, "the put never completed");
+        }
+        table.hold_mid_edit(false);
+        let put = got[0][0];
+        assert_eq!((put.cookie, put.op), (15, OpKind::MulticastPut));
+        assert_ne!(put.status, Status::Success, "{put:?}");
+        let recv = got[1].iter().find(|c| c.op == OpKind::MulticastRecv);
+        let recv = recv.unwrap_or_else(|| panic!("the first target got nothing: {:?}", got[1]));
+        let mut first = vec![0u8; LEN];
+        ts[1]
+            .region_read(recv.region.unwrap(), 0, &mut first)
+            .unwrap();
+        assert!(first == data, "the first target's bytes differ");
+        assert!(
+            got[2].iter().all(|c| c.op != OpKind::MulticastRecv),
+            "{:?}",
+            got[2]
+        );
+        for (i, t) in ts.iter_mut().enumerate() {
+            for j in (0..3u16).filter(|&j| j as usize != i) {
+                let q = t.create_qp(j).unwrap();
+                assert_eq!(t.counters(q).disconnects, 0, "{i} -> {j}");
+            }
+        }
+        drop(ts);
+        EmuFabric::destroy_in(&dir, name).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
