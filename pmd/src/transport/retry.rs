@@ -133,43 +133,60 @@ mod tests {
         t.register_region_scattered(LEN, access, EXTENT).unwrap()
     }
 
-    impl Pair {
-        fn new(name: &'static str, op_timeout: Duration) -> Pair {
-            let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let fcfg = FabricConfig {
-                slots: 2,
-                window_size: 4 << 20,
-                heartbeat_timeout: Duration::from_secs(2),
-                ..FabricConfig::default()
-            };
-            let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
-            let join = |slot| {
+    /// `n` transports on an emulated fabric of `n` slots in a directory of
+    /// its own, connected to each other, their operations timing out after
+    /// `op_timeout`.
+    fn connected(
+        name: &str,
+        n: u16,
+        op_timeout: Duration,
+    ) -> (std::path::PathBuf, EmuFabric, Vec<Transport>) {
+        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fcfg = FabricConfig {
+            slots: usize::from(n),
+            window_size: 4 << 20,
+            heartbeat_timeout: Duration::from_secs(2),
+            ..FabricConfig::default()
+        };
+        let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
+        let mut cfg = Config::new(Geometry {
+            ports: n,
+            queue_depth: 64,
+            eager_count: 32,
+            eager_size: 4096,
+            data: DataQueues::NONE,
+        });
+        cfg.op_timeout = op_timeout;
+        let mut ts: Vec<Transport> = (0..n)
+            .map(|slot| {
                 let dc = DeviceConfig {
                     slot: Some(slot),
                     fabric: fcfg.clone(),
                     dir: Some(dir.clone()),
                     ..DeviceConfig::default()
                 };
-                Arc::new(fabric.join(&dc).unwrap())
-            };
-            let geo = Geometry {
-                ports: 2,
-                queue_depth: 64,
-                eager_count: 32,
-                eager_size: 4096,
-                data: DataQueues::NONE,
-            };
-            let mut cfg = Config::new(geo);
-            cfg.op_timeout = op_timeout;
-            let mut a = Transport::new(join(0), cfg.clone()).unwrap();
-            let mut b = Transport::new(join(1), cfg).unwrap();
-            let end = Instant::now() + Duration::from_secs(10);
-            while !a.is_connected(1) || !b.is_connected(0) {
-                a.progress();
-                b.progress();
-                assert!(Instant::now() < end, "no connection");
+                Transport::new(Arc::new(fabric.join(&dc).unwrap()), cfg.clone()).unwrap()
+            })
+            .collect();
+        let end = Instant::now() + LONG;
+        let all = |ts: &[Transport]| {
+            ts.iter()
+                .all(|t| (0..n).all(|p| p == t.port() || t.is_connected(p)))
+        };
+        while !all(&ts) {
+            for t in ts.iter_mut() {
+                t.progress();
             }
+            assert!(Instant::now() < end, "no connection");
+        }
+        (dir, fabric, ts)
+    }
+
+    impl Pair {
+        fn new(name: &'static str, op_timeout: Duration) -> Pair {
+            let (dir, fabric, mut ts) = connected(name, 2, op_timeout);
+            let (mut b, mut a) = (ts.pop().unwrap(), ts.pop().unwrap());
             let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8 | 1).collect();
             let dst = scattered(&mut b, Access::ALL);
             let into = scattered(&mut a, Access::LOCAL);
@@ -432,41 +449,7 @@ mod tests {
         use crate::transport::{MulticastMode, OpKind};
 
         let name = "parkedc";
-        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fcfg = FabricConfig {
-            slots: 3,
-            window_size: 4 << 20,
-            heartbeat_timeout: Duration::from_secs(2),
-            ..FabricConfig::default()
-        };
-        let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
-        let mut cfg = Config::new(Geometry {
-            ports: 3,
-            queue_depth: 64,
-            eager_count: 32,
-            eager_size: 4096,
-            data: DataQueues::NONE,
-        });
-        cfg.op_timeout = Duration::from_secs(1);
-        let mut ts: Vec<Transport> = (0..3)
-            .map(|slot| {
-                let dc = DeviceConfig {
-                    slot: Some(slot),
-                    fabric: fcfg.clone(),
-                    dir: Some(dir.clone()),
-                    ..DeviceConfig::default()
-                };
-                Transport::new(Arc::new(fabric.join(&dc).unwrap()), cfg.clone()).unwrap()
-            })
-            .collect();
-        let end = Instant::now() + LONG;
-        while !(0..3).all(|i| (0..3).all(|j| i == j || ts[i].is_connected(j as u16))) {
-            ts.iter_mut().for_each(|t| {
-                t.progress();
-            });
-            assert!(Instant::now() < end, "no connection");
-        }
+        let (dir, fabric, mut ts) = connected(name, 3, Duration::from_secs(1));
         let data: Vec<u8> = (0..LEN).map(|i| (i * 13) as u8 | 1).collect();
         let src = ts[0].register_region(LEN, Access::LOCAL).unwrap();
         ts[0].region_write(src, 0, &data).unwrap();
