@@ -31,6 +31,7 @@ use super::error::{Result, TransportError};
 use super::initiator::status_of;
 use super::key::{Access, RegionKey};
 use super::ops::{ChainLink, EarlySgl, InOp, KeptStorage, McTarget, OutKind};
+use super::parked::ParkedKind;
 use super::region::{GRAIN, footprint};
 use super::sgl::{ExtentPos, Sge};
 use super::types::{Qp, Status};
@@ -97,6 +98,7 @@ impl Transport {
                         sgl: Vec::new(),
                         got: 0,
                         ready: false,
+                        copied: false,
                         status: None,
                     })
                     .collect(),
@@ -586,20 +588,24 @@ impl Transport {
         let Some(OutKind::Multicast {
             targets,
             len: l,
-            put,
+            chain,
             ..
         }) = self.ops.get_mut(&op).map(|o| &mut o.kind)
         else {
             return self.count(p, DropKind::UnknownOp);
         };
+        // The data went its way: we copied it to this target, or (a chain)
+        // to the first, which forwards it.
+        let first_copied = targets.first().is_some_and(|f| f.copied);
         let Some(t) = targets
             .iter_mut()
             .find(|t| t.peer == p && t.status.is_none())
         else {
             return self.count(p, DropKind::UnknownOp);
         };
+        let reached = if *chain { first_copied } else { t.copied };
         let s = match status {
-            WireStatus::Ok if *put && t.ready && len == *l => Status::Success,
+            WireStatus::Ok if reached && t.ready && len == *l => Status::Success,
             WireStatus::Ok => Status::Protocol,
             other => status_of(other),
         };
@@ -847,7 +853,7 @@ impl Transport {
     /// Puts to every target once none is still waiting for its storage
     /// (the check-in counter at zero), then completes once every target's
     /// outcome is known.
-    fn mc_maybe_put(&mut self, op: u64) {
+    pub(crate) fn mc_maybe_put(&mut self, op: u64) {
         let lost = self.lost;
         let put_window = self.cfg.copy_window();
         let timeout = self.cfg.op_timeout;
@@ -879,7 +885,12 @@ impl Transport {
             .iter()
             .filter(|t| !t.ready && t.status.is_none())
             .count();
-        if waiting == 0 && !*put {
+        // The targets to copy to: fan-out, each; chain, the first. After
+        // the put, those still not copied found their grant table mid-edit.
+        let to_copy =
+            |i: usize, t: &McTarget| t.status.is_none() && !t.copied && (!chain || i == 0);
+        let mut busy = Vec::new();
+        if waiting == 0 && targets.iter().enumerate().any(|(i, t)| to_copy(i, t)) {
             *put = true;
             let mut dones = Vec::new();
             // The targets the put did not reach (its copy failed, or, in a
@@ -891,7 +902,7 @@ impl Transport {
             for (_, t) in targets
                 .iter_mut()
                 .enumerate()
-                .filter(|(i, t)| t.status.is_none() && (!chain || *i == 0))
+                .filter(|(i, t)| to_copy(*i, t))
             {
                 let Some(c) = peers[t.peer as usize].conn.as_ref().filter(|_| !lost) else {
                     t.status = Some(Status::PeerDown);
@@ -904,15 +915,23 @@ impl Transport {
                     continue;
                 }
                 let at = &mut ExtentPos::default();
-                if copy_to_sgl(engine, local, c.win(), src, at, 0, &to_wire(&t.sgl)).is_ok() {
-                    peers[t.peer as usize].counters.bytes_out += u64::from(len);
-                    dones.push(t.peer);
-                } else {
-                    t.status = Some(Status::PeerDown);
-                    missed.push(t.peer);
+                match copy_to_sgl(engine, local, c.win(), src, at, 0, &to_wire(&t.sgl)) {
+                    Ok(()) => {
+                        t.copied = true;
+                        peers[t.peer as usize].counters.bytes_out += u64::from(len);
+                        dones.push(t.peer);
+                    }
+                    // Its grant table mid-edit at every look: tried again
+                    // (from the slow path, or the next answer), until its
+                    // copy window closes.
+                    Err(SglCopyError::Busy) => busy.push(t.peer),
+                    Err(SglCopyError::Failed) => {
+                        t.status = Some(Status::PeerDown);
+                        missed.push(t.peer);
+                    }
                 }
             }
-            if chain && dones.is_empty() {
+            if chain && dones.is_empty() && busy.is_empty() {
                 let status = if was_late {
                     Status::Timeout
                 } else {
@@ -933,6 +952,12 @@ impl Transport {
             }
             for t in missed {
                 self.emit(t, Ring::Rx, &Msg::Cancel { op });
+            }
+        }
+        for p in busy {
+            let key = (p, op, ParkedKind::Put);
+            if !self.parked.holds(key) {
+                self.park_sgl(key, 0, &[]);
             }
         }
         let Some(OutKind::Multicast { targets, .. }) = self.ops.get(&op).map(|o| &o.kind) else {

@@ -107,6 +107,10 @@ pub(crate) struct McTarget {
     pub got: u32,
     /// Whether its storage is complete (clear to send).
     pub ready: bool,
+    /// Whether we copied the data into its storage (fan-out: each target;
+    /// chain: the first). A ready target not copied after the put found its
+    /// grant table mid-edit: the copy is tried again.
+    pub copied: bool,
     /// Its outcome, once known.
     pub status: Option<Status>,
 }

@@ -36,6 +36,9 @@ pub(crate) enum ParkedKind {
     Write,
     /// A read we serve: where the reader wants the bytes (`ReadSgl`).
     Read,
+    /// Our multicast put's copy to one target (whose storage we hold
+    /// already): a marker, with no SGL of its own.
+    Put,
 }
 
 /// An operation's place among the set-aside SGLs: the peer whose window

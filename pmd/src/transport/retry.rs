@@ -61,6 +61,8 @@ impl Transport {
                 match kind {
                     ParkedKind::Write => self.on_sgl(peer, op, sgl.start, &sgl.sges),
                     ParkedKind::Read => self.on_read_sgl(peer, op, sgl.start, &sgl.sges),
+                    // The put copies to every target still waiting for it.
+                    ParkedKind::Put => self.mc_maybe_put(op),
                 }
             }
             if self.parked.holds(key) {
@@ -81,6 +83,12 @@ impl Transport {
                 .conn
                 .as_ref()
                 .is_some_and(|c| matches!(c.served(op), Some(InOp::Read { .. }))),
+            ParkedKind::Put => self.ops.get(&op).is_some_and(|o| match &o.kind {
+                OutKind::Multicast { targets, .. } => targets
+                    .iter()
+                    .any(|t| t.peer == peer && t.status.is_none() && !t.copied),
+                _ => false,
+            }),
         }
     }
 }
@@ -490,6 +498,90 @@ mod tests {
             "{:?}",
             got[2]
         );
+        for (i, t) in ts.iter_mut().enumerate() {
+            for j in (0..3u16).filter(|&j| j as usize != i) {
+                let q = t.create_qp(j).unwrap();
+                assert_eq!(t.counters(q).disconnects, 0, "{i} -> {j}");
+            }
+        }
+        drop(ts);
+        EmuFabric::destroy_in(&dir, name).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fan-out put to a target whose grant table stays mid-edit copies to
+    /// the others, waits for that one, connection kept, and copies to it
+    /// once the edit ends: `Success`, every target's bytes checked.
+    #[test]
+    fn a_fan_out_to_a_table_mid_edit_waits_and_lands() {
+        use crate::transport::{MulticastMode, OpKind};
+
+        let name = "parkedf";
+        let (dir, fabric, mut ts) = connected(name, 3, LONG);
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 5) as u8 | 1).collect();
+        let src = ts[0].register_region(LEN, Access::LOCAL).unwrap();
+        ts[0].region_write(src, 0, &data).unwrap();
+        let targets = [ts[0].create_qp(1).unwrap(), ts[0].create_qp(2).unwrap()];
+        let sge = Sge {
+            key: src,
+            offset: 0,
+            len: LEN as u64,
+        };
+        ts[0]
+            .post_multicast_put_with(&targets, &[sge], MulticastMode::FanOut, 16)
+            .unwrap();
+        let table = &fabric.regs_of(2).grants;
+        let mut got: Vec<Vec<Completion>> = vec![Vec::new(); 3];
+        let mut done = [Completion::default(); 4];
+        let mut poll = |ts: &mut [Transport], got: &mut Vec<Vec<Completion>>| {
+            for (i, t) in ts.iter_mut().enumerate() {
+                let n = t.poll_completions(&mut done);
+                got[i].extend_from_slice(&done[..n]);
+            }
+        };
+        // Held until the first target has its data (the put went out)
+        // and a while after.
+        let end = Instant::now() + LONG;
+        let mut after = None;
+        while after.is_none_or(|t: Instant| t.elapsed() < HOLD) {
+            poll(&mut ts, &mut got);
+            table.hold_mid_edit(true);
+            if after.is_none() && got[1].iter().any(|c| c.op == OpKind::MulticastRecv) {
+                after = Some(Instant::now());
+            }
+            assert!(Instant::now() < end, "the first target got nothing");
+        }
+        assert!(got[0].is_empty() && got[2].is_empty(), "{got:?}");
+        assert!(
+            ts[0].parked.longest_queue() > 0,
+            "the copy was not set aside"
+        );
+        table.hold_mid_edit(false);
+        while got[0].is_empty() {
+            poll(&mut ts, &mut got);
+            assert!(Instant::now() < end, "the put never completed");
+        }
+        let put = got[0][0];
+        assert_eq!(
+            (put.cookie, put.op, put.status),
+            (16, OpKind::MulticastPut, Status::Success)
+        );
+        for i in [1, 2] {
+            let end = Instant::now() + LONG;
+            while !got[i].iter().any(|c| c.op == OpKind::MulticastRecv) {
+                poll(&mut ts, &mut got);
+                assert!(Instant::now() < end, "target {i} got nothing");
+            }
+            let recv = got[i]
+                .iter()
+                .find(|c| c.op == OpKind::MulticastRecv)
+                .unwrap();
+            let mut bytes = vec![0u8; LEN];
+            ts[i]
+                .region_read(recv.region.unwrap(), 0, &mut bytes)
+                .unwrap();
+            assert!(bytes == data, "target {i}'s bytes differ");
+        }
         for (i, t) in ts.iter_mut().enumerate() {
             for j in (0..3u16).filter(|&j| j as usize != i) {
                 let q = t.create_qp(j).unwrap();
