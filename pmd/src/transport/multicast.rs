@@ -616,35 +616,39 @@ impl Transport {
     /// then puts when the check-in counter reaches zero, and completes when
     /// every target is resolved.
     pub(crate) fn mc_target_failed(&mut self, op: u64, p: Port, status: Status) {
-        let Some(OutKind::Multicast {
-            targets,
-            chain,
-            put,
-            ..
-        }) = self.ops.get_mut(&op).map(|o| &mut o.kind)
+        let Some(OutKind::Multicast { targets, chain, .. }) =
+            self.ops.get_mut(&op).map(|o| &mut o.kind)
         else {
             return;
         };
-        // Targets the put will not reach, told so while nothing has been
-        // put: none of their storage is written any more, so it can go at
-        // once (after the put, data may still be on its way down a chain;
-        // its storage goes with the `Done` or at the target's timeout).
+        // Targets the put will not reach, told so when the data did not go
+        // their way (we copied it to neither them nor, in a chain, the
+        // first): none of their storage is written any more, so it can go
+        // at once. Where it went, data may still be on its way down a chain;
+        // their storage goes with the `Done` or at the target's timeout.
+        let chain = *chain;
+        let first_copied = targets.first().is_some_and(|f| f.copied);
+        let unreached = |t: &McTarget| !(if chain { first_copied } else { t.copied });
         let mut cancel = Vec::new();
         if let Some(t) = targets
             .iter_mut()
             .find(|t| t.peer == p && t.status.is_none())
         {
             t.status = Some(status);
-            cancel.push(p);
+            if unreached(t) {
+                cancel.push(p);
+            }
         }
-        if *chain && !status.is_ok() {
+        if chain && !status.is_ok() {
             // A broken chain: the other targets will not get the data either.
             for t in targets.iter_mut().filter(|t| t.status.is_none()) {
                 t.status = Some(status);
-                cancel.push(t.peer);
+                if unreached(t) {
+                    cancel.push(t.peer);
+                }
             }
         }
-        if !*put && !status.is_ok() {
+        if !status.is_ok() {
             for t in cancel {
                 self.emit(t, Ring::Rx, &Msg::Cancel { op });
             }
