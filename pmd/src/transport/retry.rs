@@ -1,7 +1,9 @@
 //! Copies tried again: an SGL whose copy found the peer's grant table
 //! mid-edit at every look is set aside (in the store of `parked.rs`, whose
 //! documentation says why) and tried again from the slow path, each
-//! operation's SGLs in arrival order.
+//! operation's SGLs in arrival order; a multicast put whose copy to a
+//! target found it so leaves a marker, and the put copies again to every
+//! target still waiting.
 
 use crate::hw::Port;
 
