@@ -459,6 +459,83 @@ mod tests {
         t.finish();
     }
 
+    /// Three connected transports for a multicast from port 0 to ports 1
+    /// and 2 of `LEN` bytes of `data`, and what each has completed so far
+    /// (their fabric is returned beside them by `new`, to outlive them).
+    struct Three {
+        dir: std::path::PathBuf,
+        name: &'static str,
+        ts: Vec<Transport>,
+        data: Vec<u8>,
+        got: Vec<Vec<Completion>>,
+    }
+
+    impl Three {
+        fn new(name: &'static str, op_timeout: Duration) -> (EmuFabric, Three) {
+            let (dir, fabric, ts) = connected(name, 3, op_timeout);
+            let data = (0..LEN).map(|i| (i * 13) as u8 | 1).collect();
+            let three = Three {
+                dir,
+                name,
+                ts,
+                data,
+                got: vec![Vec::new(); 3],
+            };
+            (fabric, three)
+        }
+
+        /// Posts the put (`mode`) from port 0 to ports 1 and 2.
+        fn put(&mut self, mode: crate::transport::MulticastMode, cookie: u64) {
+            let t = &mut self.ts[0];
+            let src = t.register_region(LEN, Access::LOCAL).unwrap();
+            t.region_write(src, 0, &self.data).unwrap();
+            let targets = [t.create_qp(1).unwrap(), t.create_qp(2).unwrap()];
+            let sge = Sge {
+                key: src,
+                offset: 0,
+                len: LEN as u64,
+            };
+            t.post_multicast_put_with(&targets, &[sge], mode, cookie)
+                .unwrap();
+        }
+
+        /// Polls each transport's completions once, calling `after_each`
+        /// after each.
+        fn poll(&mut self, mut after_each: impl FnMut()) {
+            let mut done = [Completion::default(); 4];
+            for (i, t) in self.ts.iter_mut().enumerate() {
+                let n = t.poll_completions(&mut done);
+                self.got[i].extend_from_slice(&done[..n]);
+                after_each();
+            }
+        }
+
+        /// The bytes port `i`'s multicast receive holds, once it has one.
+        fn received(&mut self, i: usize) -> Option<Vec<u8>> {
+            let recv = self.got[i]
+                .iter()
+                .find(|c| c.op == crate::transport::OpKind::MulticastRecv)?;
+            let mut bytes = vec![0u8; LEN];
+            self.ts[i]
+                .region_read(recv.region.unwrap(), 0, &mut bytes)
+                .unwrap();
+            Some(bytes)
+        }
+
+        /// Checks that no connection was lost, and removes the fabric.
+        fn finish(mut self) {
+            for (i, t) in self.ts.iter_mut().enumerate() {
+                for j in (0..3u16).filter(|&j| j as usize != i) {
+                    let q = t.create_qp(j).unwrap();
+                    assert_eq!(t.counters(q).disconnects, 0, "{i} -> {j}");
+                }
+            }
+            drop(self.ts);
+            EmuFabric::destroy_in(&self.dir, self.name).unwrap();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
     /// A chain link whose successor's grant table stays mid-edit gives its
     /// forward up instead of resetting that connection: the first target
     /// gets its data, the put ends (not `Success`: the last target got
@@ -467,57 +544,23 @@ mod tests {
     fn a_chain_forward_into_a_table_mid_edit_gives_up_and_keeps_the_connection() {
         use crate::transport::{MulticastMode, OpKind};
 
-        let name = "parkedc";
-        let (dir, fabric, mut ts) = connected(name, 3, Duration::from_secs(1));
-        let data: Vec<u8> = (0..LEN).map(|i| (i * 13) as u8 | 1).collect();
-        let src = ts[0].register_region(LEN, Access::LOCAL).unwrap();
-        ts[0].region_write(src, 0, &data).unwrap();
-        let targets = [ts[0].create_qp(1).unwrap(), ts[0].create_qp(2).unwrap()];
-        let sge = Sge {
-            key: src,
-            offset: 0,
-            len: LEN as u64,
-        };
-        ts[0]
-            .post_multicast_put_with(&targets, &[sge], MulticastMode::Chain, 15)
-            .unwrap();
+        let (fabric, mut t) = Three::new("parkedc", Duration::from_secs(1));
+        t.put(MulticastMode::Chain, 15);
         let table = &fabric.regs_of(2).grants;
-        let mut got: Vec<Vec<Completion>> = vec![Vec::new(); 3];
-        let mut done = [Completion::default(); 4];
         let end = Instant::now() + LONG;
-        while got[0].is_empty() {
-            for (i, t) in ts.iter_mut().enumerate() {
-                let n = t.poll_completions(&mut done);
-                got[i].extend_from_slice(&done[..n]);
-                table.hold_mid_edit(true);
-            }
+        while t.got[0].is_empty() {
+            t.poll(|| table.hold_mid_edit(true));
             assert!(Instant::now() < end, "the put never completed");
         }
         table.hold_mid_edit(false);
-        let put = got[0][0];
+        let put = t.got[0][0];
         assert_eq!((put.cookie, put.op), (15, OpKind::MulticastPut));
         assert_ne!(put.status, Status::Success, "{put:?}");
-        let recv = got[1].iter().find(|c| c.op == OpKind::MulticastRecv);
-        let recv = recv.unwrap_or_else(|| panic!("the first target got nothing: {:?}", got[1]));
-        let mut first = vec![0u8; LEN];
-        ts[1]
-            .region_read(recv.region.unwrap(), 0, &mut first)
-            .unwrap();
-        assert!(first == data, "the first target's bytes differ");
-        assert!(
-            got[2].iter().all(|c| c.op != OpKind::MulticastRecv),
-            "{:?}",
-            got[2]
-        );
-        for (i, t) in ts.iter_mut().enumerate() {
-            for j in (0..3u16).filter(|&j| j as usize != i) {
-                let q = t.create_qp(j).unwrap();
-                assert_eq!(t.counters(q).disconnects, 0, "{i} -> {j}");
-            }
-        }
-        drop(ts);
-        EmuFabric::destroy_in(&dir, name).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        let first = t.received(1);
+        let first = first.unwrap_or_else(|| panic!("the first target got nothing: {:?}", t.got[1]));
+        assert!(first == t.data, "the first target's bytes differ");
+        assert!(t.received(2).is_none(), "{:?}", t.got[2]);
+        t.finish();
     }
 
     /// A fan-out put to a target whose grant table stays mid-edit copies to
@@ -540,92 +583,63 @@ mod tests {
     /// its data before (but, in a fan-out, the other), both after, the put
     /// `Success`, every connection kept.
     fn put_waits_for_a_table_mid_edit(
-        name: &str,
+        name: &'static str,
         mode: crate::transport::MulticastMode,
         held: usize,
     ) {
         use crate::transport::{MulticastMode, OpKind};
 
-        let (dir, fabric, mut ts) = connected(name, 3, LONG);
-        let data: Vec<u8> = (0..LEN).map(|i| (i * 5) as u8 | 1).collect();
-        let src = ts[0].register_region(LEN, Access::LOCAL).unwrap();
-        ts[0].region_write(src, 0, &data).unwrap();
-        let targets = [ts[0].create_qp(1).unwrap(), ts[0].create_qp(2).unwrap()];
-        let sge = Sge {
-            key: src,
-            offset: 0,
-            len: LEN as u64,
-        };
-        ts[0]
-            .post_multicast_put_with(&targets, &[sge], mode, 16)
-            .unwrap();
+        let (fabric, mut t) = Three::new(name, LONG);
+        t.put(mode, 16);
         let table = &fabric.regs_of(held).grants;
-        let mut got: Vec<Vec<Completion>> = vec![Vec::new(); 3];
-        let mut done = [Completion::default(); 4];
-        let mut poll = |ts: &mut [Transport], got: &mut Vec<Vec<Completion>>| {
-            for (i, t) in ts.iter_mut().enumerate() {
-                let n = t.poll_completions(&mut done);
-                got[i].extend_from_slice(&done[..n]);
-            }
-        };
         // Held until the copy was set aside (the put went out), and a while
         // after.
         let end = Instant::now() + LONG;
         let mut after = None;
         while after.is_none_or(|t: Instant| t.elapsed() < HOLD) {
-            poll(&mut ts, &mut got);
+            t.poll(|| {});
             table.hold_mid_edit(true);
-            if after.is_none() && ts[0].parked.longest_queue() > 0 {
+            if after.is_none() && t.ts[0].parked.longest_queue() > 0 {
                 after = Some(Instant::now());
             }
             assert!(Instant::now() < end, "the copy was never set aside");
         }
-        let recvd = |c: &Vec<Completion>| c.iter().any(|c| c.op == OpKind::MulticastRecv);
-        assert!(got[0].is_empty() && !recvd(&got[held]), "{got:?}");
+        assert!(
+            t.got[0].is_empty() && t.received(held).is_none(),
+            "{:?}",
+            t.got
+        );
         if mode == MulticastMode::FanOut {
             let other = 3 - held;
-            while !recvd(&got[other]) {
-                poll(&mut ts, &mut got);
+            while t.received(other).is_none() {
+                t.poll(|| {});
                 table.hold_mid_edit(true);
                 assert!(Instant::now() < end, "the other target got nothing");
             }
         } else {
-            assert!(!recvd(&got[2]), "{got:?}");
+            assert!(t.received(2).is_none(), "{:?}", t.got);
         }
         table.hold_mid_edit(false);
-        while got[0].is_empty() {
-            poll(&mut ts, &mut got);
+        while t.got[0].is_empty() {
+            t.poll(|| {});
             assert!(Instant::now() < end, "the put never completed");
         }
-        let put = got[0][0];
+        let put = t.got[0][0];
         assert_eq!(
             (put.cookie, put.op, put.status),
             (16, OpKind::MulticastPut, Status::Success)
         );
         for i in [1, 2] {
             let end = Instant::now() + LONG;
-            while !got[i].iter().any(|c| c.op == OpKind::MulticastRecv) {
-                poll(&mut ts, &mut got);
+            let bytes = loop {
+                if let Some(b) = t.received(i) {
+                    break b;
+                }
+                t.poll(|| {});
                 assert!(Instant::now() < end, "target {i} got nothing");
-            }
-            let recv = got[i]
-                .iter()
-                .find(|c| c.op == OpKind::MulticastRecv)
-                .unwrap();
-            let mut bytes = vec![0u8; LEN];
-            ts[i]
-                .region_read(recv.region.unwrap(), 0, &mut bytes)
-                .unwrap();
-            assert!(bytes == data, "target {i}'s bytes differ");
+            };
+            assert!(bytes == t.data, "target {i}'s bytes differ");
         }
-        for (i, t) in ts.iter_mut().enumerate() {
-            for j in (0..3u16).filter(|&j| j as usize != i) {
-                let q = t.create_qp(j).unwrap();
-                assert_eq!(t.counters(q).disconnects, 0, "{i} -> {j}");
-            }
-        }
-        drop(ts);
-        EmuFabric::destroy_in(&dir, name).unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        t.finish();
     }
 }
