@@ -8,6 +8,10 @@ use std::collections::VecDeque;
 use ntbdk_ring::{Burst, Consumer, Producer, Ring, RingMode};
 use proptest::prelude::*;
 
+/// Random sequences per property: fewer under Miri, which interprets every
+/// step.
+const CASES: u32 = if cfg!(miri) { 4 } else { 1024 };
+
 #[derive(Clone, Debug)]
 enum Op {
     Enqueue,
@@ -142,7 +146,7 @@ impl Target {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1024))]
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     /// The split handles report exactly what the ring would: same cached
     /// views (each handle starts from the real tails), same results.

@@ -12,15 +12,17 @@ use std::time::{Duration, Instant};
 
 use ntbdk_ring::{Burst, Consumer, Producer, Ring, RingMode};
 
-/// Items each producer sends.
-const PER_PRODUCER: u64 = 1_000_000;
+/// Items each producer sends (a few hundred under Miri, which interprets
+/// every step and checks each access for races).
+const PER_PRODUCER: u64 = if cfg!(miri) { 300 } else { 1_000_000 };
 /// Ring capacity: small, so the ring is often full, often empty, and wraps.
 const CAPACITY: usize = 64;
 /// Largest batch: bulk operations must stay at or below the capacity, or
 /// they could never succeed.
 const MAX_BATCH: usize = 40;
-/// A run that takes longer than this is a hang, not a slow machine.
-const DEADLINE: Duration = Duration::from_secs(60);
+/// A run that takes longer than this is a hang, not a slow machine (nor
+/// Miri's interpreter).
+const DEADLINE: Duration = Duration::from_secs(if cfg!(miri) { 600 } else { 60 });
 
 /// Item `seq` of producer `id`.
 fn item(id: u64, seq: u64) -> u64 {
