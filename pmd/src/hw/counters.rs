@@ -180,10 +180,11 @@ mod tests {
     #[test]
     fn every_window_clone_counts_and_a_dropped_one_is_kept() {
         use crate::hw::PeerWindow;
-        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        let mem: Arc<Vec<std::sync::atomic::AtomicU64>> =
+            Arc::new((0..64).map(|_| Default::default()).collect());
         let d = Arc::new(DeviceCounters::default());
-        // SAFETY: `mem` is 512 bytes, 8-aligned and outlives the handles
-        // (it is their keepalive); only they access it.
+        // SAFETY: `mem` is 512 bytes, 8-aligned, interior-mutable and
+        // outlives the handles (it is their keepalive); only they access it.
         let w = unsafe {
             PeerWindow::from_raw(mem.as_ptr() as *mut u8, 512, 1, d.clone(), mem.clone())
         };

@@ -18,10 +18,11 @@ const SPADS: usize = 8;
 
 /// One cache line of window memory: windows are cache-line aligned, as a
 /// device's BAR or a hugepage is (receive buffers are carved at 64-byte
-/// boundaries).
+/// boundaries). Atomics, because the window handles write it through raw
+/// pointers while the fabric holds shared references to it.
 #[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u64; 8]);
+#[derive(Default)]
+struct Line([AtomicU64; 8]);
 
 struct PortState {
     window: Arc<Vec<Line>>,
@@ -115,7 +116,11 @@ impl LoopbackFabric {
         }
         st.up = true;
         st.generation += 1;
-        st.window = Arc::new(vec![Line([0; 8]); self.window_size / 64]);
+        st.window = Arc::new(
+            (0..self.window_size / 64)
+                .map(|_| Line::default())
+                .collect(),
+        );
         st.events.clear();
         let generation = st.generation;
         announce(
@@ -245,9 +250,10 @@ impl NtbDevice for LoopbackDevice {
         self.mw_geometry(mw)?;
         let w = self.fabric.lock()[self.port as usize].window.clone();
         let base = w.as_ptr() as *mut u8;
-        // SAFETY: the Vec holds `window_size` bytes, 64-byte aligned, and the
-        // Arc kept by the handle keeps it alive; it is only ever accessed
-        // through window handles (raw pointers and atomics).
+        // SAFETY: the Vec holds `window_size` bytes, 64-byte aligned and
+        // interior-mutable, and the Arc kept by the handle keeps it alive;
+        // it is only ever accessed through window handles (raw pointers and
+        // atomics).
         Ok(unsafe { LocalWindow::from_raw(base, self.fabric.window_size, base as u64, w) })
     }
     fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow> {

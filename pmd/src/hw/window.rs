@@ -71,13 +71,17 @@ fn check_aligned(offset: usize, size: usize, window_len: usize) -> Result<()> {
 /// # Example
 /// ```
 /// use std::sync::Arc;
+/// use std::sync::atomic::AtomicU64;
 /// use ntbdk_pmd::hw::{DeviceCounters, PeerWindow};
 ///
-/// // A window over plain memory, as a backend would build one over a mapping.
-/// let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 512]); // 4 KiB, 8-byte aligned
+/// // A window over memory of this process, as a backend would build one over
+/// // a mapping: atomics, as memory written through a raw pointer while
+/// // shared references to it exist must be interior-mutable.
+/// let mem: Arc<Vec<AtomicU64>> = Arc::new((0..512).map(|_| AtomicU64::new(0)).collect());
 /// let counters = Arc::new(DeviceCounters::default());
-/// // SAFETY: `mem` is 4096 bytes, lives as long as the handle (it is the
-/// // keepalive) and is only accessed through this handle.
+/// // SAFETY: `mem` is 4096 bytes, 8-byte aligned, interior-mutable, lives as
+/// // long as the handle (it is the keepalive) and is only accessed through
+/// // this handle.
 /// let win = unsafe {
 ///     PeerWindow::from_raw(mem.as_ptr() as *mut u8, 4096, 1, counters.clone(), mem.clone())
 /// };
@@ -143,7 +147,9 @@ impl PeerWindow {
     ///
     /// # Safety
     /// `base..base+len` must be a valid writable mapping for as long as `keep`
-    /// is alive, and must be at least 8-byte aligned.
+    /// is alive, and must be at least 8-byte aligned. Memory of this process
+    /// must be writable through `base`: not reached through a shared
+    /// reference unless it is interior-mutable (atomics or `UnsafeCell`).
     pub unsafe fn from_raw(
         base: *mut u8,
         len: usize,
@@ -884,7 +890,8 @@ impl LocalWindow {
     ///
     /// # Safety
     /// `base..base+len` must be a valid read-write mapping for as long as
-    /// `keep` is alive, at least 8-byte aligned.
+    /// `keep` is alive, at least 8-byte aligned, and writable through `base`
+    /// (as for [`PeerWindow::from_raw`]).
     pub unsafe fn from_raw(base: *mut u8, len: usize, iova: u64, keep: Keepalive) -> Self {
         debug_assert_eq!(base as usize % 8, 0, "window base must be 8-byte aligned");
         Self {
@@ -1112,9 +1119,20 @@ impl LocalSpan<'_> {
 mod tests {
     use super::*;
 
+    /// `n` zeroed words to build a window over: atomics, since the handles
+    /// write through a raw pointer while the test holds shared references.
+    fn zeroed(n: usize) -> Arc<Vec<AtomicU64>> {
+        Arc::new((0..n).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// The words of `mem` in `r`, loaded.
+    fn load(mem: &[AtomicU64], r: core::ops::Range<usize>) -> Vec<u64> {
+        mem[r].iter().map(|w| w.load(Ordering::Relaxed)).collect()
+    }
+
     #[test]
     fn write_words_stores_each_word_in_place_and_checks_bounds() {
-        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 16]);
+        let mem = zeroed(16);
         let counters = Arc::new(DeviceCounters::default());
         // SAFETY: `mem` is 128 bytes, 8-aligned, kept alive by the handle
         // and read below only after the writes.
@@ -1122,10 +1140,10 @@ mod tests {
             unsafe { PeerWindow::from_raw(mem.as_ptr() as *mut u8, 128, 1, counters, mem.clone()) };
         let words: Vec<u64> = (1..=7).map(|i| i * 0x0101_0101_0101_0101).collect();
         win.write_words(8, &words).unwrap();
-        assert_eq!(&mem[1..8], &words[..]);
-        assert_eq!((mem[0], mem[8]), (0, 0));
+        assert_eq!(load(&mem, 1..8), words);
+        assert_eq!((load(&mem, 0..1), load(&mem, 8..9)), (vec![0], vec![0]));
         win.write_words(64, &words[..2]).unwrap();
-        assert_eq!(&mem[8..10], &words[..2]);
+        assert_eq!(load(&mem, 8..10), words[..2]);
         assert!(matches!(
             win.write_words(4, &words),
             Err(HwError::Misaligned { .. })
@@ -1134,13 +1152,13 @@ mod tests {
             win.write_words(80, &words),
             Err(HwError::OutOfBounds { .. })
         ));
-        assert_eq!(&mem[10..16], &[0; 6]);
+        assert_eq!(load(&mem, 10..16), [0; 6]);
     }
 
     /// A window over `mem` whose live grant table is `table` (writer port
     /// 1), beyond a fixed grant of its first 64 bytes.
     fn granted_window(
-        mem: &Arc<Vec<u64>>,
+        mem: &Arc<Vec<AtomicU64>>,
         table: &Arc<super::super::grant_table::GrantTable>,
         counters: &Arc<DeviceCounters>,
     ) -> PeerWindow {
@@ -1165,12 +1183,13 @@ mod tests {
     #[test]
     fn an_admitted_range_holds_until_its_grant_changes_then_is_checked_again() {
         use super::super::grant_table::GrantTable;
-        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        let mem = zeroed(64);
         // SAFETY: an all-zero GrantTable is valid (atomics, zero = empty).
         let table: Arc<GrantTable> = Arc::new(unsafe { std::mem::zeroed() });
         let counters = Arc::new(DeviceCounters::default());
         let win = granted_window(&mem, &table, &counters);
-        let bytes = |i: usize| -> Vec<u8> { mem[i / 8..i / 8 + 1][0].to_le_bytes().to_vec() };
+        let bytes =
+            |i: usize| -> Vec<u8> { load(&mem, i / 8..i / 8 + 1)[0].to_le_bytes().to_vec() };
 
         assert!(matches!(
             win.admit(256, 64),
@@ -1226,7 +1245,7 @@ mod tests {
         assert_eq!(bytes(280), vec![5; 8]);
 
         // Another window's token is admitted again for this one.
-        let other_mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        let other_mem = zeroed(64);
         let other = granted_window(&other_mem, &table, &counters);
         let mut foreign = other.admit(0, 64).unwrap();
         assert!(
@@ -1235,12 +1254,12 @@ mod tests {
         );
         win.write_admitted(&mut foreign, 0, &[7; 8]).unwrap();
         assert_eq!(bytes(0), vec![7; 8]);
-        assert_eq!(other_mem[0], 0);
+        assert_eq!(load(&other_mem, 0..1), [0]);
     }
 
     #[test]
     fn a_token_from_another_handle_onto_the_same_memory_is_checked_again() {
-        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 64]);
+        let mem = zeroed(64);
         let counters = Arc::new(DeviceCounters::default());
         // SAFETY: `mem` is 512 bytes, 8-aligned, kept alive by the handles;
         // the test reads it only between writes.
@@ -1268,16 +1287,16 @@ mod tests {
             gated.write_admitted(&mut far, 8, &[2; 8]),
             Err(HwError::NotGranted { .. })
         ));
-        assert!(mem.iter().all(|&w| w == 0));
+        assert!(load(&mem, 0..64).iter().all(|&w| w == 0));
         // Inside the grant, the token is admitted again and written.
         let mut near = whole.admit(0, 64).unwrap();
         gated.write_admitted(&mut near, 8, &[3; 8]).unwrap();
-        assert_eq!(mem[1], u64::from_le_bytes([3; 8]));
+        assert_eq!(load(&mem, 1..2), [u64::from_le_bytes([3; 8])]);
     }
 
     #[test]
     fn a_slot_write_stores_body_then_word_checked_and_admitted_as_one() {
-        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; 32]);
+        let mem = zeroed(32);
         let counters = Arc::new(DeviceCounters::default());
         // SAFETY: `mem` is 256 bytes, 8-aligned, kept alive by the handle
         // and read below only after the writes.
@@ -1293,8 +1312,9 @@ mod tests {
         .with_grant(vec![Range { start: 0, end: 128 }]);
         let words: Vec<u64> = (1..=7).collect();
         win.write_words_then_u64(64, &words, 99).unwrap();
-        assert_eq!(&mem[8..15], &words[..]);
-        assert_eq!((mem[7], mem[15], mem[16]), (0, 99, 0));
+        assert_eq!(load(&mem, 8..15), words);
+        assert_eq!(load(&mem, 15..16), [99]);
+        assert_eq!((load(&mem, 7..8), load(&mem, 16..17)), (vec![0], vec![0]));
         // The word after the body would leave the grant (or the window):
         // refused whole, nothing stored, the refusal counted.
         assert!(matches!(
@@ -1309,15 +1329,14 @@ mod tests {
             win.write_words_then_u64(68, &words, 5),
             Err(HwError::Misaligned { .. })
         ));
-        assert_eq!(&mem[8..15], &words[..]);
-        assert_eq!(mem[15], 99);
-        assert!(mem[16..].iter().all(|&w| w == 0));
+        assert_eq!(load(&mem, 8..15), words);
+        assert_eq!(load(&mem, 15..16), [99]);
+        assert!(load(&mem, 16..32).iter().all(|&w| w == 0));
         assert_eq!(counters.snapshot().ungranted_writes, 1);
     }
 
     #[test]
     fn a_poll_load_outside_the_window_or_misaligned_finds_nothing() {
-        use std::sync::atomic::AtomicU64;
         let mem: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(AtomicU64::new).collect());
         // SAFETY: `mem` is 32 bytes, 8-aligned, interior-mutable, and kept
         // alive by the handle.
@@ -1330,7 +1349,6 @@ mod tests {
 
     #[test]
     fn a_local_span_is_checked_once_and_never_reads_outside_itself() {
-        use std::sync::atomic::AtomicU64;
         let mem: Arc<Vec<AtomicU64>> = Arc::new((0..32).map(AtomicU64::new).collect());
         let word = |i: usize| mem[i].load(Ordering::Relaxed);
         // SAFETY: `mem` is 256 bytes, 8-aligned, interior-mutable, and kept

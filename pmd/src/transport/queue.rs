@@ -373,10 +373,11 @@ mod tests {
     use std::sync::Arc;
 
     pub(crate) fn windows(bytes: usize) -> (LocalWindow, PeerWindow) {
-        let mem: Arc<Vec<u64>> = Arc::new(vec![0u64; bytes / 8]);
+        let mem: Arc<Vec<std::sync::atomic::AtomicU64>> =
+            Arc::new((0..bytes / 8).map(|_| Default::default()).collect());
         let ptr = mem.as_ptr() as *mut u8;
-        // SAFETY: `mem` has `bytes` bytes, is 8-aligned and kept alive by the
-        // handles; it is only accessed through them.
+        // SAFETY: `mem` has `bytes` bytes, is 8-aligned, interior-mutable and
+        // kept alive by the handles; it is only accessed through them.
         let local = unsafe { LocalWindow::from_raw(ptr, bytes, 0, mem.clone()) };
         // SAFETY: as above.
         let peer = unsafe {
