@@ -1176,13 +1176,7 @@ fn check_json_fields(text: &str, path: &std::path::Path) {
     assert!(argv[0].ends_with("ntb-perf"), "{argv:?}");
     assert!(argv.contains(&path.to_str().unwrap()), "{argv:?}");
     let p = &v["params"];
-    for key in [
-        "post_list",
-        "tx_depth",
-        "qp",
-        "lcore",
-        "iterations_per_size",
-    ] {
+    for key in ["post_list", "tx_depth", "qp", "cpu", "iterations_per_size"] {
         assert!(p[key].is_u64(), "{key} is not a number: {p:#}");
     }
     assert_eq!(p["iterations_per_size"], 2000);

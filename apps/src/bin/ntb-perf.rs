@@ -740,9 +740,9 @@ fn measure(
     let budget = budget(args);
     let servers = client.server_ports();
     let peer_desc = match &spawned {
-        Some((cs, _)) if cs.len() == 1 => format!("port(s) {servers:?} (core {})", cs[0].id),
+        Some((cs, _)) if cs.len() == 1 => format!("port(s) {servers:?} (CPU {})", cs[0].id),
         Some((cs, _)) => format!(
-            "port(s) {servers:?} (cores {:?})",
+            "port(s) {servers:?} (CPUs {:?})",
             cs.iter().map(|c| c.id).collect::<Vec<_>>()
         ),
         None => format!("port(s) {servers:?}"),
@@ -768,7 +768,7 @@ fn measure(
         .param("run_infinitely", args.run_infinitely)
         .param("report_gbits", args.report_gbits)
         .param("fabric", fabric)
-        .param("lcore", core.id)
+        .param("cpu", core.id)
         .param("bw_unit", unit.label())
         .param(
             "latency",
@@ -871,7 +871,7 @@ impl Header<'_> {
             );
         }
         println!(
-            " Ports           : {} (core {}) -> {}",
+            " Ports           : {} (CPU {}) -> {}",
             self.host.port(),
             self.core.id,
             self.peers

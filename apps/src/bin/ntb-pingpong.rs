@@ -358,9 +358,9 @@ fn finish(
     peer_core: Option<core_affinity::CoreId>,
     rtt: &LatRow,
 ) -> Result<()> {
-    let peer_core = peer_core.map_or_else(String::new, |c| format!(" (core {})", c.id));
+    let peer_core = peer_core.map_or_else(String::new, |c| format!(" (CPU {})", c.id));
     println!(
-        "{TOOL}: {} ping-pong, port {} (core {}) <-> port {peer}{peer_core}, {}",
+        "{TOOL}: {} ping-pong, port {} (CPU {}) <-> port {peer}{peer_core}, {}",
         args.via.describe(),
         host.port(),
         core.id,
@@ -391,7 +391,7 @@ fn finish(
         .param("iters", args.iters)
         .param("warmup", args.warmup)
         .param("fabric", fabric)
-        .param("lcore", core.id)
+        .param("cpu", core.id)
         .param("metric", "round trip")
         .param("bytes", args.via.bytes());
     report.latency.push(rtt.clone());

@@ -135,7 +135,7 @@ pub fn pick_core(
 /// device's heartbeat thread stays free to run anywhere).
 pub fn pin(tool: &str, core: core_affinity::CoreId) {
     if !core_affinity::set_for_current(core) {
-        eprintln!("{tool}: warning: could not pin to core {}", core.id);
+        eprintln!("{tool}: warning: could not pin to CPU {}", core.id);
     }
 }
 
