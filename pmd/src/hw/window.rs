@@ -974,6 +974,24 @@ impl LocalWindow {
         Ok(a.load(Ordering::Acquire))
     }
 
+    /// Relaxed loads of the `dst.len()` u64s from `offset` (8-byte
+    /// aligned), word by word: for a slot body that another thread of this
+    /// process may be zeroing meanwhile (a connection reset), which a plain
+    /// copy would race. Order it with a fence, as a sequence lock's reader.
+    #[inline]
+    pub fn load_words_relaxed(&self, offset: usize, dst: &mut [u64]) -> Result<()> {
+        check_aligned(offset, 8, self.len)?;
+        check(offset, dst.len() * 8, self.len)?;
+        for (i, w) in dst.iter_mut().enumerate() {
+            // SAFETY: `offset + 8 * i + 8 <= len` (checked above) and 8-byte
+            // aligned; AtomicU64 has u64's layout; the mapping lives while
+            // `_keep` does.
+            let a = unsafe { AtomicU64::from_ptr(self.base.add(offset + 8 * i).cast()) };
+            *w = a.load(Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// [`load_u64`](Self::load_u64) for a poller, to whom an offset outside
     /// the window (or misaligned) only means that nothing arrived there:
     /// `None` then, with no error built and dropped on the poll's path.

@@ -31,6 +31,7 @@ use super::endpoint::{Transport, random_u64};
 use super::error::Result;
 use super::geometry::{DataPart, HEADER_SIZE, Part};
 use super::ops::{InOp, OutKind};
+use super::queue::zero_slots;
 use super::types::Status;
 use super::types::{Completion, OpKind, PeerState};
 use super::wire::{BODY, Hello, TAG_OFFSET};
@@ -93,16 +94,11 @@ impl Transport {
         Ok(())
     }
 
-    /// Zeroes bytes `start..end` of our window (8-byte aligned), one
-    /// atomic word at a time, for a section being reset: data-queue threads
-    /// may be loading its words (credits, lends, descriptor tags)
-    /// atomically meanwhile, and a plain copy racing them would be a data
-    /// race.
+    /// Zeroes bytes `start..end` of our window for a section being reset
+    /// ([`zero_slots`]: tags before bodies, for the data-queue threads that
+    /// may be reading it meanwhile).
     fn zero_words(&self, start: usize, end: usize) -> Result<()> {
-        debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
-        for at in (start..end).step_by(8) {
-            self.local.store_u64(at, 0)?;
-        }
+        zero_slots(&self.local, start, end)?;
         Ok(())
     }
 

@@ -24,6 +24,22 @@ fn slot_offset(base: usize, depth: u64, seq: u64) -> usize {
     base + (seq & (depth - 1)) as usize * SLOT
 }
 
+/// Zeroes bytes `start..end` of our window (8-byte aligned), one atomic
+/// word at a time and from the end down, for a section being reset while
+/// another thread of ours may be reading its words (a data queue's receive
+/// half): a plain copy racing its loads would be a data race, and going
+/// down zeroes each slot's tag (its last word) before its body, so a
+/// reader that loaded a body while it was being zeroed finds the tag gone
+/// when it looks again ([`Consumer::peek_stable`]) and does not take a
+/// half-zeroed slot.
+pub(crate) fn zero_slots(local: &LocalWindow, start: usize, end: usize) -> HwResult<()> {
+    debug_assert!(start.is_multiple_of(8) && end.is_multiple_of(8));
+    for at in (start..end).step_by(8).rev() {
+        local.store_u64(at, 0)?;
+    }
+    Ok(())
+}
+
 /// A ring's depth, which must be a power of two (slots are found by mask).
 fn ring_depth(depth: u32) -> u64 {
     assert!(
@@ -292,16 +308,28 @@ impl Consumer {
         (t == tag).then_some(off)
     }
 
-    /// Like [`peek`](Self::peek), then loads the tag again after the copy
-    /// (behind an acquire fence): a slot zeroed or rewritten while it was
-    /// being copied is not taken (as a hello is re-checked).
+    /// Like [`peek`](Self::peek), for a consumer on another thread than
+    /// the one that may reset the section (a data queue's receive half): the
+    /// body is loaded word by word (relaxed atomics, not a copy that would
+    /// race the reset's stores), then the tag again behind an acquire fence,
+    /// as a sequence lock's reader. A slot zeroed or rewritten while it was
+    /// being read is not taken: the reset zeroes each slot's tag before its
+    /// body ([`zero_slots`]).
     #[inline]
     pub fn peek_stable(&self, local: &LocalWindow) -> Option<Body> {
-        let body = self.peek(local)?;
+        let off = self.arrived(local, 0)?;
+        let mut words = [0u64; BODY / 8];
+        local.load_words_relaxed(off, &mut words).ok()?;
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        let off = slot_offset(self.base, self.depth, self.seq);
         let t = local.load_u64(off + TAG_OFFSET).ok()?;
-        (t == tag(self.epoch, self.seq)).then_some(body)
+        if t != tag(self.epoch, self.seq) {
+            return None;
+        }
+        let mut body = [0u8; BODY];
+        for (b, w) in body.chunks_exact_mut(8).zip(words) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+        Some(body)
     }
 
     /// Hints the CPU to fetch slot `k` places after the next one: a poller
@@ -384,6 +412,54 @@ mod tests {
             PeerWindow::from_raw(ptr, bytes, 1, Arc::new(DeviceCounters::default()), mem)
         };
         (local, peer)
+    }
+
+    /// A reset zeroing a slot while another thread reads it never hands
+    /// that thread a half-zeroed body: every body `peek_stable` returns is
+    /// the whole of one write (checked word by word, until 20 000 were
+    /// taken, rounds of write then reset on one thread, reads on another).
+    /// Each round is a new connection, as after a real reset: a new epoch,
+    /// so the slot's tag never comes back.
+    #[test]
+    fn a_slot_being_reset_is_never_taken_half_zeroed() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        const TAKE: u64 = 20_000;
+        const MAX_ROUNDS: u32 = 50_000_000;
+        let (local, peer) = windows(4096);
+        let taken = AtomicU64::new(0);
+        let rounds = std::thread::scope(|s| {
+            let (writer_local, writer_taken) = (&local, &taken);
+            let writer = s.spawn(move || {
+                let mut round = 0;
+                while writer_taken.load(Ordering::Relaxed) < TAKE && round < MAX_ROUNDS {
+                    round += 1;
+                    let word = u64::from(round) | 1 << 63;
+                    peer.write_words_then_u64(0, &[word; BODY / 8], tag(2 * round + 1, 0))
+                        .unwrap();
+                    zero_slots(writer_local, 0, SLOT).unwrap();
+                }
+                round
+            });
+            let mut torn = 0u64;
+            while !writer.is_finished() {
+                // The consumer of the connection whose tag is there now.
+                let epoch = (local.load_u64(TAG_OFFSET).unwrap() >> 32) as u32;
+                if epoch == 0 {
+                    continue;
+                }
+                if let Some(body) = Consumer::new(0, 4, epoch).peek_stable(&local) {
+                    taken.fetch_add(1, Ordering::Relaxed);
+                    let word = u64::from(epoch / 2) | 1 << 63;
+                    torn += u64::from(body.chunks_exact(8).any(|w| w != word.to_le_bytes()));
+                }
+            }
+            assert_eq!(torn, 0, "{torn} bodies taken were torn");
+            writer.join().unwrap()
+        });
+        assert!(
+            taken.load(Ordering::Relaxed) > 0,
+            "no body taken in {rounds} rounds: the test tested nothing"
+        );
     }
 
     #[test]
