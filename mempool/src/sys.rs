@@ -92,6 +92,20 @@ pub(crate) fn fstat(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
     Ok(nix::sys::stat::fstat(fd)?)
 }
 
+/// The size of the pages under a memfd: the file system's block size for a
+/// hugetlbfs file (an `MFD_HUGETLB` memfd), else 4 KiB. Not `st_blksize`:
+/// since Linux 4.18 a shmem file reports the transparent hugepage size
+/// there whenever shmem THP is on, though it is made of 4 KiB pages.
+pub(crate) fn page_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    use nix::sys::statfs::{HUGETLBFS_MAGIC, fstatfs};
+    let fs = fstatfs(fd)?;
+    if fs.filesystem_type() == HUGETLBFS_MAGIC {
+        u64::try_from(fs.block_size()).map_err(|_| io::Error::other("negative block size"))
+    } else {
+        Ok(4096)
+    }
+}
+
 /// What `/proc/self/fd/<fd>` points to, e.g. `/memfd:ntbdk:pool (deleted)`.
 pub(crate) fn fd_target(fd: BorrowedFd<'_>) -> io::Result<String> {
     let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;

@@ -360,7 +360,8 @@ fn pools_in_one_zone_and_attach_validation() {
         b.put_checked(ha),
         Err(PoolError::ForeignHandle { .. })
     ));
-    let b2 = Pool::attach(zone.clone(), a_len, 0).unwrap();
+    // SAFETY: pool `b` is at `a_len`, used only through pool handles.
+    let b2 = unsafe { Pool::attach(zone.clone(), a_len, 0) }.unwrap();
     assert_eq!(
         (b2.name(), b2.size(), b2.elt_size(), b2.tag()),
         ("b", 10, 256, b.tag())
@@ -371,15 +372,19 @@ fn pools_in_one_zone_and_attach_validation() {
     a.put_checked(ha).unwrap();
 
     // Misplaced or missing pools.
-    let e = Pool::attach(zone.clone(), 4096, 0).unwrap_err();
+    // SAFETY: (here and below) a region that holds no pool image, refused
+    // before anything is used.
+    let e = unsafe { Pool::attach(zone.clone(), 4096, 0) }.unwrap_err();
     assert!(matches!(e, PoolError::BadPool { .. }), "{e}");
     assert!(e.to_string().contains("bad magic"), "{e}");
     assert!(matches!(
-        Pool::attach(zone.clone(), 100, 0),
+        // SAFETY: as above.
+        unsafe { Pool::attach(zone.clone(), 100, 0) },
         Err(PoolError::InvalidOptions(_))
     ));
     assert!(matches!(
-        Pool::attach(zone.clone(), zone.len() + 4096, 0),
+        // SAFETY: as above.
+        unsafe { Pool::attach(zone.clone(), zone.len() + 4096, 0) },
         Err(PoolError::ZoneTooSmall { .. })
     ));
     // SAFETY: the region is past both pools.
@@ -394,7 +399,8 @@ fn pools_in_one_zone_and_attach_validation() {
     let stride = unsafe { &mut *zone.as_ptr().add(a_len + 28).cast::<u32>() };
     let saved = *stride;
     *stride += 64;
-    let e = Pool::attach(zone.clone(), a_len, 0).unwrap_err();
+    // SAFETY: pool `b`, used only through pool handles; refused.
+    let e = unsafe { Pool::attach(zone.clone(), a_len, 0) }.unwrap_err();
     assert!(
         e.to_string()
             .contains("differs from the one its shape implies"),
@@ -405,10 +411,12 @@ fn pools_in_one_zone_and_attach_validation() {
     let tag = unsafe { &mut *zone.as_ptr().add(a_len + 12).cast::<u32>() };
     let saved = *tag;
     *tag = 0;
-    let e = Pool::attach(zone.clone(), a_len, 0).unwrap_err();
+    // SAFETY: as above.
+    let e = unsafe { Pool::attach(zone.clone(), a_len, 0) }.unwrap_err();
     assert!(e.to_string().contains("tag 0"), "{e}");
     *tag = saved;
-    Pool::attach(zone, a_len, 0).unwrap();
+    // SAFETY: pool `b`, used only through pool handles.
+    unsafe { Pool::attach(zone, a_len, 0) }.unwrap();
 }
 
 #[test]
@@ -480,7 +488,8 @@ fn thread_exit_returns_its_cache() {
 #[test]
 fn dropping_a_handle_returns_other_threads_caches() {
     let p = pool("drop-handle", 32, 300, 64);
-    let second = Pool::attach(p.zone().clone(), 0, 64).unwrap();
+    // SAFETY: `p` is at offset 0 of its zone, used only through handles.
+    let second = unsafe { Pool::attach(p.zone().clone(), 0, 64) }.unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let t = std::thread::spawn(move || {

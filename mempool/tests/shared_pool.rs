@@ -95,7 +95,9 @@ fn child_shared_pool() {
     let fd = std::env::var("NTBDK_FD").unwrap().parse().unwrap();
     let tag: u32 = std::env::var("NTBDK_TAG").unwrap().parse().unwrap();
     let zone = Arc::new(Zone::open_from_pid(pid, fd).unwrap());
-    let p = Pool::attach(zone.clone(), 0, 16).unwrap();
+    // SAFETY: the parent created the pool at offset 0 of this zone and uses
+    // it only through pool handles.
+    let p = unsafe { Pool::attach(zone.clone(), 0, 16) }.unwrap();
     assert_eq!(
         (p.name(), p.size(), p.elt_size(), p.tag()),
         ("xproc", COUNT as usize, 64, tag)

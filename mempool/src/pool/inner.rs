@@ -266,8 +266,12 @@ impl Inner {
             // Flush down to about half a cache, making room for `n`.
             slot.miss();
             let keep = (self.cache_size / 2).min(self.cache_size - n);
-            self.enqueue_in_place(&mut buf.objs[keep..buf.len]);
-            buf.len = keep;
+            // The length first: `enqueue_in_place` turns the flushed
+            // handles into ring indices in place, and if it panics (debug
+            // builds, objects returned twice) the cache must not count
+            // them as handles any more.
+            let len = std::mem::replace(&mut buf.len, keep);
+            self.enqueue_in_place(&mut buf.objs[keep..len]);
         } else {
             slot.hit();
         }
@@ -332,9 +336,10 @@ impl Inner {
 
     /// Puts indices on the ring. It always has room (capacity >= count)
     /// unless objects were returned twice by a broken `unsafe` caller: as
-    /// many as fit go on (a burst, not all-or-nothing, so that no object
-    /// returned once is lost with the extras), the extras are dropped (and
-    /// debug builds panic).
+    /// many as fit go on (a burst, not all-or-nothing, so that as few as
+    /// possible are lost), the rest are dropped (and debug builds panic).
+    /// Which are dropped is not chosen: an object returned once may be
+    /// among them while a duplicate went on.
     fn push(&self, idx: &[u32]) {
         if self.ring.enqueue_burst(idx).n < idx.len() {
             debug_assert!(

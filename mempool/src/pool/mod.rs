@@ -185,12 +185,24 @@ impl Pool {
     /// typically in another process, after validating its header and free
     /// ring. This handle gets its own thread caches of `cache_size` objects.
     ///
+    /// # Safety
+    /// Bytes at `offset` that look like a pool are one that `create_in`
+    /// built there, and nothing but handles to that pool uses them (in any
+    /// process) while this handle lives. Validation refuses a region that
+    /// holds no pool, or a corrupted one; it cannot tell a pool from bytes
+    /// made to look like one, such as a live object's, which the pool would
+    /// then hand out as objects of its own while their holder writes them.
+    ///
     /// # Errors
     /// [`PoolError::BadPool`] when the region holds no valid pool;
     /// [`PoolError::ZoneTooSmall`]; [`PoolError::Ring`] when the free ring
     /// does not validate; [`PoolError::InvalidOptions`] for a bad cache size
     /// or offset.
-    pub fn attach(zone: Arc<Zone>, offset: usize, cache_size: usize) -> Result<Pool, PoolError> {
+    pub unsafe fn attach(
+        zone: Arc<Zone>,
+        offset: usize,
+        cache_size: usize,
+    ) -> Result<Pool, PoolError> {
         check_cache(cache_size)?;
         let base = region(&zone, offset, layout::HEADER_BYTES)?;
         // SAFETY: `region` checked that the header bytes are in the zone, and
@@ -198,7 +210,9 @@ impl Pool {
         let info = unsafe { layout::read_header(base, zone.len() - offset, offset)? };
         let l = info.layout;
         // SAFETY: read_header checked that `l.total` bytes from `base` are in
-        // the zone; the ring region is where the layout puts it, aligned.
+        // the zone; the ring region is where the layout puts it, aligned; it
+        // holds that pool's free ring, used only through ring handles (our
+        // caller's promise).
         let ring = unsafe { Ring::<u32>::attach(base.as_ptr().add(l.ring_off), l.ring_len)? };
         if ring.capacity() != l.ring_cap || ring.mode() != RingMode::MPMC {
             return Err(PoolError::BadPool {

@@ -243,7 +243,8 @@ impl Zone {
             )));
         }
         let st = sys::fstat(fd.as_fd()).map_err(|e| MemError::io(format!("fstat fd {raw}"), e))?;
-        let blk = st.st_blksize as u64;
+        let blk = sys::page_bytes(fd.as_fd())
+            .map_err(|e| MemError::io(format!("fstatfs fd {raw}"), e))?;
         let page_size = (blk.is_power_of_two())
             .then(|| PageSize::from_shift(blk.trailing_zeros()))
             .flatten()
