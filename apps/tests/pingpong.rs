@@ -471,10 +471,36 @@ fn two_measuring_sides_do_not_pair() {
     };
     let (a, b) = (side("0"), side("1"));
     for d in [a.finish(), b.finish()] {
-        assert_fails_with(&d, "is an ntb-pingpong measuring side too");
+        assert_fails_with(&d, "is an ntb-pingpong measuring side via doorbell too");
         assert!(d.took < Duration::from_secs(10), "{:?}", d.took);
     }
     EmuFabric::destroy_in(&dir.0, "twins").unwrap();
+}
+
+/// Sides given different `--via`s say so at once, both of them, instead of
+/// waiting out the timeout (the echo side would wait for pings on the other
+/// registers); twins through different registers are still twins.
+#[test]
+fn sides_with_different_vias_say_so() {
+    let dir = Dir::new("vias");
+    EmuFabric::create_in(&dir.0, "vias", &small_fabric()).unwrap();
+    let side = |slot: &str, extra: &[&str]| {
+        let mut args = vec!["--fabric", "vias", "--slot", slot, "--timeout", "10"];
+        args.extend_from_slice(extra);
+        Run::start(&dir, &format!("side{slot}"), &args)
+    };
+    let echo = side("0", &["--server", "--via", "spad"]);
+    let measuring = side("1", &["--via", "db", "-n", "100"]);
+    for d in [echo.finish(), measuring.finish()] {
+        assert_fails_with(&d, "give both sides the same --via");
+        assert!(d.took < Duration::from_secs(10), "{:?}", d.took);
+    }
+    let (a, b) = (side("0", &["--via", "spad"]), side("1", &["--via", "db"]));
+    for d in [a.finish(), b.finish()] {
+        assert_fails_with(&d, "too, not an ntb-pingpong echo side");
+        assert!(d.took < Duration::from_secs(10), "{:?}", d.took);
+    }
+    EmuFabric::destroy_in(&dir.0, "vias").unwrap();
 }
 
 /// An echo side waits for a measuring side that says so: a host that joins

@@ -20,7 +20,10 @@
 //! waits for "echo" in its own; the echo side takes only a peer that said
 //! it measures. So two measuring sides say what the other is instead of
 //! timing each other's pings, and an echo side is not taken by another app
-//! or a host that joined the fabric for a moment.
+//! or a host that joined the fabric for a moment. The marks name the
+//! registers (`--via`) too: sides given different ones both say so at
+//! once, where the echo side would otherwise wait for pings that never
+//! come.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -29,7 +32,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use ntbdk_apps::cli::host::{Host, open_device};
-use ntbdk_apps::cli::role::{Role, announce, announced, await_counterpart, clear_role};
+use ntbdk_apps::cli::role::{
+    Role, Via, announce, announced, await_counterpart, check_same_via, clear_role,
+};
 use ntbdk_apps::cli::session::{
     Children, FabricGuard, attach, attach_or_create, check_interrupted, check_writable,
     die_with_parent, join, leave_signals_to_parent, pick_core, pin, spawned_by_us, usable_cores,
@@ -56,33 +61,6 @@ const FAST_SPINS: u32 = 4096;
 /// Once a wait has lasted this long it yields the core between polls, so a
 /// peer sharing the core (or a starved heartbeat thread) can run.
 const YIELD_AFTER: Duration = Duration::from_micros(200);
-
-/// Through which registers the two sides ping-pong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Via {
-    /// Doorbell bits.
-    Db,
-    /// Scratchpad registers.
-    Spad,
-}
-
-impl Via {
-    fn describe(self) -> &'static str {
-        match self {
-            Via::Db => "doorbell",
-            Via::Spad => "scratchpad",
-        }
-    }
-
-    /// Bytes a ping carries (a scratchpad is one 32-bit register; a
-    /// doorbell carries no payload).
-    fn bytes(self) -> u64 {
-        match self {
-            Via::Db => 0,
-            Via::Spad => 4,
-        }
-    }
-}
 
 /// Doorbell and scratchpad ping-pong between two peers on an emulated NTB
 /// fabric or a --device, reporting round-trip times.
@@ -228,19 +206,21 @@ fn run(args: &Args) -> Result<()> {
             let hint = format!("start the measuring side ({TOOL} {how} {name})");
             let wait = args.timeout.map(|_| timeout);
             // Only a measuring side that said so: not a twin, not another
-            // app, not a host that joined for a moment (ntb-tool).
-            let measuring = |p| announced(dev, p, Role::Measure);
-            let peer = wait_peers_where(
-                dev,
-                &host.place,
-                &want,
-                1,
-                wait,
-                &hint,
-                measuring,
-                || Ok(()),
-            )?[0];
-            announce(dev, peer, Role::Echo)?;
+            // app, not a host that joined for a moment (ntb-tool). One
+            // that pings through the other registers is an error, at once.
+            let (mine, theirs) = (Role::Echo(args.via), Role::Measure(args.via));
+            let refused = std::cell::RefCell::new(None);
+            let measuring = |p| {
+                if let Err(e) = check_same_via(dev, p, mine, theirs) {
+                    refused.borrow_mut().get_or_insert(e);
+                }
+                announced(dev, p, theirs)
+            };
+            let peer =
+                wait_peers_where(dev, &host.place, &want, 1, wait, &hint, measuring, || {
+                    refused.borrow_mut().take().map_or(Ok(()), Err)
+                })?[0];
+            announce(dev, peer, mine)?;
             pin(TOOL, core);
             let served = echo(dev, peer, args.via, timeout)?;
             if !args.spawned {
@@ -264,7 +244,7 @@ fn run(args: &Args) -> Result<()> {
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the echo side ({TOOL} {how} {name} --server)");
             let peer = wait_peers(dev, &host.place, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
-            await_echo(dev, peer, timeout)?;
+            await_echo(dev, peer, args.via, timeout)?;
             pin(TOOL, core);
             let (rtt, stopped) = measure(dev, peer, args, timeout)?;
             finish(args, &host, peer, name, core, None, &rtt)?;
@@ -334,7 +314,7 @@ fn self_contained(
         || children.check_running("the echo side"),
     )
     .with_context(|| format!("waiting for the echo side to join fabric {name:?}"))?;
-    await_echo(dev, 1, timeout)?;
+    await_echo(dev, 1, args.via, timeout)?;
     pin(TOOL, core);
     let (rtt, stopped) = measure(dev, 1, args, timeout)?;
     if stopped.is_none() {
@@ -407,18 +387,25 @@ fn finish(
 /// Before the first ping: tells `peer` we measure, and waits until it says
 /// it echoes. Fails when it is another measuring side, leaves, or says
 /// nothing for `timeout`.
-fn await_echo(dev: &dyn NtbDevice, peer: Port, timeout: Duration) -> Result<()> {
+fn await_echo(dev: &dyn NtbDevice, peer: Port, via: Via, timeout: Duration) -> Result<()> {
     let start = Instant::now();
-    await_counterpart(dev, peer, Role::Measure, Role::Echo, timeout, || {
-        check_interrupted()?;
-        if !dev.link(peer)?.up {
-            bail!("port {peer} left the fabric before it said it is an echo side");
-        }
-        if start.elapsed() >= YIELD_AFTER {
-            std::thread::yield_now();
-        }
-        Ok(())
-    })
+    await_counterpart(
+        dev,
+        peer,
+        Role::Measure(via),
+        Role::Echo(via),
+        timeout,
+        || {
+            check_interrupted()?;
+            if !dev.link(peer)?.up {
+                bail!("port {peer} left the fabric before it said it is an echo side");
+            }
+            if start.elapsed() >= YIELD_AFTER {
+                std::thread::yield_now();
+            }
+            Ok(())
+        },
+    )
 }
 
 /// The measuring side: warm-up, then `iters` timed round trips. Interrupted
@@ -583,8 +570,7 @@ impl<'a> Waiter<'a> {
                 if waited >= self.timeout {
                     bail!(
                         "no answer from port {} within {:?} while waiting for {what}: \
-                         is the other side still running, with the same --via (a side \
-                         waiting on doorbells never sees scratchpad writes, and back)?",
+                         is the other side still running?",
                         self.peer,
                         self.timeout
                     );

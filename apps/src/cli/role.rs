@@ -5,11 +5,14 @@
 //! another app, or a host that joined the fabric for a moment (`ntb-tool`).
 //! A value is a role's mark and the writer's port, so a stale mark of an
 //! earlier peer on that port's place is told apart only by a clear at start
-//! ([`clear_role`]).
+//! ([`clear_role`]). An `ntb-pingpong` side's mark also says which
+//! registers it ping-pongs through, so that two sides given different
+//! `--via`s say so at once instead of waiting out the timeout.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use clap::ValueEnum;
 use ntbdk_pmd::hw::{NtbDevice, Port};
 
 /// What a side of a run is, as its role register says.
@@ -19,20 +22,69 @@ pub enum Role {
     Server,
     /// An `ntb-perf` client (measures).
     Client,
-    /// An `ntb-pingpong --server` (echoes).
-    Echo,
-    /// An `ntb-pingpong` measuring side (pings).
-    Measure,
+    /// An `ntb-pingpong --server` (echoes) through these registers.
+    Echo(Via),
+    /// An `ntb-pingpong` measuring side (pings) through these registers.
+    Measure(Via),
+}
+
+/// Through which registers an `ntb-pingpong` run ping-pongs (`--via`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    /// Doorbell bits.
+    Db,
+    /// Scratchpad registers.
+    Spad,
+}
+
+impl Via {
+    /// The registers, in messages ("doorbell").
+    pub fn describe(self) -> &'static str {
+        match self {
+            Via::Db => "doorbell",
+            Via::Spad => "scratchpad",
+        }
+    }
+
+    /// Bytes a ping carries (a scratchpad is one 32-bit register; a
+    /// doorbell carries no payload).
+    pub fn bytes(self) -> u64 {
+        match self {
+            Via::Db => 0,
+            Via::Spad => 4,
+        }
+    }
+
+    /// The other one.
+    fn other(self) -> Via {
+        match self {
+            Via::Db => Via::Spad,
+            Via::Spad => Via::Db,
+        }
+    }
 }
 
 impl Role {
     /// What the role is, in messages ("an ntb-perf client").
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            Role::Server => "an ntb-perf --server",
-            Role::Client => "an ntb-perf client",
-            Role::Echo => "an ntb-pingpong echo side (--server)",
-            Role::Measure => "an ntb-pingpong measuring side",
+            Role::Server => "an ntb-perf --server".into(),
+            Role::Client => "an ntb-perf client".into(),
+            Role::Echo(via) => format!(
+                "an ntb-pingpong echo side (--server) via {}",
+                via.describe()
+            ),
+            Role::Measure(via) => format!("an ntb-pingpong measuring side via {}", via.describe()),
+        }
+    }
+
+    /// The same role through the other registers, for an `ntb-pingpong`
+    /// side (`None` for the others).
+    fn with_other_via(self) -> Option<Role> {
+        match self {
+            Role::Echo(via) => Some(Role::Echo(via.other())),
+            Role::Measure(via) => Some(Role::Measure(via.other())),
+            Role::Server | Role::Client => None,
         }
     }
 
@@ -40,13 +92,32 @@ impl Role {
     /// the port in the low 16 bits.
     fn mark(self, port: Port) -> u32 {
         let letters: u32 = match self {
-            Role::Server => 0x5345_0000,  // "SE"
-            Role::Client => 0x434C_0000,  // "CL"
-            Role::Echo => 0x5045_0000,    // "PE"
-            Role::Measure => 0x504D_0000, // "PM"
+            Role::Server => 0x5345_0000,             // "SE"
+            Role::Client => 0x434C_0000,             // "CL"
+            Role::Echo(Via::Db) => 0x5045_0000,      // "PE"
+            Role::Measure(Via::Db) => 0x504D_0000,   // "PM"
+            Role::Echo(Via::Spad) => 0x5365_0000,    // "Se"
+            Role::Measure(Via::Spad) => 0x536D_0000, // "Sm"
         };
         letters | u32::from(port)
     }
+}
+
+/// Fails when `peer` announced itself to us as `wanted` but through the
+/// other registers: two `ntb-pingpong` sides given different `--via`s. It
+/// tells `peer` what we are (`mine`) first, so that it fails as clearly.
+pub fn check_same_via(dev: &dyn NtbDevice, peer: Port, mine: Role, wanted: Role) -> Result<()> {
+    if let Some(other) = wanted.with_other_via()
+        && announced(dev, peer, other)
+    {
+        let _ = announce(dev, peer, mine);
+        bail!(
+            "port {peer} is {}, and this side is {}: give both sides the same --via",
+            other.describe(),
+            mine.describe()
+        );
+    }
+    Ok(())
 }
 
 /// Scratchpads a device needs for the role register beside the apps' own
@@ -93,7 +164,8 @@ pub fn clear_role(dev: &dyn NtbDevice) -> Result<()> {
 /// be cleared under us) and waits until it says it is `theirs`, calling
 /// `idle` between looks. Fails when `peer` says it is `mine` too (a twin,
 /// told once more before we leave: it may have cleared its register after
-/// our last word), says nothing for `timeout`, or `idle` fails.
+/// our last word), is `theirs` through the other registers
+/// ([`check_same_via`]), says nothing for `timeout`, or `idle` fails.
 pub fn await_counterpart(
     dev: &dyn NtbDevice,
     peer: Port,
@@ -113,11 +185,17 @@ pub fn await_counterpart(
         if announced(dev, peer, theirs) {
             return Ok(());
         }
-        if announced(dev, peer, mine) {
+        check_same_via(dev, peer, mine, theirs)?;
+        // A twin, through the same registers or the other ones.
+        if let Some(twin) = [Some(mine), mine.with_other_via()]
+            .into_iter()
+            .flatten()
+            .find(|&r| announced(dev, peer, r))
+        {
             let _ = announce(dev, peer, mine);
             bail!(
                 "port {peer} is {} too, not {}: two cannot pair; run one side with --server",
-                mine.describe(),
+                twin.describe(),
                 theirs.describe()
             );
         }
