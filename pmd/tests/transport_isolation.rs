@@ -135,6 +135,23 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
         Err(TransportError::Hw(HwError::SlotLost { port: 0 })) => {}
         other => panic!("a dropped host's send went through: {other:?}"),
     }
+    // Nor its register writes: a scratchpad or doorbell of B's, as the owner
+    // of slot 0 (C now), or its old registers (C's now).
+    let spad = |h: &Host| h.t.device().spad_read(0).unwrap();
+    let (spad_b, spad_c) = (spad(&b), spad(&c));
+    let zombie = a.t.device();
+    for refused in [
+        zombie.peer_spad_write(1, 0, 0x5a5a_5a5a),
+        zombie.peer_db_set(1, 1),
+        zombie.spad_write(0, 0x5a5a_5a5a),
+    ] {
+        assert!(
+            matches!(refused, Err(HwError::SlotLost { port: 0 })),
+            "a dropped host's register write: {refused:?}"
+        );
+    }
+    assert_eq!(spad(&b), spad_b);
+    assert_eq!(spad(&c), spad_c);
     let end = Instant::now() + LONG;
     while a.t.peer_state(1) != PeerState::Lost {
         a.pump();

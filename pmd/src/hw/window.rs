@@ -195,9 +195,14 @@ impl PeerWindow {
         self
     }
 
-    /// The guard, to set a field of it (before the handle is shared).
+    /// The guard, to set a field of it (before the handle is shared), under
+    /// a new id: its checks are not those of any other guard.
     fn guard_mut(&mut self) -> &mut Guard {
-        Arc::make_mut(self.guard.get_or_insert_with(Default::default))
+        /// The last guard id handed out (0: a handle without checks).
+        static LAST_GUARD_ID: AtomicU64 = AtomicU64::new(0);
+        let g = Arc::make_mut(self.guard.get_or_insert_with(Default::default));
+        g.id = LAST_GUARD_ID.fetch_add(1, Ordering::Relaxed) + 1;
+        g
     }
 
     /// Whether this handle may write `len` bytes at `offset` (see
@@ -316,11 +321,13 @@ impl PeerWindow {
         })
     }
 
-    /// Which checks this handle makes (its guard's address; 0: none):
-    /// handles onto one mapping with other checks differ in it.
+    /// Which checks this handle makes (its guard's id; 0: none): handles
+    /// onto one mapping with other checks differ in it. An id, not the
+    /// guard's address, which a later guard may be given once this one is
+    /// freed (a token would then pass for one of the new guard's).
     #[inline]
-    fn guard_id(&self) -> usize {
-        self.guard.as_ref().map_or(0, |g| Arc::as_ptr(g) as usize)
+    fn guard_id(&self) -> u64 {
+        self.guard.as_ref().map_or(0, |g| g.id)
     }
 
     /// The range `admitted` as a span for many writes, checked once: its
@@ -589,6 +596,8 @@ impl PeerWindow {
 /// with none of them) pays one test.
 #[derive(Clone, Default)]
 struct Guard {
+    /// Unique among the guards of this process (see `PeerWindow::guard_id`).
+    id: u64,
     tenure: Option<Tenure>,
     granted: Option<Arc<[Range<usize>]>>,
     live: Option<LiveGrants>,
@@ -675,7 +684,7 @@ pub struct Admitted {
     /// checks (`PeerWindow::guard_id`); a write through another handle
     /// admits the range again.
     base: usize,
-    guard: usize,
+    guard: u64,
     offset: usize,
     len: usize,
     /// What the admission rests on (see `Guard::admit`).

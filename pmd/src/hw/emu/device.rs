@@ -165,7 +165,25 @@ impl EmuDevice {
                 .word
                 .compare_exchange(claimed, free.pack(), AcqRel, Relaxed);
         };
-        // Fresh registers for the new generation.
+        // Whether the slot is still ours: a claimer stalled past the
+        // heartbeat timeout (a paused VM, where only heartbeats tell) may
+        // have been reaped and its slot taken, and must not reset or
+        // publish over the new owner's registers.
+        let taken = || {
+            HwError::Fabric(format!(
+                "slot {port} of fabric {:?} was taken from us while we set it up \
+                 (were we stalled past the {:?} heartbeat timeout?): try again",
+                fabric.name(),
+                fcfg.heartbeat_timeout
+            ))
+        };
+        if regs.word.load(Acquire) != claimed {
+            return Err(taken());
+        }
+        // Fresh registers for the new generation. The grant template's
+        // sequence number keeps rising across owners (count 0: nothing
+        // published), so that a reader of the last owner's template cannot
+        // take a mix of the two for one.
         regs.owner_start.store(own_start(), Relaxed);
         regs.heartbeat_ns.store(now_ns(), Relaxed);
         regs.heartbeat_count.store(0, Relaxed);
@@ -174,7 +192,9 @@ impl EmuDevice {
         regs.xlat_iova.store(0, Relaxed);
         regs.xlat_size.store(0, Relaxed);
         regs.rlut_refusals.store(0, Relaxed);
-        regs.grant_count.store(0, Relaxed);
+        let template_seq = (regs.grant_count.load(Relaxed) >> 32) as u32;
+        regs.grant_count
+            .store(u64::from(template_seq.wrapping_add(2) & !1) << 32, Relaxed);
         regs.grants.reset();
         for c in &regs.counters {
             c.store(0, Relaxed);
@@ -189,6 +209,9 @@ impl EmuDevice {
                 return Err(e);
             }
         };
+        if regs.word.load(Acquire) != claimed {
+            return Err(taken());
+        }
         regs.win_pid.store(window.published_pid(), Relaxed);
         regs.win_fd.store(window.published_fd(), Relaxed);
         regs.win_len.store(window.len() as u64, Relaxed);
@@ -205,12 +228,7 @@ impl EmuDevice {
             .compare_exchange(claimed, up, Release, Relaxed)
             .is_err()
         {
-            return Err(HwError::Fabric(format!(
-                "slot {port} of fabric {:?} was taken from us while we set it up \
-                 (were we stalled past the {:?} heartbeat timeout?): try again",
-                fabric.name(),
-                fcfg.heartbeat_timeout
-            )));
+            return Err(taken());
         }
         tracing::debug!(
             fabric = fabric.name(),
@@ -810,6 +828,7 @@ impl NtbDevice for EmuDevice {
                  multiples of {XLAT_ALIGN} and the size 1..={max} bytes"
             )));
         }
+        self.still_ours()?;
         let r = self.regs();
         r.xlat_iova.store(iova, Relaxed);
         r.xlat_size.store(size as u64, Release);
@@ -825,7 +844,9 @@ impl NtbDevice for EmuDevice {
     }
 
     fn db_clear(&self, bits: u64) {
-        self.regs().db.fetch_and(!bits, AcqRel);
+        if self.still_ours().is_ok() {
+            self.regs().db.fetch_and(!bits, AcqRel);
+        }
     }
 
     fn db_mask(&self) -> u64 {
@@ -833,13 +854,17 @@ impl NtbDevice for EmuDevice {
     }
 
     fn db_set_mask(&self, bits: u64) {
-        self.regs()
-            .db_mask
-            .fetch_or(bits & self.db_valid_mask(), AcqRel);
+        if self.still_ours().is_ok() {
+            self.regs()
+                .db_mask
+                .fetch_or(bits & self.db_valid_mask(), AcqRel);
+        }
     }
 
     fn db_clear_mask(&self, bits: u64) {
-        self.regs().db_mask.fetch_and(!bits, AcqRel);
+        if self.still_ours().is_ok() {
+            self.regs().db_mask.fetch_and(!bits, AcqRel);
+        }
     }
 
     fn peer_db_set(&self, peer: Port, bits: u64) -> Result<()> {
@@ -849,6 +874,7 @@ impl NtbDevice for EmuDevice {
                 "doorbell bits {bits:#x} outside the device's doorbell (mask {valid:#x})"
             )));
         }
+        self.still_ours()?;
         let (r, _) = self.up_peer(peer)?;
         r.db.fetch_or(bits, Release);
         r.db_rings.fetch_add(1, Relaxed);
@@ -867,12 +893,14 @@ impl NtbDevice for EmuDevice {
 
     fn spad_write(&self, index: usize, value: u32) -> Result<()> {
         self.check_spad(index)?;
+        self.still_ours()?;
         self.regs().spads[index].store(value, Release);
         Ok(())
     }
 
     fn peer_spad_write(&self, peer: Port, index: usize, value: u32) -> Result<()> {
         self.check_spad(index)?;
+        self.still_ours()?;
         let (r, _) = self.up_peer(peer)?;
         r.spads[index].store(value, Release);
         self.inner.counters.posted(4);
