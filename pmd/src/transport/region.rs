@@ -395,8 +395,9 @@ impl RegionTable {
     }
 
     /// `peer` acknowledged the revocation of `key` (or is gone): what was
-    /// granted to it alone is withdrawn; once no peer is pending, the rest
-    /// of the region's grants are, and its bytes return to the area.
+    /// granted to it alone is withdrawn (once no rendezvous write into the
+    /// region is served); once no peer is pending, the rest of the region's
+    /// grants are, and its bytes return to the area.
     pub fn revoke_acked(&mut self, key: RegionKey, peer: Port) {
         let Some((_, pending, grants)) = self.revoking.get_mut(&key.0) else {
             return;
@@ -409,11 +410,16 @@ impl RegionTable {
             *n = n.saturating_sub(1);
         }
         let done = pending.is_empty();
-        let (its, rest): (Vec<Grant>, Vec<Grant>) = std::mem::take(grants)
-            .into_iter()
-            .partition(|&(p, _)| p == Some(peer));
-        *grants = rest;
-        self.withdraw(&its);
+        // While a rendezvous write into the region is served, its copies
+        // may still come (set aside while our grant table was mid-edit): the
+        // peer's grants stay until the last ends, and go with the rest then.
+        if !self.writers.contains_key(&key.0) {
+            let (its, rest): (Vec<Grant>, Vec<Grant>) = std::mem::take(grants)
+                .into_iter()
+                .partition(|&(p, _)| p == Some(peer));
+            *grants = rest;
+            self.withdraw(&its);
+        }
         if done {
             self.retire_if_done(key);
         }
