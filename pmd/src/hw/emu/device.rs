@@ -316,9 +316,14 @@ impl EmuDevice {
     /// host that took its place (whose grants its stale ids would
     /// withdraw). Checked before each edit; a reclaim between the check and
     /// the edit needs this host stalled past the heartbeat timeout in
-    /// between, as any reclaim does.
+    /// between, as any reclaim does. Also before each register write, so
+    /// one load of the slot word (not the `lost` flag, which only ever
+    /// follows the word changing, and shares a line with locks the
+    /// heartbeat takes): the word's line is written only on join, leave
+    /// and reclaim, and by heartbeats, four per timeout.
+    #[inline]
     fn still_ours(&self) -> Result<()> {
-        if self.inner.lost.load(Relaxed) || self.regs().word.load(Acquire) != self.inner.word {
+        if self.regs().word.load(Acquire) != self.inner.word {
             return Err(HwError::SlotLost {
                 port: self.inner.port,
             });
