@@ -743,6 +743,48 @@ mod tests {
         );
     }
 
+    /// A peer's acknowledgement of a revocation withdraws its grant only
+    /// once no rendezvous write into the region is served: a copy of that
+    /// write set aside (our grant table mid-edit) must still be admitted.
+    #[test]
+    fn a_revoke_ack_keeps_the_grant_while_a_write_is_served() {
+        use crate::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
+        let name = "revoke-ack";
+        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fcfg = FabricConfig {
+            slots: 2,
+            window_size: 1 << 20,
+            heartbeat_timeout: std::time::Duration::from_secs(2),
+            ..FabricConfig::default()
+        };
+        let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
+        let dc = DeviceConfig {
+            slot: Some(0),
+            fabric: fcfg.clone(),
+            dir: Some(dir.clone()),
+            ..DeviceConfig::default()
+        };
+        let dev: Arc<dyn NtbDevice> = Arc::new(fabric.join(&dc).unwrap());
+        let granted = || fabric.status().slots[0].granted_ranges;
+        let mut t = RegionTable::new(64 * 1024, 512 * 1024).with_grants(dev.clone(), 0);
+        let before = granted();
+        let k = t.register_for(4096, Access::ALL, None, Some(&[1])).unwrap();
+        let with_region = granted();
+        assert!(with_region > before, "{before} -> {with_region}");
+        assert!(t.advertise_one(k, 1).is_some());
+        t.write_served(k);
+        assert_eq!(t.deregister(k).unwrap(), vec![1]);
+        t.revoke_acked(k, 1);
+        assert_eq!(granted(), with_region, "withdrawn while a write was served");
+        t.write_ended(k);
+        assert_eq!(granted(), before);
+        drop((t, dev));
+        drop(fabric);
+        EmuFabric::destroy_in(&dir, name).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn register_resolve_deregister() {
         let mut t = RegionTable::new(4096, 4096 + 64 * 100);
