@@ -24,6 +24,14 @@ if ! cargo +nightly miri --version >/dev/null 2>&1; then
         "(rustup toolchain install nightly --component miri,rust-src)"
     exit 0
 fi
+# A nightly older than the workspace's rust-version cannot build it: skip.
+need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+have=$(rustc +nightly --version | sed -n 's/^rustc \([0-9]*\.[0-9]*\).*/\1/p')
+if [ "$(printf '%s\n' "$need" "$have" | sort -V | head -n 1)" != "$need" ]; then
+    echo "miri: SKIPPED: the nightly toolchain is Rust $have, older than the $need" \
+        "this workspace needs (rustup update nightly)"
+    exit 0
+fi
 # Isolation off: proptest reads and writes its regression files, and the
 # stress tests' watchdog reads the clock. Proptest's default generator
 # (ChaCha) costs minutes per case in the interpreter; its XorShift does not.

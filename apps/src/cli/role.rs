@@ -174,16 +174,11 @@ pub fn await_counterpart(
     timeout: Duration,
     mut idle: impl FnMut() -> Result<()>,
 ) -> Result<()> {
-    let start = Instant::now();
-    let mut looks = 0u32;
-    loop {
-        if looks.is_multiple_of(64) {
-            // A peer that left is noticed by `idle` or the timeout.
-            let _ = announce(dev, peer, mine);
-        }
-        looks = looks.wrapping_add(1);
+    // `Ok(true)` once `peer` says it is `theirs`; the error when it says it
+    // is `theirs` through the other registers, or a twin.
+    let marks = || -> Result<bool> {
         if announced(dev, peer, theirs) {
-            return Ok(());
+            return Ok(true);
         }
         check_same_via(dev, peer, mine, theirs)?;
         // A twin, through the same registers or the other ones.
@@ -199,7 +194,25 @@ pub fn await_counterpart(
                 theirs.describe()
             );
         }
-        idle()?;
+        Ok(false)
+    };
+    let start = Instant::now();
+    let mut looks = 0u32;
+    loop {
+        if looks.is_multiple_of(64) {
+            // A peer that left is noticed by `idle` or the timeout.
+            let _ = announce(dev, peer, mine);
+        }
+        looks = looks.wrapping_add(1);
+        if marks()? {
+            return Ok(());
+        }
+        if let Err(e) = idle() {
+            // A peer that said what it is and left at once (a twin, the
+            // other --via): say what it was, not only that it left.
+            marks()?;
+            return Err(e);
+        }
         if start.elapsed() >= timeout {
             bail!(
                 "port {peer} did not say it is {} within {timeout:?} (is it one, and not another \
