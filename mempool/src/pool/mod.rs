@@ -209,10 +209,9 @@ impl Pool {
         // `base` is 4096-aligned.
         let info = unsafe { layout::read_header(base, zone.len() - offset, offset)? };
         let l = info.layout;
-        // SAFETY: read_header checked that `l.total` bytes from `base` are in
-        // the zone; the ring region is where the layout puts it, aligned; it
-        // holds that pool's free ring, used only through ring handles (our
-        // caller's promise).
+        // SAFETY: `l.total` bytes from `base` are in the zone (read_header);
+        // the ring region is where the layout puts it, aligned, and used only
+        // through ring handles (our caller's promise).
         let ring = unsafe { Ring::<u32>::attach(base.as_ptr().add(l.ring_off), l.ring_len)? };
         if ring.capacity() != l.ring_cap || ring.mode() != RingMode::MPMC {
             return Err(PoolError::BadPool {

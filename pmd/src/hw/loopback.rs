@@ -250,10 +250,8 @@ impl NtbDevice for LoopbackDevice {
         self.mw_geometry(mw)?;
         let w = self.fabric.lock()[self.port as usize].window.clone();
         let base = w.as_ptr() as *mut u8;
-        // SAFETY: the Vec holds `window_size` bytes, 64-byte aligned and
-        // interior-mutable, and the Arc kept by the handle keeps it alive;
-        // it is only ever accessed through window handles (raw pointers and
-        // atomics).
+        // SAFETY: `window_size` interior-mutable bytes, 64-byte aligned, kept
+        // alive by the handle's Arc; accessed only through window handles.
         Ok(unsafe { LocalWindow::from_raw(base, self.fabric.window_size, base as u64, w) })
     }
     fn peer_window(&self, peer: Port, mw: usize) -> Result<PeerWindow> {

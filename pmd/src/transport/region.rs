@@ -748,24 +748,9 @@ mod tests {
     /// write set aside (our grant table mid-edit) must still be admitted.
     #[test]
     fn a_revoke_ack_keeps_the_grant_while_a_write_is_served() {
-        use crate::hw::emu::{DeviceConfig, EmuFabric, FabricConfig};
         let name = "revoke-ack";
-        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fcfg = FabricConfig {
-            slots: 2,
-            window_size: 1 << 20,
-            heartbeat_timeout: std::time::Duration::from_secs(2),
-            ..FabricConfig::default()
-        };
-        let fabric = EmuFabric::create_in(&dir, name, &fcfg).unwrap();
-        let dc = DeviceConfig {
-            slot: Some(0),
-            fabric: fcfg.clone(),
-            dir: Some(dir.clone()),
-            ..DeviceConfig::default()
-        };
-        let dev: Arc<dyn NtbDevice> = Arc::new(fabric.join(&dc).unwrap());
+        let (dir, fabric, [ours, _peer]) = crate::hw::emu::two_members(name);
+        let dev: Arc<dyn NtbDevice> = Arc::new(ours);
         let granted = || fabric.status().slots[0].granted_ranges;
         let mut t = RegionTable::new(64 * 1024, 512 * 1024).with_grants(dev.clone(), 0);
         let before = granted();
@@ -779,9 +764,9 @@ mod tests {
         assert_eq!(granted(), with_region, "withdrawn while a write was served");
         t.write_ended(k);
         assert_eq!(granted(), before);
-        drop((t, dev));
+        drop((t, dev, _peer));
         drop(fabric);
-        EmuFabric::destroy_in(&dir, name).unwrap();
+        crate::hw::emu::EmuFabric::destroy_in(&dir, name).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

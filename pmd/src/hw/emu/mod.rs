@@ -107,3 +107,29 @@ pub use region::SharedRegion;
 pub use registers::SlotRegisters;
 pub use segment::{MAX_NAME_LEN, shm_dir, validate_name};
 pub use status::{FabricInfo, FabricStatus, SlotStatus, WindowBacking};
+
+/// A two-slot fabric `name` in a directory of its own, with a member in
+/// each slot (for tests).
+#[cfg(test)]
+pub(crate) fn two_members(name: &str) -> (std::path::PathBuf, EmuFabric, [EmuDevice; 2]) {
+    let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = FabricConfig {
+        slots: 2,
+        window_size: 1 << 20,
+        heartbeat_timeout: std::time::Duration::from_secs(2),
+        ..FabricConfig::default()
+    };
+    let fabric = EmuFabric::create_in(&dir, name, &cfg).unwrap();
+    let join = |slot| {
+        let dc = DeviceConfig {
+            slot: Some(slot),
+            fabric: cfg.clone(),
+            dir: Some(dir.clone()),
+            ..DeviceConfig::default()
+        };
+        EmuDevice::join(&fabric, &dc).unwrap()
+    };
+    let members = [join(0), join(1)];
+    (dir, fabric, members)
+}

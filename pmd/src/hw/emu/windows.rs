@@ -228,7 +228,7 @@ fn window_zone_name(fabric: &EmuFabric, port: Port) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hw::emu::{DeviceConfig, EmuDevice, FabricConfig};
+    use crate::hw::emu::two_members;
     use crate::hw::{NtbDevice, PeerGrant, Strided};
 
     #[test]
@@ -242,31 +242,6 @@ mod tests {
         let info = "MemTotal:       16000000 kB\nMemAvailable:    2000000 kB\n";
         assert_eq!(mem_available(info), Some(2_000_000 * 1024));
         assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
-    }
-
-    /// A two-slot fabric `name` in a directory of its own, with a member in
-    /// each slot.
-    fn two_members(name: &str) -> (std::path::PathBuf, EmuFabric, [EmuDevice; 2]) {
-        let dir = std::env::temp_dir().join(format!("ntbdk-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = FabricConfig {
-            slots: 2,
-            window_size: 1 << 20,
-            heartbeat_timeout: std::time::Duration::from_secs(2),
-            ..FabricConfig::default()
-        };
-        let fabric = EmuFabric::create_in(&dir, name, &cfg).unwrap();
-        let join = |slot| {
-            let dc = DeviceConfig {
-                slot: Some(slot),
-                fabric: cfg.clone(),
-                dir: Some(dir.clone()),
-                ..DeviceConfig::default()
-            };
-            EmuDevice::join(&fabric, &dc).unwrap()
-        };
-        let members = [join(0), join(1)];
-        (dir, fabric, members)
     }
 
     /// A member that publishes another file as its window (here one of our
