@@ -590,6 +590,37 @@ fn qp_shows_each_hosts_queue_pairs_from_their_stats_pages() {
     std::fs::write(stats_path(p, "qp", 2), b"junk").unwrap();
     let out = ok(p, &["qp", "qp"]);
     assert!(out.contains("unreadable"), "{out}");
+    // A FIFO planted under a page's name is refused, not waited on.
+    let fifo = stats_path(p, "qp", 5);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let out = ok(p, &["qp", "qp"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("   5") && l.contains("not a regular file")),
+        "{out}"
+    );
+    // A page its live host last rewrote long ago says how old it is; one
+    // its live host left mid-write says so. (Neither host polls now.)
+    use std::os::unix::fs::FileExt;
+    let poke = |page: &Path, word: u64, v: u64| {
+        let file = std::fs::OpenOptions::new().write(true).open(page).unwrap();
+        file.write_all_at(&v.to_le_bytes(), word * 8).unwrap();
+    };
+    poke(&page_a, 9, 1);
+    poke(&page_b, 8, 1);
+    let out = ok(p, &["qp", "qp"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("   0") && l.contains("last rewritten")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("   1") && l.contains("stopped or stuck")),
+        "{out}"
+    );
+    let e = fails(p, &["qp", "vfio:0000:00:03.0"]);
+    assert!(e.contains("only hosts on an emulated fabric"), "{e}");
 
     drop(a);
     assert!(!page_a.exists(), "the page goes with its transport");

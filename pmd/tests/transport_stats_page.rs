@@ -11,7 +11,7 @@ use ntbdk_pmd::hw::loopback::LoopbackFabric;
 use ntbdk_pmd::transport::inject::Injector;
 use ntbdk_pmd::transport::{
     Access, Config, DropKind, Geometry, PUBLISH_INTERVAL, PublishedState, RemoteAddr, Ring, Sge,
-    Transport, epoch, read_stats, stats_path,
+    Transport, TransportError, epoch, read_stats, stats_path,
 };
 
 struct Dir(PathBuf);
@@ -153,12 +153,42 @@ fn a_bad_page_is_an_error_not_a_panic() {
     check(&with_word(5, 4000), "cannot hold 4000 ports");
     check(&with_word(4, 2), "port 2 outside its 2 ports");
     check(&bytes[..bytes.len() - 8], "cannot hold 2 ports");
-    check(&with_word(8, 1), "kept rewriting");
+    check(&with_word(8, 1), "stayed in the middle of rewriting it");
+    std::fs::write(&bad, with_word(8, 1)).unwrap();
+    match read_stats(&bad) {
+        Err(TransportError::StatsMidWrite { pid, .. }) => assert_eq!(pid, std::process::id()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// What another user can plant under a page's name in a world-writable
+/// directory is refused at once: a FIFO (opening it would wait for a writer
+/// for good) and a symbolic link (to a page or anything else).
+#[test]
+fn a_fifo_or_a_link_named_as_a_page_is_refused_without_blocking() {
+    let d = dir("plant");
+    let fifo = stats_path(&d.0, "lab", 1);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let e = read_stats(&fifo).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+
+    let fabric = LoopbackFabric::new(2, 4 << 20);
+    let mut t = Transport::new(
+        Arc::new(fabric.join(0).unwrap()),
+        Config::new(Geometry::small(2)),
+    )
+    .unwrap();
+    let good = stats_path(&d.0, "lab", 0);
+    t.publish_stats(&good).unwrap();
+    let link = stats_path(&d.0, "lab", 2);
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    let e = read_stats(&link).unwrap_err().to_string();
+    assert!(e.contains("cannot open"), "{e}");
 }
 
 /// A page replaced at its path (a transport started again on the same
-/// port) is a new file: a reader that mapped the old one keeps reading it
-/// whole instead of faulting past the end of a file cut short under it, and
+/// port) is a new file: a reader that opened the old one keeps reading it
+/// whole, and
 /// no file of the build is left beside it.
 #[test]
 fn a_replaced_page_is_a_new_file() {

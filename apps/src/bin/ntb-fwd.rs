@@ -175,7 +175,10 @@ fn parse_buf_size(s: &str) -> Result<u32, String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if let Some(msg) = eal_hint(&argv) {
         eprintln!("{TOOL}: error: {msg}\n\nFor more information, try '--help'.");
         return ExitCode::from(2);

@@ -287,8 +287,14 @@ fn main() -> ExitCode {
 /// Parses the command line; perftest flags that have no meaning here, and a
 /// server address, are refused with what to use instead (exit status 2).
 fn parse() -> Result<(Args, ArgMatches), ExitCode> {
-    let argv: Vec<String> = std::env::args().collect();
-    if let Some(msg) = perftest::refuse(&argv[1..], Invocation::Perf) {
+    // `args_os`: a path that is not UTF-8 is clap's to judge, not a panic.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let words: Vec<String> = argv
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(msg) = perftest::refuse(&words, Invocation::Perf) {
         eprintln!("{TOOL}: error: {msg}\n\nFor more information, try '--help'.");
         return Err(ExitCode::from(2));
     }
@@ -544,7 +550,9 @@ fn run(args: &Args) -> Result<()> {
 }
 
 /// Publishes the transport's stats page beside a fabric member's fabric,
-/// where `ntb-tool qp` reads it (a bridge has no fabric to put it beside).
+/// where `ntb-tool qp` reads it (a bridge has no fabric to put it beside,
+/// nor has an ivshmem device's shared fabric a directory: `publish_stats`
+/// skips it).
 fn publish_host_stats(ep: &mut Endpoint, host: &Host) {
     if let Some(m) = &host.member {
         publish_stats(TOOL, &mut ep.t, m);

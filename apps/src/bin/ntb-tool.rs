@@ -580,7 +580,15 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Qp { name, all } => {
-            let name = name.strip_prefix("emu:").unwrap_or(&name).to_owned();
+            let name = match name.parse::<DeviceSpec>() {
+                Ok(DeviceSpec::Emu(n)) => n,
+                Ok(dev) => bail!(
+                    "qp {dev}: only hosts on an emulated fabric publish their queue pairs \
+                     (a device's hosts have no fabric directory to put them in); give a fabric \
+                     name, or ask the host's application for its counters"
+                ),
+                Err(e) => bail!("qp: {e}"),
+            };
             let f = attach(&dir, &name)?;
             let pages = find_pages(&dir, &name)
                 .with_context(|| format!("listing stats pages in {}", dir.display()))?;

@@ -183,9 +183,13 @@ pub fn shared_cores(spinners: &[(String, core_affinity::CoreId)]) -> Vec<(usize,
 
 /// Publishes `t`'s stats page beside `dev`'s fabric, where `ntb-tool qp`
 /// reads it (removed when `t` is dropped). Failing to is a warning: the run
-/// goes on without it.
+/// goes on without it. A fabric with no directory (one shared through an
+/// ivshmem device, which `ntb-tool` cannot name) gets no page.
 pub fn publish_stats(tool: &str, t: &mut ntbdk_pmd::transport::Transport, dev: &EmuDevice) {
     let f = dev.fabric();
+    if f.dir().as_os_str().is_empty() {
+        return;
+    }
     let path = ntbdk_pmd::transport::stats_path(f.dir(), f.name(), dev.port());
     if let Err(e) = t.publish_stats(&path) {
         eprintln!("{tool}: warning: {e}: ntb-tool qp will not show this host");

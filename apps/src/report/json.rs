@@ -86,7 +86,9 @@ impl Report {
             schema: SCHEMA_VERSION,
             ntbdk_version: env!("CARGO_PKG_VERSION").to_string(),
             tool: tool.to_string(),
-            command_line: std::env::args().collect(),
+            command_line: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
             unix_time: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

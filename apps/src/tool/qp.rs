@@ -4,10 +4,11 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ntbdk_pmd::hw::emu::{FabricStatus, SlotState};
 use ntbdk_pmd::transport::{
-    DropKind, PublishedStats, is_page_being_built, read_stats, stats_prefix,
+    DropKind, PublishedStats, TransportError, is_page_being_built, read_stats, stats_prefix,
 };
 
 /// One host's page as found beside a fabric.
@@ -18,7 +19,7 @@ pub struct HostPage {
     /// The file.
     pub path: PathBuf,
     /// What it holds, or why it could not be read.
-    pub stats: Result<PublishedStats, String>,
+    pub stats: Result<PublishedStats, TransportError>,
 }
 
 /// The pages of fabric `fabric` in `dir`, by port.
@@ -30,7 +31,7 @@ pub fn find_pages(dir: &Path, fabric: &str) -> std::io::Result<Vec<HostPage>> {
             let name = e.file_name();
             let port = name.to_str()?.strip_prefix(&prefix)?.parse().ok()?;
             let path = e.path();
-            let stats = read_stats(&path).map_err(|e| e.to_string());
+            let stats = read_stats(&path);
             Some(HostPage { port, path, stats })
         })
         .collect();
@@ -58,12 +59,20 @@ pub fn remove_pages(dir: &Path, fabric: &str) {
 /// Whether `st`'s slot `port` is still held by the page's author (same pid
 /// and join generation): otherwise the page was left by a host that is gone.
 pub fn page_is_live(st: &FabricStatus, port: u16, page: &PublishedStats) -> bool {
+    holds_slot(st, port, page.pid, page.generation)
+}
+
+/// Whether `st`'s slot `port` is held by `pid` under join `generation`.
+fn holds_slot(st: &FabricStatus, port: u16, pid: u32, generation: u64) -> bool {
     st.slots.get(usize::from(port)).is_some_and(|s| {
-        s.state != SlotState::Free
-            && s.owner_pid == Some(page.pid)
-            && s.generation == page.generation
+        s.state != SlotState::Free && s.owner_pid == Some(pid) && s.generation == generation
     })
 }
+
+/// A page not rewritten for this long is shown with its age: its host holds
+/// its slot but its transport has not polled its slow path since (the host
+/// rewrites it every few milliseconds while it polls).
+const STILL_PAGE: Duration = Duration::from_secs(2);
 
 /// Drops by kind, `kind=count` for each kind seen, or `-`.
 pub fn drops_by_kind(dropped: &[u64]) -> String {
@@ -93,6 +102,9 @@ pub fn render_qps(st: &FabricStatus, pages: &[HostPage], all: bool) -> String {
         );
         return out;
     }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let _ = writeln!(
         out,
         "{:>4} {:>8} {:>4} {:<10} {:>6} {:>6} {:>6} {:>7} {:>6} {:>7} {:>10} {:>10} {:>10} \
@@ -117,6 +129,23 @@ pub fn render_qps(st: &FabricStatus, pages: &[HostPage], all: bool) -> String {
     for page in pages {
         let stats = match &page.stats {
             Ok(s) => s,
+            Err(TransportError::StatsMidWrite {
+                pid, generation, ..
+            }) => {
+                let why = if holds_slot(st, page.port, *pid, *generation) {
+                    "its host is stopped or stuck in the middle of rewriting it"
+                } else {
+                    "left half-written by a host that is gone; remove it"
+                };
+                let _ = writeln!(
+                    out,
+                    "{:>4} {:>8} unreadable: {why} ({})",
+                    page.port,
+                    pid,
+                    page.path.display()
+                );
+                continue;
+            }
             Err(e) => {
                 let _ = writeln!(out, "{:>4} unreadable: {e}", page.port);
                 continue;
@@ -131,6 +160,17 @@ pub fn render_qps(st: &FabricStatus, pages: &[HostPage], all: bool) -> String {
                 page.path.display()
             );
             continue;
+        }
+        let age = now_ms.saturating_sub(stats.updated_unix_ms);
+        if age >= STILL_PAGE.as_millis() as u64 {
+            let _ = writeln!(
+                out,
+                "{:>4} {:>8} last rewritten {:.1} s ago: its transport has not polled since \
+                 (stopped or busy elsewhere), so these figures are that old",
+                stats.port,
+                stats.pid,
+                age as f64 / 1000.0
+            );
         }
         for p in &stats.peers {
             if !all && p.counters.connects == 0 {

@@ -260,6 +260,23 @@ pub enum TransportError {
         /// Which page, and what went wrong.
         what: String,
     },
+    /// A stats page whose owner stayed in the middle of rewriting it while
+    /// [`read_stats`](super::read_stats) retried: the owner is stopped (a
+    /// job-control stop, a debugger), stuck, or was killed mid-write (tell
+    /// these apart by whether `pid` still holds its port).
+    #[error(
+        "stats page {}: its owner (pid {pid}) stayed in the middle of rewriting it: \
+         stopped, stuck, or killed while writing",
+        path.display()
+    )]
+    StatsMidWrite {
+        /// The page.
+        path: std::path::PathBuf,
+        /// The owner's pid, from the page's header.
+        pid: u32,
+        /// The owner's join generation, from the page's header.
+        generation: u64,
+    },
 }
 
 impl TransportError {

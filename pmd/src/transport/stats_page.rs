@@ -5,9 +5,9 @@
 //! The owner ([`Transport::publish_stats`](super::Transport::publish_stats)) creates the file, maps it and
 //! rewrites it from its slow path (every [`PUBLISH_INTERVAL`] at most)
 //! with relaxed atomic stores inside a sequence lock; it removes the file
-//! when the transport is dropped. A reader ([`read_stats`]) maps it
-//! read-only, validates it like any input from another process, and copies
-//! a consistent snapshot out.
+//! when the transport is dropped. A reader ([`read_stats`]) reads it with
+//! `pread`, validates it like any input from another process, and keeps a
+//! consistent snapshot.
 //!
 //! ```text
 //! word 0     magic "NTBDKQPS"
@@ -23,7 +23,7 @@
 
 use std::fs::File;
 use std::num::NonZeroUsize;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -254,8 +254,8 @@ impl Mapping {
     /// The word at index `i`, if inside the mapping.
     fn word(&self, i: usize) -> Option<&AtomicU64> {
         (i < self.words).then(|| {
-            // `AtomicU64` is valid for any bytes and is only loaded from a
-            // read-only mapping (a plain load on the platforms we build for).
+            // `AtomicU64` is valid for any bytes; the owner's mapping is the
+            // only one (readers `pread`).
             // SAFETY: `i` words are inside the mapping (checked), which is
             // page aligned, so the address is 8-byte aligned; the mapping
             // lives as long as `self`.
@@ -291,8 +291,8 @@ impl StatsPage {
     /// fabric of `ports` ports.
     ///
     /// The page is built in a file of its own and renamed over `path` once
-    /// complete: a reader that mapped an earlier page at `path` keeps that
-    /// file, never one cut short under its mapping (which would fault).
+    /// complete: a reader that opened an earlier page at `path` keeps
+    /// reading that file whole.
     pub(crate) fn create(path: &Path, port: Port, ports: usize, generation: u64) -> Result<Self> {
         let err = |e: std::io::Error| TransportError::Stats {
             what: format!("creating {}: {e}", path.display()),
@@ -449,69 +449,109 @@ fn bump(out: &mut [[u64; 3]], peer: Port, kind: usize) {
     }
 }
 
-/// Reads the page at `path` (see the module docs): maps it read-only,
-/// validates its header and size, and copies out a consistent snapshot
-/// (retrying while the owner is mid-write). A page that is not one, of
-/// another version, or cut short is an error saying which.
+/// Reads the page at `path` (see the module docs): opens it without
+/// following a link or waiting on a FIFO, validates its header and size,
+/// and copies a consistent snapshot out with `pread` (retrying while the
+/// owner is mid-write). Reading, not mapping: a page cut short under the
+/// reader by a hostile process is an error, not a `SIGBUS`. A page that is
+/// not one, of another version, or cut short is an error saying which; a
+/// page whose owner stays mid-write is [`TransportError::StatsMidWrite`].
 pub fn read_stats(path: &Path) -> Result<PublishedStats> {
     let bad = |why: String| TransportError::Stats {
         what: format!("{}: {why}", path.display()),
     };
-    let file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
-    let len = file
+    let file = open_page(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let meta = file
         .metadata()
-        .map_err(|e| bad(format!("cannot stat: {e}")))?
-        .len();
-    let len = usize::try_from(len).map_err(|_| bad(format!("{len} bytes is too large")))?;
-    if len < HEADER_WORDS * 8 {
+        .map_err(|e| bad(format!("cannot stat: {e}")))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file: not a stats page".into()));
+    }
+    let len = meta.len();
+    if len < (HEADER_WORDS * 8) as u64 {
         return Err(bad(format!(
             "{len} bytes, shorter than a header: not a stats page (or still being created)"
         )));
     }
-    let map = Mapping::map(&file, len, false, path)?;
-    let w = |i: usize| map.word(i).map_or(0, |a| a.load(Relaxed));
-    if map.word(H_MAGIC).map_or(0, |a| a.load(Acquire)) != MAGIC {
+    let words = |from: usize, n: usize| -> Result<Vec<u64>> {
+        let mut bytes = vec![0u8; n * 8];
+        file.read_exact_at(&mut bytes, (from * 8) as u64)
+            .map_err(|e| {
+                bad(format!(
+                    "cannot read words {from}..{}: {e} (cut short?)",
+                    from + n
+                ))
+            })?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    };
+    let header = words(0, HEADER_WORDS)?;
+    if header[H_MAGIC] != MAGIC {
         return Err(bad(
             "no stats-page magic: not a page, or still being created".into(),
         ));
     }
-    if w(H_VERSION) != VERSION {
+    if header[H_VERSION] != VERSION {
         return Err(bad(format!(
             "layout version {}, this tool reads {VERSION}: use the tool of the same ntbdk",
-            w(H_VERSION)
+            header[H_VERSION]
         )));
     }
-    let (hw, rw, ports) = (w(H_HEADER_WORDS), w(H_RECORD_WORDS), w(H_PORTS));
+    let (hw, rw, ports) = (
+        header[H_HEADER_WORDS],
+        header[H_RECORD_WORDS],
+        header[H_PORTS],
+    );
     if hw != HEADER_WORDS as u64 || rw != RECORD_WORDS as u64 || ports > MAX_PORTS {
         return Err(bad(format!(
             "bad geometry: header {hw} words, records {rw} words, {ports} ports"
         )));
     }
     let ports = ports as usize;
-    if HEADER_WORDS + ports * RECORD_WORDS > map.words {
+    let total = HEADER_WORDS + ports * RECORD_WORDS;
+    if (total * 8) as u64 > len {
         return Err(bad(format!(
             "{len} bytes cannot hold {ports} ports' records"
         )));
     }
-    let port = w(H_PORT);
+    let port = header[H_PORT];
     if port >= ports as u64 {
         return Err(bad(format!("port {port} outside its {ports} ports")));
     }
+    // A sequence lock's reader over `pread`s: the sequence, the whole page,
+    // the sequence again. The fences order the loads the kernel makes for
+    // us on this thread as they would our own.
     for _ in 0..1000 {
-        let s1 = map.word(H_SEQ).map_or(0, |a| a.load(Acquire));
+        let s1 = words(H_SEQ, 1)?[0];
+        fence(Acquire);
         if s1 & 1 == 1 {
             std::thread::yield_now();
             continue;
         }
-        let snap = snapshot(&w, port as Port, ports);
+        let page = words(0, total)?;
         fence(Acquire);
-        if w(H_SEQ) == s1 {
-            return Ok(snap);
+        if words(H_SEQ, 1)?[0] == s1 {
+            return Ok(snapshot(&|i| page[i], port as Port, ports));
         }
     }
-    Err(bad(
-        "the owner kept rewriting it (or died mid-write): try again".into(),
-    ))
+    Err(TransportError::StatsMidWrite {
+        path: path.to_owned(),
+        pid: header[H_PID] as u32,
+        generation: header[H_GENERATION],
+    })
+}
+
+/// Opens a page for reading: never through a symbolic link, never waiting
+/// for a writer (a FIFO planted under a page's name in a world-writable
+/// directory would otherwise block the reader for good).
+fn open_page(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
 }
 
 fn snapshot(w: &dyn Fn(usize) -> u64, port: Port, ports: usize) -> PublishedStats {

@@ -323,7 +323,9 @@ impl EmuFabric {
         &self.inner.name
     }
 
-    /// The directory its control segment is in.
+    /// The directory its control segment is in: empty for a fabric shared
+    /// through a device's memory ([`open_shared`](Self::open_shared)),
+    /// which has no file.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
