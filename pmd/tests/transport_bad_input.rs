@@ -880,7 +880,8 @@ fn a_peer_refilling_the_postq_ahead_of_the_victim_cannot_hold_its_poll() {
         std::thread::spawn(move || {
             let mut pushed = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let consumed = local.load_u64(credit).unwrap();
+                // The credit's low 32 bits (the high ones are the epoch).
+                let consumed = local.load_u64(credit).unwrap() & 0xffff_ffff;
                 while pushed < consumed + depth {
                     inj.push(Ring::PostQ, &[0xff; 56]).unwrap();
                     pushed += 1;
@@ -988,23 +989,29 @@ fn nonsense_credit_words_are_counted_and_a_sane_one_releases_the_backlog() {
     assert_eq!(bad(&s), 0);
     // A credit beyond what was produced: counted, nothing sent.
     s.inj
-        .scribble(credit, &(depth + 100).to_le_bytes())
+        .scribble(credit, &s.inj.credit_word(depth + 100).to_le_bytes())
         .unwrap();
     s.ts[1].progress();
     assert!(bad(&s) >= 1);
     assert_eq!(s.ts[1].resources(q).backlog, 4);
     // A sane partial credit sends two.
-    s.inj.scribble(credit, &2u64.to_le_bytes()).unwrap();
+    s.inj
+        .scribble(credit, &s.inj.credit_word(2).to_le_bytes())
+        .unwrap();
     s.ts[1].progress();
     assert_eq!(s.ts[1].resources(q).backlog, 2);
     // A credit going backwards: counted, nothing sent.
     let before = bad(&s);
-    s.inj.scribble(credit, &1u64.to_le_bytes()).unwrap();
+    s.inj
+        .scribble(credit, &s.inj.credit_word(1).to_le_bytes())
+        .unwrap();
     s.ts[1].progress();
     assert!(bad(&s) > before);
     assert_eq!(s.ts[1].resources(q).backlog, 2);
     // Crediting everything produced releases the rest.
-    s.inj.scribble(credit, &(depth + 2).to_le_bytes()).unwrap();
+    s.inj
+        .scribble(credit, &s.inj.credit_word(depth + 2).to_le_bytes())
+        .unwrap();
     s.ts[1].progress();
     assert_eq!(s.ts[1].resources(q).backlog, 0);
     assert!(s.ts[1].is_connected(2));

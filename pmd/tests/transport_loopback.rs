@@ -1569,6 +1569,101 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
     assert_eq!(ts[0].counters(q01).disconnects, 1);
 }
 
+/// A peer that drains its old rings after we reset the connection (it had
+/// stopped polling, and takes its old messages before it reads our new
+/// hello) writes its old progress into the credit words our reset had
+/// zeroed. The next connection must not take those for its own: a stale
+/// PostQ credit had port 0 overwrite sends port 1 had not read (each
+/// completed as sent), and port 1 then waited for good. Credit words carry
+/// the connection's epoch, as slots do.
+#[test]
+fn a_late_credit_of_a_reset_connection_is_not_taken_by_the_next() {
+    let (_f, mut ts) = transport_common::loopback_with(2, 16 << 20, |p| Config {
+        max_outstanding: if p == 1 { 1 << 20 } else { 4096 },
+        ..Config::new(geo(2))
+    });
+    let depth = u64::from(geo(2).queue_depth);
+    let q01 = ts[0].create_qp(1).unwrap();
+    let q10 = ts[1].create_qp(0).unwrap();
+    let rbuf = ts[1]
+        .register_region(8 * 4 * depth as usize, Access::LOCAL)
+        .unwrap();
+    let recv = |i: u64| RecvWr {
+        sge: Sge {
+            key: rbuf,
+            offset: 8 * i,
+            len: 8,
+        },
+        cookie: i,
+    };
+    // The old connection: half a ring of sends port 1 takes only after
+    // port 0 has reset (it does not poll until then).
+    let old: Vec<RecvWr> = (0..depth / 2).map(recv).collect();
+    assert_eq!(ts[1].post_recvs(q10, &old).unwrap(), old.len());
+    for i in 0..depth / 2 {
+        ts[0].post_send(q01, &i.to_le_bytes(), i).unwrap();
+    }
+    // The reset, as in the test above: port 1 posts and never polls, port
+    // 0's answers overflow its backlog.
+    let src = ts[1].register_region(64, Access::ALL).unwrap();
+    let local = [Sge {
+        key: src,
+        offset: 0,
+        len: 64,
+    }];
+    let nowhere = RemoteAddr {
+        key: RegionKey(0x5eed),
+        offset: 0,
+    };
+    let mut posted = 0u64;
+    while ts[0].is_connected(1) {
+        for _ in 0..16 {
+            match ts[1].post_write(q10, &local, nowhere, posted) {
+                Ok(()) => posted += 1,
+                Err(TransportError::Busy { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        ts[0].progress();
+        assert!(posted < 1 << 20, "the backlog never overflowed");
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while !(ts[0].is_connected(1) && ts[1].is_connected(0) && ts[1].counters(q10).disconnects > 0) {
+        ts[0].progress();
+        ts[1].progress();
+        assert!(Instant::now() < end, "no reconnection after the reset");
+    }
+    drain(&mut ts[0]);
+    drain(&mut ts[1]);
+    // The new connection: port 1 takes nothing until port 0 has filled
+    // the PostQ, which holds `depth` sends.
+    let mut sent = 0u64;
+    loop {
+        match ts[0].post_send(q01, &(1000 + sent).to_le_bytes(), sent) {
+            Ok(()) => sent += 1,
+            Err(TransportError::Busy { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(sent <= 2 * depth, "the PostQ never filled");
+    }
+    assert_eq!(sent, depth, "port 0 took a stale credit as room");
+    let new: Vec<RecvWr> = (0..sent).map(|i| recv(depth + i)).collect();
+    assert_eq!(ts[1].post_recvs(q10, &new).unwrap(), new.len());
+    let got = collect(&mut ts, 1, sent as usize);
+    for (i, c) in got.iter().enumerate() {
+        assert_eq!(
+            (c.op, c.status, c.cookie, c.bytes),
+            (OpKind::Recv, Status::Success, depth + i as u64, 8),
+            "message {i} of the new connection"
+        );
+        let mut back = [0u8; 8];
+        ts[1]
+            .region_read(rbuf, 8 * (depth + i as u64), &mut back)
+            .unwrap();
+        assert_eq!(u64::from_le_bytes(back), 1000 + i as u64);
+    }
+}
+
 /// A host with more regions open to a peer for one-sided writes than it
 /// advertises to one peer (32 768, half of what a peer can learn and of
 /// the queue's backlog) advertises only as many: advertising them all on

@@ -39,8 +39,9 @@ use super::wire::{BODY, Hello, TAG_OFFSET};
 /// Protocol version spoken in hellos (2: inline sends may span up to four
 /// consecutive PostQ slots; 3: one-sided writes — advertise, revoke,
 /// write-with-immediate; 4: data queues, whose shape the hello carries;
-/// 5: data descriptors up to three to a slot).
-pub const VERSION: u16 = 5;
+/// 5: data descriptors up to three to a slot; 6: credit words tagged with
+/// the connection's epoch).
+pub const VERSION: u16 = 6;
 
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);

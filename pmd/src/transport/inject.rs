@@ -93,6 +93,12 @@ impl Injector {
         self.win.write_u64(off + TAG_OFFSET, tag(self.epoch, seq))
     }
 
+    /// The credit word saying our consumer has taken `seq` messages of a
+    /// ring, as an honest peer of this connection writes it.
+    pub fn credit_word(&self, seq: u64) -> u64 {
+        tag(self.epoch, seq)
+    }
+
     /// Writes raw bytes anywhere in the victim's window (a peer can; the
     /// victim must survive it).
     pub fn scribble(&self, offset: usize, bytes: &[u8]) -> Result<()> {

@@ -15,7 +15,7 @@
 //!                  offset, so hosts with different geometries still see the mismatch)
 //! 64 + P*64 + p*S  section of port p (P ports, S = Layout::section_size), written only by p:
 //!   +0               credits: u64 x 4, p's consumer progress on the RX/TX/CQ/PostQ
-//!                    rings WE write into p's window
+//!                    rings WE write into p's window, tagged as slots are ((epoch << 32) | seq)
 //!   +64              RX ring   (queue_depth slots): "prepare to receive" from p
 //!                    TX ring   (queue_depth slots): "prepare to send" from p
 //!                    CQ ring   (queue_depth slots): "done"/"received" from p

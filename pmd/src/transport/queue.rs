@@ -5,7 +5,10 @@
 //! the consumer, polling the slot it expects next, tells a new message from
 //! an old one (an earlier lap, or an earlier connection) without reading any
 //! index. The consumer writes its progress back into the producer's window
-//! (credits), in batches; the producer never reads the consumer's memory.
+//! (credits), in batches, tagged like a slot (`(epoch << 32) | seq`), so
+//! that a credit an earlier connection's consumer writes late (a peer that
+//! drains its old rings before it sees that we reset) is never taken for
+//! this connection's; the producer never reads the consumer's memory.
 
 use crate::hw::{LocalSpan, LocalWindow, PeerWindow, Result as HwResult, WindowSpan};
 
@@ -134,14 +137,27 @@ impl Producer {
     }
 
     /// Re-reads the credit word; `false` when the peer wrote nonsense.
+    ///
+    /// The word is [`tag`]`(epoch, seq)`, the consumer's progress in the low
+    /// 32 bits: a word of another epoch (zero before the first credit, or a
+    /// late one of an earlier connection) credits nothing and is not
+    /// nonsense; this epoch's is taken as the smallest progress at or past
+    /// ours with those low bits (we are never 2^32 messages ahead of the
+    /// consumer), and is nonsense when that is past what we produced (a
+    /// credit going backwards lands there too).
     pub fn refresh(&mut self, local: &LocalWindow) -> bool {
-        match local.load_u64(self.credit_offset) {
-            Ok(c) if c >= self.credit && c <= self.seq => {
-                self.credit = c;
-                true
-            }
-            _ => false,
+        let Ok(raw) = local.load_u64(self.credit_offset) else {
+            return false;
+        };
+        if raw >> 32 != u64::from(self.epoch) {
+            return true;
         }
+        let c = self.credit + u64::from((raw as u32).wrapping_sub(self.credit as u32));
+        if c > self.seq {
+            return false;
+        }
+        self.credit = c;
+        true
     }
 
     /// Writes `body` into the next slot. The caller checked [`free`](Self::free).
@@ -372,7 +388,7 @@ impl Consumer {
     /// Writes our progress into the producer's credit word at `offset` of
     /// its window (one posted write for a whole batch).
     pub fn credit(&mut self, win: &PeerWindow, offset: usize) -> HwResult<()> {
-        win.write_u64(offset, self.seq)?;
+        win.write_u64(offset, tag(self.epoch, self.seq))?;
         self.credited = self.seq;
         Ok(())
     }
@@ -571,13 +587,51 @@ mod tests {
     fn insane_credit_is_ignored() {
         let (local, peer) = windows(4096);
         let mut p = Producer::new(0, 4, 3, 1024);
-        peer.write_u64(1024, 1_000).unwrap();
+        peer.write_u64(1024, tag(3, 1_000)).unwrap();
         for _ in 0..4 {
             p.push(&peer, &[0u8; BODY]).unwrap();
         }
         let (free, sane) = p.free(&local);
         assert_eq!(free, 0);
         assert!(!sane);
+        // Backwards (below the 2 credited) is past what was produced too.
+        peer.write_u64(1024, tag(3, 2)).unwrap();
+        assert_eq!(p.free(&local), (2, true));
+        peer.write_u64(1024, tag(3, 1)).unwrap();
+        assert_eq!(p.room(&local, 3), (false, false));
+        assert_eq!(p.credit(), 2);
+    }
+
+    /// A credit an earlier connection's consumer wrote (late, after the
+    /// reset zeroed the word) credits nothing to this one, and is no
+    /// nonsense: taken, it would have the producer overwrite slots the
+    /// consumer never read.
+    #[test]
+    fn another_epochs_credit_credits_nothing() {
+        let (local, peer) = windows(4096);
+        let mut p = Producer::new(0, 4, 3, 1024);
+        for _ in 0..4 {
+            p.push(&peer, &[0u8; BODY]).unwrap();
+        }
+        peer.write_u64(1024, tag(5, 4)).unwrap();
+        assert_eq!(p.free(&local), (0, true));
+        peer.write_u64(1024, tag(3, 4)).unwrap();
+        assert_eq!(p.free(&local), (4, true));
+    }
+
+    /// Progress past 2^32 messages: the low 32 bits wrap, the credit goes on.
+    #[test]
+    fn credits_follow_the_low_bits_across_their_wrap() {
+        let (local, peer) = windows(4096);
+        let mut p = Producer::new(0, 4, 3, 1024);
+        p.seq = (1 << 32) - 2;
+        p.credit = (1 << 32) - 2;
+        for _ in 0..4 {
+            p.push(&peer, &[0u8; BODY]).unwrap();
+        }
+        peer.write_u64(1024, tag(3, (1 << 32) + 1)).unwrap();
+        assert_eq!(p.free(&local), (3, true));
+        assert_eq!(p.credit(), (1 << 32) + 1);
     }
 
     #[test]
