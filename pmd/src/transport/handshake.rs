@@ -276,7 +276,8 @@ impl Transport {
         if h.incarnation != self.peers[peer as usize].peer_inc {
             let now = Instant::now();
             let p = &mut self.peers[peer as usize];
-            let every = self.cfg.hello_interval * NEW_INCARNATION_HELLOS;
+            // Saturating: a `hello_interval` of `Duration::MAX` means never.
+            let every = self.cfg.hello_interval.saturating_mul(NEW_INCARNATION_HELLOS);
             if p.new_incarnation_at
                 .is_some_and(|t| now.duration_since(t) < every)
             {

@@ -303,7 +303,10 @@ impl Transport {
     /// Posts a receive buffer (local write) for the next message from the
     /// queue pair's peer. Completes with [`OpKind::Recv`] when one arrives
     /// ([`Status::LocalLength`] when it does not fit), or
-    /// [`Status::Flushed`] when the connection resets.
+    /// [`Status::Flushed`] when the connection resets. A receive posted
+    /// while no connection is up waits for the next one: a peer that is
+    /// down, or failed its handshake, does not flush it (a compatible
+    /// peer may still connect); only losing our place on the fabric does.
     pub fn post_recv(&mut self, qp: Qp, sge: Sge, cookie: u64) -> Result<()> {
         self.recvs(qp, &[RecvWr { sge, cookie }]).map(|_| ())
     }
