@@ -156,7 +156,55 @@ fn txonly_to_rxonly_with_verify_receives_every_packet_intact() {
     assert_eq!(summary(&rx, "total", "RX-packets"), 50000);
     assert_eq!(summary(&rx, "total", "RX-bytes"), 50000 * 128);
     assert_eq!(summary(&rx, "total", "RX-errors"), 0);
+    assert!(
+        tx.stdout
+            .contains("sent 50000 packets and the end marker; the peer received 50000"),
+        "rxonly acknowledges the marker: {}",
+        tx.stdout
+    );
     assert!(dir.fabrics().is_empty(), "fabric left: {:?}", dir.fabrics());
+}
+
+/// txonly --verify against a reflector that stops at its own count after
+/// the whole stream went out (its -n just below txonly's, so the buffers it
+/// lent took everything): the packets that never came back are missing,
+/// and the run fails; it used to end well, the marker not being back.
+#[test]
+fn txonly_verify_counts_what_a_reflector_that_left_did_not_send_back() {
+    let _one = one_at_a_time();
+    let dir = Dir::new("iofew");
+    let (io, tx) = pair(
+        &dir,
+        &["--fabric", "iof", "--fwd-mode", "iofwd", "-n", "1000"],
+        &[
+            "--fabric",
+            "iof",
+            "--fwd-mode",
+            "txonly",
+            "-n",
+            "1200",
+            "--verify",
+        ],
+    );
+    assert_ok(&io);
+    assert_eq!(summary(&io, "total", "TX-packets"), 1000, "{}", io.stdout);
+    if tx.stderr.contains("left while queue 0 was sending") {
+        // The reflector left before the last packets went out: a failure
+        // of its own kind.
+        assert_fails_with(&tx, "left while queue 0 was sending");
+        return;
+    }
+    assert_fails_with(
+        &tx,
+        "--verify: 200 packet(s) wrong, out of order or missing",
+    );
+    assert!(
+        tx.stdout
+            .contains("1000 came back, then the peer left without returning the marker"),
+        "{}",
+        tx.stdout
+    );
+    assert_eq!(summary(&tx, "total", "RX-errors"), 200, "{}", tx.stdout);
 }
 
 /// txonly --verify against an iofwd reflector: every packet comes back, in
@@ -254,6 +302,13 @@ fn two_queues_each_carry_their_own_stream() {
         );
         assert_eq!(summary(&rx, &format!("queue {q}"), "RX-packets"), 20000);
         assert_eq!(summary(&tx, &format!("queue {q}"), "TX-packets"), 20000);
+        assert!(
+            tx.stdout.contains(&format!(
+                "queue {q}: sent 20000 packets and the end marker; the peer received 20000"
+            )),
+            "each queue ends on rxonly's acknowledgement, not on the peer leaving: {}",
+            tx.stdout
+        );
     }
     assert_eq!(summary(&rx, "total", "RX-packets"), 40000);
     assert_eq!(summary(&rx, "total", "RX-errors"), 0);

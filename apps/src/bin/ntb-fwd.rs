@@ -24,9 +24,9 @@ use ntbdk_apps::cli::session::{
 use ntbdk_apps::cli::units::{parse_bytes, parse_size, secs};
 use ntbdk_apps::cli::{run_main, usage_error};
 use ntbdk_apps::fwd::{
-    DEFAULT_NB_DESC, Job, LcoreCtx, Limit, Mode, QueueCounters, Shape, StatsPrinter, TOOL, TxOnly,
-    eal_hint, iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly, send_file, txonly,
-    window_needed,
+    DEFAULT_NB_DESC, Job, LcoreCtx, Limit, MIN_NB_DESC, Mode, QueueCounters, RaiseOnDrop, Shape,
+    StatsPrinter, TOOL, TxOnly, eal_hint, iofwd, pipeline_rx, pipeline_tx, plan_geometry,
+    recv_file, rxonly, send_file, txonly, window_needed,
 };
 use ntbdk_apps::perf::fabric_config;
 use ntbdk_mempool::ZoneOptions;
@@ -290,7 +290,7 @@ fn run(args: &Args) -> Result<()> {
     }
 
     // The device: a fabric we create gets windows that fit the queues.
-    let requested = DataQueues {
+    let mut requested = DataQueues {
         count: args.qp,
         nb_desc: args.nb_desc.unwrap_or(DEFAULT_NB_DESC),
         buf_size: args.buf_size,
@@ -300,7 +300,18 @@ fn run(args: &Args) -> Result<()> {
             (open_device(spec, args.slot)?, spec.to_string(), None)
         }
         (Some(name), _) | (None, Some(DeviceSpec::Emu(name))) => {
-            let window = window_needed(args.slots as u16, requested)?.next_multiple_of(1 << 20);
+            let emu_window =
+                |q| window_needed(args.slots as u16, q).map(|w: usize| w.next_multiple_of(1 << 20));
+            // The default --nb-desc halves until the windows fit, as it
+            // does for a device's fixed windows (the other side, joining,
+            // derives the same from them).
+            while args.nb_desc.is_none()
+                && requested.nb_desc > MIN_NB_DESC
+                && emu_window(requested)? > MAX_EMU_WINDOW
+            {
+                requested.nb_desc /= 2;
+            }
+            let window = emu_window(requested)?;
             if window > MAX_EMU_WINDOW {
                 bail!(
                     "--qp {} --nb-desc {} --buf-size {} need {window}-byte windows, more than \
@@ -410,11 +421,25 @@ fn run(args: &Args) -> Result<()> {
             spinners.push((format!("lcore {k}"), core_affinity::CoreId { id: c }));
         }
     }
-    let poll = if warn_shared_cores(
+    // Past the machine's cores the default placement wraps onto the cores
+    // of lower ports' hosts, which this process cannot see: yield when
+    // idle, as with cores shared within the process.
+    let wraps = args.lcore.is_none() && first + queues.len() * per_queue > cores.len();
+    if wraps {
+        eprintln!(
+            "{TOOL}: note: port {}'s default cores wrap past the machine's {} (hosts of lower \
+             ports on this machine take the first ones): polling yields when idle; give \
+             --lcore to place the lcores yourself",
+            dev.port(),
+            cores.len()
+        );
+    }
+    let shared = warn_shared_cores(
         TOOL,
         &spinners,
         "--lcore (the first core; queues take the next ones)",
-    ) {
+    );
+    let poll = if shared || wraps {
         PollMode::Hybrid { spins: 256 }
     } else {
         PollMode::Spin
@@ -469,6 +494,7 @@ fn run(args: &Args) -> Result<()> {
                 let (to_tx, from_rx) = MbufRing::spsc((d.nb_desc as usize).next_power_of_two())?;
                 let done = StopFlag::new();
                 let (d2, c2) = (done.clone(), ctx.clone());
+                let done = RaiseOnDrop::new(done);
                 job(
                     format!("iofwd-rx-{i}"),
                     core,

@@ -17,7 +17,9 @@ use ntbdk_pmd::lcore::StopFlag;
 use ntbdk_pmd::mbuf::{Mbuf, MbufConsumer, MbufProducer};
 use ntbdk_pmd::transport::{DataQueue, RxQueue, TxQueue};
 
-use super::lcore::{Every, LcoreCtx, Limit, Step, counts, drop_unsent, spin, tx_counted};
+use super::lcore::{
+    Every, LcoreCtx, Limit, RaiseOnDrop, Step, counts, drop_unsent, spin, tx_counted,
+};
 
 /// Receives into `into` up to a burst, no more than `limit` leaves,
 /// counted.
@@ -82,15 +84,18 @@ fn ended(qid: u16, peer_left: bool) -> String {
     }
 }
 
-/// The rx stage of a pipeline on `q`: receives and enqueues into `ring`;
-/// raises `done` when the peer leaves or the limit is reached.
+/// The rx stage of a pipeline on `q`: receives and enqueues into `ring`
+/// until the peer leaves or the limit is reached; `done`, dropped on every
+/// way out (a panic's too, and with a job that never ran), then tells the
+/// tx stage that nothing more comes.
 pub fn pipeline_rx(
     mut q: RxQueue,
     mut ring: MbufProducer,
-    done: StopFlag,
+    done: RaiseOnDrop,
     limit: Limit,
     ctx: LcoreCtx,
 ) -> Result<String> {
+    let _done = done;
     let mut held: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let (mut every, mut clock) = (Every::default(), Every::default());
     let mut left = false;
@@ -114,7 +119,6 @@ pub fn pipeline_rx(
         }
         Ok(Step::Work(work))
     });
-    done.stop();
     drop_unsent(&mut held, &ctx.counters);
     r?;
     Ok(ended(qid, left))
@@ -148,9 +152,19 @@ pub fn pipeline_tx(
         Ok(Step::Work(work))
     })?;
     drop_unsent(&mut pending, &ctx.counters);
+    // Stopped (Ctrl-C, another lcore failed) before the rx stage ended: it
+    // may still enqueue, so what is left is counted once it has (its
+    // `done`, raised on any way out, orders its last enqueue before).
     let mut rest = Vec::new();
-    while ring.dequeue_burst(&mut rest, 64) > 0 {
-        drop_unsent(&mut rest, &ctx.counters);
+    loop {
+        let ended = done.is_stopped();
+        while ring.dequeue_burst(&mut rest, 64) > 0 {
+            drop_unsent(&mut rest, &ctx.counters);
+        }
+        if ended {
+            break;
+        }
+        std::thread::yield_now();
     }
     Ok(String::new())
 }

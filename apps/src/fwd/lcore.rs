@@ -94,12 +94,39 @@ pub fn spin(ctx: &LcoreCtx, mut step: impl FnMut() -> Result<Step>) -> Result<bo
     out
 }
 
-/// Packets (end markers are not packets) and bytes in `mbufs`.
+/// Raises a flag when dropped, unless [`disarm`](Self::disarm)ed: on every
+/// way out of a scope, a panic's unwinding and a closure dropped unrun
+/// among them.
+#[derive(Debug)]
+pub struct RaiseOnDrop(Option<StopFlag>);
+
+impl RaiseOnDrop {
+    /// Raises `flag` when dropped.
+    pub fn new(flag: StopFlag) -> Self {
+        Self(Some(flag))
+    }
+
+    /// Drops it without raising the flag.
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RaiseOnDrop {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            f.stop();
+        }
+    }
+}
+
+/// Packets (end markers and their acknowledgements are not packets) and
+/// bytes in `mbufs`.
 #[inline]
 pub fn counts(mbufs: &[Mbuf]) -> (u64, u64) {
     mbufs
         .iter()
-        .filter(|m| parse_user(m.user()).0 != Some(Kind::End))
+        .filter(|m| !matches!(parse_user(m.user()).0, Some(Kind::End | Kind::EndAck)))
         .fold((0, 0), |(n, b), m| (n + 1, b + m.len() as u64))
 }
 

@@ -22,6 +22,10 @@ pub enum Kind {
     /// file-trans: the receiver's answer; the sequence is 1 when the
     /// checksums matched.
     FileAck = 6,
+    /// rxonly's answer to an end marker: the sequence is how many packets
+    /// it received, so the sender ends on it rather than waiting for a
+    /// peer that leaves only once every queue has ended.
+    EndAck = 7,
 }
 
 const SEQ_BITS: u32 = 56;
@@ -49,6 +53,7 @@ pub fn parse_user(word: u64) -> (Option<Kind>, u64) {
         4 => Some(Kind::FileChunk),
         5 => Some(Kind::FileTrailer),
         6 => Some(Kind::FileAck),
+        7 => Some(Kind::EndAck),
         _ => None,
     };
     (kind, word & SEQ_MASK)

@@ -8,6 +8,7 @@ use anyhow::{Result, anyhow};
 use ntbdk_pmd::lcore::{CoreId, StopFlag, Worker};
 use ntbdk_pmd::transport::Transport;
 
+use super::lcore::RaiseOnDrop;
 use super::stats::StatsPrinter;
 use crate::cli::is_interrupted;
 use crate::cli::session::interrupted;
@@ -39,7 +40,7 @@ const PROGRESS_EVERY: Duration = Duration::from_micros(100);
 
 /// Launches `jobs`, then polls `t` and prints `stats` every `period` until
 /// every lcore has returned. Ctrl-C raises `stop` (every lcore ends); so
-/// does an lcore that fails.
+/// does an lcore that fails, panics, or cannot be pinned.
 pub fn run_lcores(
     t: &mut Transport,
     jobs: Vec<Job>,
@@ -49,12 +50,14 @@ pub fn run_lcores(
 ) -> Result<Outcome> {
     let mut workers = Vec::with_capacity(jobs.len());
     for j in jobs {
-        let flag = stop.clone();
+        // An lcore that fails, panics, or never runs (its core could not
+        // be taken) ends the others.
+        let raise = RaiseOnDrop::new(stop.clone());
         let run = j.run;
         let w = Worker::spawn(j.core, &j.name, move || {
             let r = run();
-            if r.is_err() {
-                flag.stop();
+            if r.is_ok() {
+                raise.disarm();
             }
             r
         });
@@ -107,5 +110,52 @@ fn keep_first(slot: &mut Option<anyhow::Error>, e: anyhow::Error) {
         Some(old) if !is_interrupted(old) => {}
         _ if slot.is_some() && is_interrupted(&e) => {}
         _ => *slot = Some(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ntbdk_pmd::hw::loopback::LoopbackFabric;
+    use ntbdk_pmd::transport::{Config, Geometry};
+
+    use super::*;
+
+    /// An lcore that panics, like one that fails, ends the others (one
+    /// waiting for the stop flag here): the run returns, naming the panic,
+    /// instead of polling for good.
+    #[test]
+    fn a_panicking_lcore_ends_the_others() {
+        let fabric = LoopbackFabric::new(2, 4 << 20);
+        let mut t = Transport::new(
+            Arc::new(fabric.join(0).unwrap()),
+            Config::new(Geometry::small(2)),
+        )
+        .unwrap();
+        let stop = StopFlag::new();
+        let watched = stop.clone();
+        let jobs = vec![
+            Job {
+                name: "panics".into(),
+                core: None,
+                run: Box::new(|| panic!("an lcore's bug")),
+            },
+            Job {
+                name: "waits".into(),
+                core: None,
+                run: Box::new(move || {
+                    while !watched.is_stopped() {
+                        std::thread::yield_now();
+                    }
+                    Ok("stopped".into())
+                }),
+            },
+        ];
+        let mut stats = StatsPrinter::new(Vec::new(), Instant::now());
+        let out = run_lcores(&mut t, jobs, &mut stats, Duration::from_secs(3600), &stop).unwrap();
+        assert_eq!(out.lines, ["stopped"]);
+        let e = format!("{:#}", out.error.expect("the panic is the run's error"));
+        assert!(e.contains("an lcore's bug"), "{e}");
     }
 }

@@ -4,8 +4,14 @@
 //!
 //! txonly also receives whatever comes back (from an iofwd reflector) and,
 //! with `--verify`, checks it as rxonly does; once it has sent everything it
-//! sends the end marker and waits until the marker comes back or the peer
-//! leaves (rxonly leaves when the marker arrives).
+//! sends the end marker and waits until the marker comes back (an iofwd
+//! reflects it), rxonly acknowledges it (with how many it received), or the
+//! peer leaves.
+//!
+//! With `--verify`, an error is a packet whose bytes are wrong, one that
+//! comes after a later one (out of order or duplicated), or one missing at
+//! the end (sent and never received): a lost packet counts once, not also
+//! as the gap it leaves.
 
 use std::time::Instant;
 
@@ -30,15 +36,19 @@ pub struct TxOnly {
 /// Checks received packets in order: sequence and bytes.
 #[derive(Debug, Default)]
 struct Checker {
+    /// One past the highest sequence received.
     next: u64,
     scratch: Vec<u8>,
-    /// Packets received, and the count the end marker announced.
+    /// Packets received, the count the end marker announced, and the count
+    /// an rxonly acknowledged receiving.
     received: u64,
     end: Option<u64>,
+    acked: Option<u64>,
 }
 
 impl Checker {
-    /// Counts and (with `verify`) checks `got`, then frees it.
+    /// Counts and (with `verify`) checks `got`, then frees it. A packet
+    /// after a gap is not an error: what is missing counts at the end.
     fn take(&mut self, got: &mut Vec<Mbuf>, verify: bool, ctx: &LcoreCtx) {
         let (mut n, mut bytes, mut bad) = (0, 0, 0);
         for m in got.iter() {
@@ -46,12 +56,13 @@ impl Checker {
                 (Some(Kind::Data), seq) => {
                     n += 1;
                     bytes += m.len() as u64;
-                    if verify && (seq != self.next || !check(m, seq, &mut self.scratch)) {
+                    if verify && (seq < self.next || !check(m, seq, &mut self.scratch)) {
                         bad += 1;
                     }
-                    self.next = seq + 1;
+                    self.next = self.next.max(seq + 1);
                 }
                 (Some(Kind::End), seq) => self.end = Some(seq),
+                (Some(Kind::EndAck), count) => self.acked = Some(count),
                 _ => bad += u64::from(verify),
             }
         }
@@ -110,7 +121,7 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
             chk.take(&mut got, cfg.verify, &ctx);
             work += n;
         }
-        if end_sent && chk.end.is_some() {
+        if end_sent && (chk.end.is_some() || chk.acked.is_some()) {
             return Ok(Step::Done);
         }
         if work > 0 {
@@ -147,8 +158,16 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
     // Packets that left (the ones filled but unsent at a stop are drops).
     let sent = ctx.counters.snapshot().tx;
     let back = chk.received;
-    if cfg.verify && chk.end.is_some() && back != seq {
-        ctx.counters.failed(seq.abs_diff(back));
+    // Missing at the end: what a reflector did not send back (whether or
+    // not its marker came: one that left early still reflected some), or
+    // what an rxonly says it did not receive.
+    let missing = match chk.acked {
+        Some(got) => seq.saturating_sub(got),
+        None if chk.end.is_some() || (peer_left && back > 0) => seq.saturating_sub(back),
+        None => 0,
+    };
+    if cfg.verify && missing > 0 {
+        ctx.counters.failed(missing);
     }
     if marker_unsent {
         return Ok(format!(
@@ -156,14 +175,21 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
              stop at its own -n?)"
         ));
     }
-    Ok(match (chk.end, peer_left) {
-        (Some(_), _) => {
+    Ok(match (chk.end, chk.acked, peer_left) {
+        (Some(_), _, _) => {
             format!("queue {qid}: sent {sent} packets, {back} came back, then the end marker")
         }
-        (None, true) => {
+        (None, Some(got), _) => {
+            format!("queue {qid}: sent {sent} packets and the end marker; the peer received {got}")
+        }
+        (None, None, true) if back > 0 => format!(
+            "queue {qid}: sent {sent} packets and the end marker; {back} came back, then the \
+             peer left without returning the marker ({missing} missing)"
+        ),
+        (None, None, true) => {
             format!("queue {qid}: sent {sent} packets and the end marker; the peer left")
         }
-        (None, false) => format!("queue {qid}: sent {sent} packets (stopped)"),
+        (None, None, false) => format!("queue {qid}: sent {sent} packets (stopped)"),
     })
 }
 
@@ -175,11 +201,21 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
     let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let mut chk = Checker::default();
     let mut peer_left = false;
+    // The end marker, kept to be sent back as the acknowledgement.
+    let mut marker: Option<Mbuf> = None;
     let (mut every, mut clock) = (Every::default(), Every::default());
     spin(&ctx, || {
         let max = limit.left_of(ctx.burst, chk.received);
         let n = q.rx_burst(&mut got, max);
         if n > 0 {
+            if let Some(i) = got
+                .iter()
+                .position(|m| parse_user(m.user()).0 == Some(Kind::End))
+            {
+                let m = got.remove(i);
+                chk.end = Some(parse_user(m.user()).1);
+                marker = Some(m);
+            }
             chk.take(&mut got, verify, &ctx);
         }
         if chk.end.is_some()
@@ -195,6 +231,10 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
         Ok(Step::Work(n))
     })?;
     let got = chk.received;
+    if let Some(mut m) = marker {
+        m.set_user(user_word(Kind::EndAck, got));
+        acknowledge(&mut q, m, &ctx);
+    }
     Ok(match chk.end {
         Some(sent) => {
             if verify && sent != got {
@@ -212,4 +252,18 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
         None if peer_left => format!("queue {qid}: received {got} packets; the peer left"),
         None => format!("queue {qid}: received {got} packets"),
     })
+}
+
+/// Sends `ack` back to the sender (which ends on it), until it leaves, is
+/// gone, or `--timeout` passes: the sender's buffers for it may come only
+/// after it has taken what we lent back.
+fn acknowledge(q: &mut DataQueue, ack: Mbuf, ctx: &LcoreCtx) {
+    let mut out = vec![ack];
+    let since = Instant::now();
+    while !out.is_empty() && q.is_up() && !ctx.stop.is_stopped() && since.elapsed() < ctx.timeout {
+        if q.tx_burst(&mut out) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    Mbuf::free_bulk(&mut out);
 }

@@ -1,7 +1,9 @@
 //! Polling loops: spin, or spin then yield.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 /// How a [`PollLoop`] waits when a poll finds nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +29,16 @@ impl StopFlag {
     }
 
     /// Raises it: every loop watching it returns after its current poll.
+    /// Release: what this thread did before (a last enqueue, say) is seen
+    /// by a thread that sees the flag raised.
     pub fn stop(&self) {
-        self.0.store(true, Relaxed);
+        self.0.store(true, Release);
     }
 
-    /// Whether it is raised.
+    /// Whether it is raised (Acquire: see [`stop`](Self::stop)).
     #[inline]
     pub fn is_stopped(&self) -> bool {
-        self.0.load(Relaxed)
+        self.0.load(Acquire)
     }
 }
 

@@ -277,7 +277,10 @@ impl Transport {
             let now = Instant::now();
             let p = &mut self.peers[peer as usize];
             // Saturating: a `hello_interval` of `Duration::MAX` means never.
-            let every = self.cfg.hello_interval.saturating_mul(NEW_INCARNATION_HELLOS);
+            let every = self
+                .cfg
+                .hello_interval
+                .saturating_mul(NEW_INCARNATION_HELLOS);
             if p.new_incarnation_at
                 .is_some_and(|t| now.duration_since(t) < every)
             {
