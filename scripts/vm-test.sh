@@ -163,8 +163,14 @@ for a in "${APPS[@]}"; do
 done
 
 # vfio modules in dependency order: modprobe --show-depends reads modules.dep
-# and the softdeps (vfio's "post: vfio_iommu_type1"), one "insmod PATH" each
+# and the softdeps (vfio's "post: vfio_iommu_type1"), one "insmod PATH" each;
+# listed in this shell first, so that a failure stops the script
 : >"$IR/ntbdk/modules.order"
+: >"$WORK/modules.deps"
+for m in vfio-pci vfio_iommu_type1; do
+    modprobe -S "$KVER" --show-depends "$m" >>"$WORK/modules.deps" ||
+        die "modprobe --show-depends $m failed for $KVER"
+done
 while read -r path; do
     name=${path##*/}
     case "$name" in
@@ -175,12 +181,12 @@ while read -r path; do
         *) die "unexpected module file $path" ;;
     esac
     echo "$name" >>"$IR/ntbdk/modules.order"
-done < <(
-    for m in vfio-pci vfio_iommu_type1; do
-        modprobe -S "$KVER" --show-depends "$m" || die "modprobe --show-depends $m failed for $KVER"
-    done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }'
-)
-grep -qx 'vfio-pci.ko' "$IR/ntbdk/modules.order" || die "vfio-pci.ko not found for $KVER"
+done < <(awk '$1 == "insmod" && !seen[$2]++ { print $2 }' "$WORK/modules.deps")
+for m in vfio-pci vfio_iommu_type1; do
+    # a module, or built into the kernel ("builtin NAME")
+    grep -qx "$m.ko" "$IR/ntbdk/modules.order" || grep -q "^builtin $m\$" "$WORK/modules.deps" ||
+        die "$m not found for $KVER (neither a module nor built in)"
+done
 log "modules: $(tr '\n' ' ' <"$IR/ntbdk/modules.order")"
 # the kernel unpacks an uncompressed cpio fastest under TCG
 (cd "$IR" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) >"$WORK/initramfs.cpio"

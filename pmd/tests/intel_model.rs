@@ -171,12 +171,16 @@ fn doorbells_are_write_1_to_clear_ring_the_peer_and_keep_out_of_reserved_bits() 
         // Raw peer doorbell: 0x100 + 4 * bit.
         a.registers().write32(regs::peer_doorbell(7), 1).unwrap();
         assert_eq!(b.db_read(), 0b1010_0000);
-        // Mask: cached and in the register, status still latches.
+        // Mask: kept for the caller; the hardware's masks every doorbell
+        // and the link (nothing takes the interrupts), and the status still
+        // latches.
+        let all = u64::from(u32::MAX) | regs::DB_LINK_BIT;
+        assert_eq!(rb.read64(regs::DB_MASK).unwrap(), all);
         b.db_set_mask(0b11);
         assert_eq!(b.db_mask(), 0b11);
-        assert_eq!(rb.read64(regs::DB_MASK).unwrap(), 0b11);
         b.db_clear_mask(0b01);
-        assert_eq!(rb.read64(regs::DB_MASK).unwrap(), 0b10);
+        assert_eq!(b.db_mask(), 0b10);
+        assert_eq!(rb.read64(regs::DB_MASK).unwrap(), all);
         a.peer_db_set(1, 0b10).unwrap();
         assert_eq!(b.db_read() & 0b10, 0b10);
         // Bit 28 is the handshake's, 31 is avoided (Skylake vector 31).
@@ -564,16 +568,52 @@ fn a_silent_peer_is_declared_down_by_its_heartbeat_and_a_new_incarnation_comes_u
             generation: b.generation()
         }]
     );
-    // Its old generation is not brought up again; a new one is.
+    // Its old generation is not brought up again; a new one is. B itself,
+    // servicing again (it had only paused), is told: its link to A is down
+    // too, instead of B writing on to a side that takes it for gone.
     b.service().unwrap();
     a.service().unwrap();
     assert!(!a.link(1).unwrap().up);
+    assert!(
+        !b.link(0).unwrap().up,
+        "the paused side still sees the link up"
+    );
     let mb = IntelNtbModel::attach(&p.mem, B2bSide::Dsd);
     let b2 = Arc::new(mb.device(cfg, false).unwrap());
     let end = Instant::now() + Duration::from_secs(5);
     while a.link(1).unwrap().generation != b2.generation() {
         b2.service().unwrap();
         assert!(Instant::now() < end);
+    }
+}
+
+/// A side that does not judge its peer's heartbeat (the library's
+/// default) still beats, so a peer that judges (as the apps do) does not
+/// declare it gone while it services its device.
+#[test]
+fn a_side_without_a_heartbeat_timeout_still_beats_for_a_peer_that_judges() {
+    let judging = IntelConfig {
+        heartbeat_timeout: Some(4 * ntbdk_pmd::hw::intel::BEAT_PERIOD),
+        ..IntelConfig::default()
+    };
+    let mem = ModelMemory::create(IntelPart::Gen3Skx, BAR, DRAM).unwrap();
+    let ma = IntelNtbModel::attach(&mem, B2bSide::Usd);
+    let mb = IntelNtbModel::attach(&mem, B2bSide::Dsd);
+    let a = ma.device(judging, false).unwrap();
+    let b = mb.device(IntelConfig::default(), false).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(a.link(1).unwrap().up && b.link(0).unwrap().up) {
+        a.service().unwrap();
+        b.service().unwrap();
+        assert!(Instant::now() < end, "no handshake");
+    }
+    // Five of A's timeouts, both servicing.
+    let end = Instant::now() + 20 * ntbdk_pmd::hw::intel::BEAT_PERIOD;
+    while Instant::now() < end {
+        a.service().unwrap();
+        b.service().unwrap();
+        assert!(a.link(1).unwrap().up, "A declared a live B gone");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

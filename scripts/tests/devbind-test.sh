@@ -191,11 +191,17 @@ suite() {
 
     CASE='bad addresses are usage errors'
     make_fake
-    for a in zz:00.0 1:2 00:04 00:04.8 00:20.0 0000:00:04.0.1 000:00:04.0 xx:yy.z; do
+    for a in zz:00.0 1:2 00:04 00:04.8 00:20.0 0000:00:04.0.1 000:00:04.0 xx:yy.z \
+        123456789:00:04.0 1000g:00:04.0; do
         run --bind=vfio-pci "$a"
         expect_rc 2
         expect_err 'is not a PCI address: use dddd:bb:ss.f or bb:ss.f'
     done
+    nothing_written
+    # A VMD domain (five digits) is an address, of no device here.
+    run --bind=vfio-pci 10000:00:04.0
+    expect_rc 1
+    expect_err '10000:00:04.0'
     nothing_written
 
     CASE='a settle time that is not a number is a usage error'

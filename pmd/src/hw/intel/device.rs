@@ -10,7 +10,8 @@
 //! 1. identify the part (device ID, revision) and the side (port definition);
 //! 2. zero-length inbound windows (limit = BAR start, base 0);
 //! 3. gen3: enable the secondary side (`SPCICMD` = memory | master);
-//! 4. doorbells unmasked (polled: no interrupt is enabled) and all cleared;
+//! 4. doorbells masked in the hardware (polled: no interrupt is taken; the
+//!    status still latches) and all cleared;
 //! 5. back our inbound windows with memory at an aligned IOVA and translate
 //!    them (base, limit; gen3 the external limit, Ice Lake the base index);
 //! 6. enable the link (snoop bits, link-disable cleared; gen4 link training);
@@ -37,6 +38,10 @@ use crate::hw::{
 /// Page granularity of window sizes.
 const PAGE: usize = 4096;
 
+/// The longest a side goes between two heartbeats (see
+/// [`IntelConfig::heartbeat_timeout`]).
+pub const BEAT_PERIOD: Duration = Duration::from_millis(100);
+
 /// How to bring an Intel NTB up.
 #[derive(Debug, Clone)]
 pub struct IntelConfig {
@@ -47,7 +52,12 @@ pub struct IntelConfig {
     pub windows: usize,
     /// Declare the peer gone when its heartbeat scratchpad stops advancing
     /// for this long (`None`, the default: only the link status, a new
-    /// generation or a `BYE` end a peer).
+    /// generation or a `BYE` end a peer), and tell it so with a `BYE`, so
+    /// that both sides see the link down until one of them restarts. Every
+    /// side beats, whether or not it judges its peer: every quarter of its
+    /// own timeout, and at least every [`BEAT_PERIOD`] (so a peer that
+    /// judges with a timeout of 4 × `BEAT_PERIOD` or more can rely on a
+    /// side that does not).
     pub heartbeat_timeout: Option<Duration>,
 }
 
@@ -260,9 +270,13 @@ impl<M: Mmio> IntelNtb<M> {
             // write-1-to-clear) is written 0.
             r.write32(regs::GEN3_SPCICMD, regs::PCI_COMMAND_MEMORY_MASTER)?;
         }
-        // Polled mode: nothing is masked, everything pending is cleared
-        // (DPDK `intel_ntb_dev_init`).
-        r.write64(DB_MASK, 0)?;
+        // Polled mode: every doorbell and the link bit masked in the
+        // hardware, as Linux's `gen3_init_ntb`/`gen4_init_ntb` leave them
+        // (`db_valid_mask` into `IM_INT_DISABLE`), since nothing takes the
+        // interrupts (vfio-pci would raise INTx for each ring otherwise);
+        // the status still latches, and is what we poll. Everything
+        // pending is cleared (DPDK `intel_ntb_dev_init`).
+        r.write64(DB_MASK, u64::from(u32::MAX) | DB_LINK_BIT)?;
         r.write64(DB_STATUS, u64::from(u32::MAX) | DB_LINK_BIT)?;
         for mw in 0..self.cfg.windows {
             let bar = self.outbound.bar_size(mw);
@@ -330,8 +344,9 @@ impl<M: Mmio> IntelNtb<M> {
         if read != limit {
             r.write64(regs::xlmt(mw), bus)?;
             r.write64(regs::xbase(mw), 0)?;
-            return Err(IntelError::TranslationReadback {
+            return Err(IntelError::LimitReadback {
                 mw,
+                bar: bus,
                 wrote: limit,
                 read,
             });
@@ -526,9 +541,7 @@ impl<M: Mmio> IntelNtb<M> {
                 );
             }
         }
-        if let Some(timeout) = self.cfg.heartbeat_timeout {
-            self.heartbeat(st, timeout)?;
-        }
+        self.heartbeat(st, self.cfg.heartbeat_timeout)?;
         Ok(())
     }
 
@@ -564,15 +577,21 @@ impl<M: Mmio> IntelNtb<M> {
         Ok(())
     }
 
-    fn heartbeat(&self, st: &mut State, timeout: Duration) -> Result<(), IntelError> {
+    /// Beats, and with a `timeout` judges the peer's beat: a peer silent
+    /// that long is gone, and is told so.
+    fn heartbeat(&self, st: &mut State, timeout: Option<Duration>) -> Result<(), IntelError> {
         let now = Instant::now();
-        if now.duration_since(st.beat_sent) >= timeout / 4 {
+        let period = timeout.map_or(BEAT_PERIOD, |t| (t / 4).min(BEAT_PERIOD));
+        if now.duration_since(st.beat_sent) >= period {
             st.beat = st.beat.wrapping_add(1);
             st.beat_sent = now;
             self.bar0
                 .write32(self.peer_spad_offset(SPAD_HEARTBEAT), st.beat)?;
             self.counters.posted(4);
         }
+        let Some(timeout) = timeout else {
+            return Ok(());
+        };
         let seen = self.bar0.read32(regs::spad(SPAD_HEARTBEAT))?;
         if seen != st.peer_beat {
             st.peer_beat = seen;
@@ -582,10 +601,15 @@ impl<M: Mmio> IntelNtb<M> {
         {
             tracing::warn!(
                 generation = p.generation,
-                "Intel NTB: the peer's heartbeat stopped; declaring it down"
+                "Intel NTB: the peer's heartbeat stopped; declaring it down (and telling it, \
+                 should it only have paused: it restarts to come back)"
             );
             st.gone = Some(p.generation);
             self.peer_ended(st);
+            // A peer that only paused (stopped, swapped, in a debugger)
+            // would otherwise go on seeing our beats and writing to us
+            // while we take it for gone.
+            self.announce(st, Kind::Bye)?;
         }
         Ok(())
     }
@@ -760,16 +784,14 @@ impl<M: Mmio> NtbDevice for IntelNtb<M> {
         self.lock().db_mask
     }
 
+    /// The mask is kept for callers; the hardware's stays all set (see
+    /// `bring_up`): a polled device takes no doorbell interrupt.
     fn db_set_mask(&self, bits: u64) {
-        let mut st = self.lock();
-        st.db_mask |= bits & DB_USER_MASK;
-        let _ = self.bar0.write64(DB_MASK, st.db_mask);
+        self.lock().db_mask |= bits & DB_USER_MASK;
     }
 
     fn db_clear_mask(&self, bits: u64) {
-        let mut st = self.lock();
-        st.db_mask &= !bits;
-        let _ = self.bar0.write64(DB_MASK, st.db_mask);
+        self.lock().db_mask &= !bits;
     }
 
     fn peer_db_set(&self, peer: Port, bits: u64) -> Result<()> {

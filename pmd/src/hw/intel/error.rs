@@ -91,6 +91,23 @@ pub enum IntelError {
         /// What was read back.
         read: u64,
     },
+    /// A limit register did not read back what was written.
+    #[error(
+        "window {mw}: wrote translation limit {wrote:#x} (the BAR's bus address {bar:#x} plus \
+         the window size), read back {read:#x}: the BAR address read from sysfs `resource` is \
+         not where the NTB decodes it (a BAR moved by a hotplug or rescan: reopen the device), \
+         the size is more than the BAR, or BAR0 is not the NTB"
+    )]
+    LimitReadback {
+        /// The window.
+        mw: usize,
+        /// The BAR's bus address the limit was computed from.
+        bar: u64,
+        /// What was written.
+        wrote: u64,
+        /// What was read back.
+        read: u64,
+    },
     /// Our inbound window has no memory behind it (not translated by us).
     #[error(
         "window {mw} is not backed by memory this device allocated: open the device with \

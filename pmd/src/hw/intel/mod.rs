@@ -33,7 +33,7 @@ mod part;
 pub mod regs;
 pub mod vfio;
 
-pub use device::{IntelConfig, IntelNtb};
+pub use device::{BEAT_PERIOD, IntelConfig, IntelNtb};
 pub use error::IntelError;
 pub use iova::IovaAllocator;
 pub use memory::{Aperture, InboundMemory, Outbound};

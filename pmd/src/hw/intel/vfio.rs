@@ -181,8 +181,28 @@ impl InboundMemory for VfioInbound {
         }
         .map_err(|source| {
             self.iova.give_back(iova, size);
+            // vfio's type1 backend pins the pages against RLIMIT_MEMLOCK
+            // and fails with ENOMEM past it (`vfio_pin_pages_remote`), which
+            // reads like a shortage of memory.
+            let hint = if source.raw_os_error() == Some(libc::ENOMEM) {
+                let limit =
+                    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
+                        .map_or("unknown".into(), |(soft, _)| {
+                            if soft == nix::sys::resource::RLIM_INFINITY {
+                                "unlimited".into()
+                            } else {
+                                format!("{} KiB", soft / 1024)
+                            }
+                        });
+                format!(
+                    " (vfio pins DMA memory against the locked-memory limit, {limit} here: raise \
+                     it, `ulimit -l`, or see `ntbdk-devbind --user` for the limit to set)"
+                )
+            } else {
+                String::new()
+            };
             HwError::Io {
-                what: format!("DMA-mapping {size:#x} bytes at IOVA {iova:#x}"),
+                what: format!("DMA-mapping {size:#x} bytes at IOVA {iova:#x}{hint}"),
                 source,
             }
         })?;

@@ -8,8 +8,9 @@ use super::VfioError;
 /// A PCI function's address, as sysfs names it (`0000:00:03.0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bdf {
-    /// PCI domain (segment).
-    pub domain: u16,
+    /// PCI domain (segment): 16 bits on most hosts; VMD's start at
+    /// 0x10000, and sysfs names them with as many digits.
+    pub domain: u32,
     /// Bus number.
     pub bus: u8,
     /// Device number, 0..=31.
@@ -31,7 +32,8 @@ impl fmt::Display for Bdf {
 impl FromStr for Bdf {
     type Err = VfioError;
 
-    /// Parses `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0 (hex, as lspci prints).
+    /// Parses `DDDD:BB:DD.F` (a domain of up to 8 hex digits), or `BB:DD.F`
+    /// in domain 0 (hex, as lspci prints).
     fn from_str(s: &str) -> Result<Bdf, VfioError> {
         let bad = || VfioError::BadAddress {
             input: s.to_owned(),
@@ -50,12 +52,12 @@ impl FromStr for Bdf {
             u32::from_str_radix(x, 16).map_err(|_| bad())
         };
         let (domain, bus, device, function) =
-            (hex(domain, 4)?, hex(bus, 2)?, hex(dev, 2)?, hex(func, 1)?);
+            (hex(domain, 8)?, hex(bus, 2)?, hex(dev, 2)?, hex(func, 1)?);
         if device > 31 || function > 7 {
             return Err(bad());
         }
         Ok(Bdf {
-            domain: domain as u16,
+            domain,
             bus: bus as u8,
             device: device as u8,
             function: function as u8,
@@ -73,7 +75,10 @@ mod tests {
         assert_eq!(b.to_string(), "0000:00:03.0");
         let b: Bdf = "af:1f.7".parse().unwrap();
         assert_eq!(b.to_string(), "0000:af:1f.7");
-        assert!("10000:00:03.0".parse::<Bdf>().is_err());
+        // A VMD domain: printed with its digits, as sysfs names it.
+        let b: Bdf = "10000:00:03.0".parse().unwrap();
+        assert_eq!(b.to_string(), "10000:00:03.0");
+        assert!("123456789:00:03.0".parse::<Bdf>().is_err());
         for bad in [
             "",
             "00:03",

@@ -147,6 +147,15 @@ pub enum VfioError {
         #[source]
         source: std::io::Error,
     },
+    /// The vfio container offers no Type1v2 IOMMU, which pci-driver needs.
+    #[error(
+        "opening PCI device {bdf} through vfio: the vfio container offers no Type1 IOMMU: load \
+         it (`modprobe vfio_iommu_type1`; vfio-pci loaded with insmod does not pull it in)"
+    )]
+    NoType1 {
+        /// The device.
+        bdf: Bdf,
+    },
     /// pci-driver failed to open, configure or map the device.
     #[error(
         "{what} PCI device {bdf} through vfio: {source} (\"busy\": another process has the \

@@ -46,7 +46,15 @@ impl VfioFunction {
             let what = what.to_owned();
             move |source| VfioError::Driver { bdf, what, source }
         };
-        let dev = VfioPciDevice::open(&info.path).map_err(driver("opening"))?;
+        let dev = VfioPciDevice::open(&info.path).map_err(|source| {
+            // pci-driver 0.1's words for a container whose IOMMU offers no
+            // Type1v2 (`vfio_check_extension` in its `containers.rs`).
+            if source.kind() == std::io::ErrorKind::InvalidInput && source.to_string() == "TODO" {
+                VfioError::NoType1 { bdf }
+            } else {
+                driver("opening")(source)
+            }
+        })?;
         let config = dev.config();
         let v = config
             .vendor_id()
