@@ -145,6 +145,10 @@ impl Producer {
     /// ours with those low bits (we are never 2^32 messages ahead of the
     /// consumer), and is nonsense when that is past what we produced (a
     /// credit going backwards lands there too).
+    ///
+    /// Out of line: the ring looking full is the rare case of a send.
+    #[cold]
+    #[inline(never)]
     pub fn refresh(&mut self, local: &LocalWindow) -> bool {
         let Ok(raw) = local.load_u64(self.credit_offset) else {
             return false;
