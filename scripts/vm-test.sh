@@ -184,7 +184,8 @@ while read -r path; do
 done < <(awk '$1 == "insmod" && !seen[$2]++ { print $2 }' "$WORK/modules.deps")
 for m in vfio-pci vfio_iommu_type1; do
     # a module, or built into the kernel ("builtin NAME")
-    grep -qx "$m.ko" "$IR/ntbdk/modules.order" || grep -q "^builtin $m\$" "$WORK/modules.deps" ||
+    # (kmod prints a built-in module's name with underscores)
+    grep -qx "$m.ko" "$IR/ntbdk/modules.order" || grep -q "^builtin ${m//-/_}\$" "$WORK/modules.deps" ||
         die "$m not found for $KVER (neither a module nor built in)"
 done
 log "modules: $(tr '\n' ' ' <"$IR/ntbdk/modules.order")"

@@ -616,7 +616,7 @@ fn qp_shows_each_hosts_queue_pairs_from_their_stats_pages() {
     );
     assert!(
         out.lines()
-            .any(|l| l.starts_with("   1") && l.contains("stopped or stuck")),
+            .any(|l| l.starts_with("   1") && l.contains("in the middle of rewriting it")),
         "{out}"
     );
     let e = fails(p, &["qp", "vfio:0000:00:03.0"]);

@@ -607,11 +607,12 @@ fn a_side_without_a_heartbeat_timeout_still_beats_for_a_peer_that_judges() {
         b.service().unwrap();
         assert!(Instant::now() < end, "no handshake");
     }
-    // Five of A's timeouts, both servicing.
+    // Five of A's timeouts, both servicing (B first: after a stall of the
+    // test's thread B beats at once, before A judges).
     let end = Instant::now() + 20 * ntbdk_pmd::hw::intel::BEAT_PERIOD;
     while Instant::now() < end {
-        a.service().unwrap();
         b.service().unwrap();
+        a.service().unwrap();
         assert!(a.link(1).unwrap().up, "A declared a live B gone");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -192,7 +192,7 @@ suite() {
     CASE='bad addresses are usage errors'
     make_fake
     for a in zz:00.0 1:2 00:04 00:04.8 00:20.0 0000:00:04.0.1 000:00:04.0 xx:yy.z \
-        123456789:00:04.0 1000g:00:04.0; do
+        123456789:00:04.0 1000g:00:04.0 0000:zz:00:04.0 0000:00:04.0/../0000:00:05.0; do
         run --bind=vfio-pci "$a"
         expect_rc 2
         expect_err 'is not a PCI address: use dddd:bb:ss.f or bb:ss.f'

@@ -114,7 +114,8 @@ struct Args {
     #[arg(short = 'D', long, value_name = "SECONDS")]
     duration: Option<f64>,
     /// txonly, rxonly: check every packet received (sequence and bytes);
-    /// the run fails if any is wrong or missing, or (rxonly) when the peer
+    /// the run fails if any is wrong or missing (txonly: not sent back by a
+    /// reflector, or not received by an rxonly), or (rxonly) when the peer
     /// leaves without its end marker.
     #[arg(long)]
     verify: bool,

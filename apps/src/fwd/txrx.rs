@@ -13,7 +13,7 @@
 //! the end (sent and never received): a lost packet counts once, not also
 //! as the gap it leaves.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
@@ -144,8 +144,8 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
             }
             if end_sent && idle_since.elapsed() >= ctx.timeout {
                 bail!(
-                    "queue {qid}: port {peer} neither returned the end marker nor left within \
-                     {:?} of it: is it an {} rxonly or iofwd?",
+                    "queue {qid}: port {peer} neither returned the end marker, acknowledged it, \
+                     nor left within {:?} of it: is it an {} rxonly or iofwd?",
                     ctx.timeout,
                     super::TOOL
                 );
@@ -163,7 +163,9 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
     // what an rxonly says it did not receive.
     let missing = match chk.acked {
         Some(got) => seq.saturating_sub(got),
-        None if chk.end.is_some() || (peer_left && back > 0) => seq.saturating_sub(back),
+        None if chk.end.is_some() || ((peer_left || marker_unsent) && back > 0) => {
+            seq.saturating_sub(back)
+        }
         None => 0,
     };
     if cfg.verify && missing > 0 {
@@ -254,14 +256,25 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
     })
 }
 
-/// Sends `ack` back to the sender (which ends on it), until it leaves, is
-/// gone, or `--timeout` passes: the sender's buffers for it may come only
-/// after it has taken what we lent back.
+/// Sends `ack` back to the sender (which ends on it), then waits for the
+/// sender to leave, so that our leaving does not end the connection before
+/// it has read the acknowledgement (as `recv_file` does after its answer):
+/// until it leaves, a stop, or `--timeout` (at most 5 s) passes.
 fn acknowledge(q: &mut DataQueue, ack: Mbuf, ctx: &LcoreCtx) {
     let mut out = vec![ack];
+    let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
+    let wait = ctx.timeout.min(Duration::from_secs(5));
     let since = Instant::now();
-    while !out.is_empty() && q.is_up() && !ctx.stop.is_stopped() && since.elapsed() < ctx.timeout {
-        if q.tx_burst(&mut out) == 0 {
+    while q.is_up() && !ctx.stop.is_stopped() && since.elapsed() < wait {
+        let sent = if out.is_empty() {
+            0
+        } else {
+            q.tx_burst(&mut out)
+        };
+        // Anything more is not counted (the stream ended at its marker).
+        if q.rx_burst(&mut got, ctx.burst) > 0 {
+            Mbuf::free_bulk(&mut got);
+        } else if sent == 0 {
             std::thread::yield_now();
         }
     }

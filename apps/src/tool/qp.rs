@@ -133,7 +133,8 @@ pub fn render_qps(st: &FabricStatus, pages: &[HostPage], all: bool) -> String {
                 pid, generation, ..
             }) => {
                 let why = if holds_slot(st, page.port, *pid, *generation) {
-                    "its host is stopped or stuck in the middle of rewriting it"
+                    "its host was in the middle of rewriting it for 100 ms (stopped, stuck, or \
+                     badly starved of CPU); try again"
                 } else {
                     "left half-written by a host that is gone; remove it"
                 };

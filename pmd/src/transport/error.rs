@@ -260,8 +260,9 @@ pub enum TransportError {
         /// Which page, and what went wrong.
         what: String,
     },
-    /// A stats page whose owner stayed in the middle of rewriting it while
-    /// [`read_stats`](super::read_stats) retried: the owner is stopped (a
+    /// A stats page whose owner stayed in the middle of rewriting it (or
+    /// rewrote it at every try) for the 100 ms
+    /// [`read_stats`](super::read_stats) retries: the owner is stopped (a
     /// job-control stop, a debugger), stuck, or was killed mid-write (tell
     /// these apart by whether `pid` still holds its port).
     #[error(

@@ -51,6 +51,9 @@ const RECORD_WORDS: usize = 32;
 const MAX_PORTS: u64 = 4096;
 /// The state code of the host's own port.
 const STATE_US: u64 = 5;
+/// How long a reader retries a page its owner is rewriting before it
+/// reports [`TransportError::StatsMidWrite`].
+const MID_WRITE_PATIENCE: Duration = Duration::from_millis(100);
 /// How often the owner rewrites its page at most.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(10);
 
@@ -522,12 +525,15 @@ pub fn read_stats(path: &Path) -> Result<PublishedStats> {
     }
     // A sequence lock's reader over `pread`s: the sequence, the whole page,
     // the sequence again. The fences order the loads the kernel makes for
-    // us on this thread as they would our own.
-    for _ in 0..1000 {
+    // us on this thread as they would our own. An owner preempted mid-write
+    // on a loaded machine finishes within a scheduling period or two: tried
+    // for MID_WRITE_PATIENCE before it is called stuck.
+    let since = Instant::now();
+    while since.elapsed() < MID_WRITE_PATIENCE {
         let s1 = words(H_SEQ, 1)?[0];
         fence(Acquire);
         if s1 & 1 == 1 {
-            std::thread::yield_now();
+            std::thread::sleep(Duration::from_micros(200));
             continue;
         }
         let page = words(0, total)?;
