@@ -209,6 +209,110 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     EmuFabric::destroy_in(dir.path(), "zombie").unwrap();
 }
 
+/// The same on a fabric whose windows are one shared region (an ivshmem
+/// BAR2): there slot 0's window is the same bytes whoever holds the slot,
+/// so the dropped host, learning it was dropped, must not reset its
+/// sections (its teardown zeroed the rings, credits and buffers of the new
+/// occupant's connection), nor write its regions.
+#[test]
+fn a_dropped_host_on_a_shared_region_leaves_the_new_occupants_window_alone() {
+    let fc = FabricConfig {
+        slots: 2,
+        window_size: 1 << 20,
+        heartbeat_timeout: DEATH_TEST_HEARTBEAT,
+        ..Default::default()
+    };
+    let len = 8 << 20;
+    let mem = std::fs::File::from(
+        nix::sys::memfd::memfd_create(c"ntbdk-test-shared", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .unwrap(),
+    );
+    mem.set_len(len as u64).unwrap();
+    // Two mappings of the region, as two VMs have: A's, and B's and C's
+    // (one process claims a window once, by its address).
+    let map = || ntbdk_pmd::hw::emu::SharedRegion::map_fd(&mem, len, "test region").unwrap();
+    let fabric = EmuFabric::open_shared(map(), "shared zombie", &fc).unwrap();
+    let other = EmuFabric::attach_shared(map(), "shared zombie").unwrap();
+    let join_via = |f: &EmuFabric, slot: Port, heartbeat_thread: bool| {
+        Arc::new(
+            f.join(&DeviceConfig {
+                slot: Some(slot),
+                heartbeat_thread,
+                ..Default::default()
+            })
+            .expect("join"),
+        )
+    };
+    let cfg = Config::new(geo());
+    let mut a = Host::new(
+        Transport::new(join_via(&fabric, 0, false), cfg.clone()).unwrap(),
+        2,
+        8,
+    );
+    let mut b = Host::new(
+        Transport::new(join_via(&other, 1, true), cfg.clone()).unwrap(),
+        2,
+        8,
+    );
+    connect(&mut a, &mut b, 0, 1);
+    exchange(&mut a, &mut b, 0, 1, 20, 0x10);
+    let a_region = a.t.register_region(4096, Access::ALL).unwrap();
+    // A stalls until B's side declares it dead and slot 0 is free.
+    let end = Instant::now() + LONG;
+    while b.t.peer_state(0) == PeerState::Connected
+        || fabric.status().slots[0].state != SlotState::Free
+    {
+        b.pump();
+        assert!(Instant::now() < end, "A was never declared dead");
+    }
+    let mut c = Host::new(
+        Transport::new(join_via(&other, 0, true), cfg).unwrap(),
+        2,
+        8,
+    );
+    connect(&mut c, &mut b, 0, 1);
+    b.repost_all(0);
+    exchange(&mut c, &mut b, 0, 1, 20, 0x20);
+    let qb = b.qp(0);
+    let (b_connects, b_drops) = (b.t.counters(qb).connects, b.t.counters(qb).dropped_total());
+    // B's messages to C wait in slot 0's window, C not polling yet.
+    let waiting: Vec<Vec<u8>> = (0..10u8)
+        .map(|i| vec![0x40 ^ i; 32 + usize::from(i)])
+        .collect();
+    for m in &waiting {
+        b.send(0, m);
+    }
+    // A wakes up, writes into its region (the bytes are C's now: refused),
+    // and polls until it knows it was dropped (its teardown then must not
+    // zero what waits for C).
+    assert!(matches!(
+        a.t.region_write(a_region, 0, &[0xa5; 64]),
+        Err(TransportError::Lost)
+    ));
+    let end = Instant::now() + LONG;
+    while a.t.peer_state(1) != PeerState::Lost {
+        a.pump();
+        assert!(Instant::now() < end, "A never learnt it was dropped");
+    }
+    drop(a);
+    for (i, m) in waiting.iter().enumerate() {
+        assert_eq!(&c.recv(1, LONG), m, "message {i} waiting for C");
+    }
+    exchange(&mut c, &mut b, 0, 1, 50, 0x30);
+    assert_eq!(
+        b.t.counters(qb).connects,
+        b_connects,
+        "B's connection to the new occupant was reset"
+    );
+    assert_eq!(
+        b.t.counters(qb).dropped_total(),
+        b_drops,
+        "B dropped messages on port 0 after A woke up"
+    );
+    let qc = c.qp(1);
+    assert_eq!(c.t.counters(qc).disconnects, 0, "C's connection was reset");
+}
+
 /// Three hosts on one emulated fabric, connected all to all.
 fn three(dir: &TestDir, name: &str) -> (EmuFabric, Vec<Host>) {
     let fc = FabricConfig {

@@ -109,6 +109,15 @@ pub trait NtbDevice: Send + Sync {
     /// dead-peer detection). Cheap; call it every few thousand polls or more
     /// often than the dead-peer timeout.
     fn service(&self) -> Result<()>;
+    /// Fails with [`HwError::SlotLost`] once our place on the fabric was
+    /// given to another host (we were declared dead while stalled): on a
+    /// fabric whose windows are one shared region (ivshmem), our inbound
+    /// window's bytes are then that host's, and a transport writing its own
+    /// window (resetting a section, a region write) checks this first. One
+    /// load; the default (a device whose place cannot be lost) is `Ok`.
+    fn check_tenure(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Number of memory windows.
     fn mw_count(&self) -> usize;

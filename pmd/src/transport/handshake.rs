@@ -85,6 +85,11 @@ impl Transport {
     /// except the data queues' receive buffers: the application may still
     /// hold some of them as received mbufs.
     pub(crate) fn reset_section(&self, peer: Port) -> Result<()> {
+        // A host dropped from the fabric (its slot given to another) writes
+        // nothing: on a shared region its window is the new owner's now.
+        if self.check_tenure().is_err() {
+            return Ok(());
+        }
         let l = &self.layout;
         let start = l.section_offset(peer);
         self.zero_words(start, start + l.data_area())?;

@@ -16,6 +16,7 @@ impl Transport {
     /// application's) left in those bytes is never delivered as this one's
     /// when the writer writes less than it claims.
     pub(crate) fn storage_for(&mut self, len: u32, writer: Port) -> Result<RegionKey> {
+        self.check_tenure()?;
         let key =
             self.regions
                 .register_for(u64::from(len), Access::LOCAL, None, Some(&[writer]))?;
@@ -35,6 +36,16 @@ impl Transport {
             }
         }
         Ok(key)
+    }
+
+    /// [`TransportError::Lost`] once our place on the fabric is another
+    /// host's (see [`NtbDevice::check_tenure`](crate::hw::NtbDevice::check_tenure)):
+    /// before the transport writes its own window.
+    pub(crate) fn check_tenure(&self) -> Result<()> {
+        if self.lost || self.dev.check_tenure().is_err() {
+            return Err(TransportError::Lost);
+        }
+        Ok(())
     }
 
     /// Registers a region of `len` bytes in our window's region area: peers
@@ -116,6 +127,7 @@ impl Transport {
 
     /// Copies `data` into region `key` at `offset` (local write).
     pub fn region_write(&mut self, key: RegionKey, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_tenure()?;
         let len = data.len() as u64;
         if let Some(o) = self
             .regions

@@ -659,6 +659,10 @@ impl NtbDevice for EmuDevice {
         out.len() - before
     }
 
+    fn check_tenure(&self) -> Result<()> {
+        self.still_ours()
+    }
+
     fn service(&self) -> Result<()> {
         self.inner.beat();
         if !self.inner.background {
