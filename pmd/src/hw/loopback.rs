@@ -162,6 +162,32 @@ impl LoopbackFabric {
     }
 }
 
+impl LoopbackFabric {
+    /// Brings a [`kill`](Self::kill)ed `port` up again under the same
+    /// generation, its window as it was: a host that stalled long enough
+    /// for its peers to see its link drop, and came back before its place
+    /// was given away (it never saw a link change itself).
+    pub fn revive(&self, port: Port) {
+        let mut ports = self.lock();
+        let Some(st) = ports.get_mut(port as usize) else {
+            return;
+        };
+        if st.up {
+            return;
+        }
+        st.up = true;
+        let generation = st.generation;
+        announce(
+            &mut ports,
+            port,
+            LinkEvent::Up {
+                peer: port,
+                generation,
+            },
+        );
+    }
+}
+
 /// One port of a [`LoopbackFabric`]. Leaves the fabric when dropped.
 pub struct LoopbackDevice {
     fabric: Arc<LoopbackFabric>,

@@ -163,8 +163,9 @@ impl Transport {
 
     pub(crate) fn link_up(&mut self, peer: Port, generation: u64) {
         let p = &mut self.peers[peer as usize];
-        if p.conn.is_some() && p.link_gen != generation {
-            // A new generation of the link: the peer's device is a new one.
+        if p.link_gen != generation {
+            // A new generation of the link: the peer's device is a new one,
+            // which holds nothing of an earlier connection.
             self.teardown(peer, Status::PeerDown);
             self.settle(peer);
         }
@@ -176,10 +177,23 @@ impl Transport {
         self.send_hello(peer);
     }
 
+    /// The peer's link went down. It may only have stalled, and come back
+    /// under the same generation without having seen a link change (the
+    /// emulated fabric declares a silent host down a while before it gives
+    /// its place away; an Intel link flap one side misses): what we
+    /// advertised to it stays unreleased until it holds nothing of the old
+    /// connection ([`settle`](Self::settle): it connects again, its device
+    /// is a new generation, or two operation timeouts pass), and the next
+    /// connection is under a new incarnation of ours, so a new epoch: no
+    /// late word of the old connection is taken for the next one's.
     pub(crate) fn link_down(&mut self, peer: Port) {
+        let had_conn = self.peers[peer as usize].conn.is_some();
         self.teardown(peer, Status::PeerDown);
-        self.settle(peer);
         let p = &mut self.peers[peer as usize];
+        if had_conn {
+            p.unsettled_since.get_or_insert_with(Instant::now);
+        }
+        p.my_inc = random_u64(p.my_inc);
         p.peer_inc = 0;
         p.state = PeerState::Down;
     }
@@ -333,13 +347,17 @@ impl Transport {
     }
 
     fn connect(&mut self, peer: Port) {
+        // A failed attempt (a device error) reads the peer's hello again at
+        // the next slow path: the peer, connected already, sends no new one.
         let Ok(win) = self.dev.peer_window(peer, self.cfg.mw) else {
+            self.peers[peer as usize].last_hello_tag = 0;
             return;
         };
         let p = &mut self.peers[peer as usize];
         let e = epoch(p.my_inc, p.peer_inc);
         let mut c = Conn::new(&self.layout, self.me, peer, win, e);
         if !c.lend_all() {
+            p.last_hello_tag = 0;
             return;
         }
         p.conn = Some(c);
