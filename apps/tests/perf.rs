@@ -553,6 +553,10 @@ fn bad_arguments_are_refused() {
         (&["--lcore", "999"][..], "--lcore 999"),
         (&["--server"][..], "--fabric"),
         (&["--qp", "9"][..], "--qp"),
+        (
+            &["--fabric", "x", "--peer-slot", "1", "--qp", "2"][..],
+            "--peer-slot names one server",
+        ),
     ] {
         let d = run(&dir, args);
         assert_fails_with(&d, needle);
@@ -578,6 +582,25 @@ fn absent_peer_times_out() {
     );
     assert_fails_with(&d, "joined fabric");
     assert!(dir.fabrics().is_empty());
+}
+
+/// A client asking for more servers than the fabric has other ports fails
+/// at once, saying how to make room, instead of waiting out its timeout.
+#[test]
+fn more_servers_than_ports_is_refused_at_once() {
+    let dir = Dir::new("qports");
+    let server = Run::start(
+        &dir,
+        "server",
+        &["--fabric", "qp", "--server", "--timeout", "5"],
+    );
+    wait_until_serving(&server);
+    let t = std::time::Instant::now();
+    let d = run(&dir, &["--fabric", "qp", "-q", "2", "-s", "64"]);
+    assert_fails_with(&d, "at most 1 server(s)");
+    assert!(d.stderr.contains("--slots 3"), "{}", d.stderr);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    drop(server);
 }
 
 #[test]

@@ -244,6 +244,7 @@ const CLIENT_ONLY: &[(&str, &str)] = &[
     ("cq_mod", "-Q/--cq-mod"),
     ("tx_depth", "-t/--tx-depth"),
     ("qp", "-q/--qp"),
+    ("write_mode", "--write-mode"),
     ("inline_size", "-I"),
     ("report_gbits", "--report_gbits"),
     ("run_infinitely", "--run_infinitely"),
@@ -328,6 +329,13 @@ fn check_args(args: &Args) -> Result<()> {
         && !(d > 0.0 && d.is_finite() && d <= 3600.0)
     {
         bail!("-D/--duration must be a number of seconds in (0, 3600], not {d}");
+    }
+    if args.peer_slot.is_some() && args.qp > 1 {
+        bail!(
+            "--peer-slot names one server, -q/--qp {} asks for {}: use one or the other",
+            args.qp,
+            args.qp
+        );
     }
     if args.qp > 1 && args.test == Some(Test::Lat) {
         bail!(
@@ -525,12 +533,28 @@ fn run(args: &Args) -> Result<()> {
                     host.place
                 );
             }
+            let others = host.dev.port_count().saturating_sub(1);
+            if args.qp as usize > others {
+                bail!(
+                    "-q/--qp {}: {} has {} other port(s), so at most {others} server(s){}",
+                    args.qp,
+                    host.place,
+                    others,
+                    if host.member.is_some() {
+                        format!(
+                            "; an emulated fabric has the slots it was made with: remove it \
+                             (ntb-tool destroy {name}) and start the servers again with \
+                             --slots {}",
+                            args.qp + 1
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
             let mut ep = Endpoint::new(host.dev.clone(), op_timeout)?;
             publish_host_stats(&mut ep, &host);
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
-            if !want.is_empty() && args.qp > 1 {
-                bail!("--peer-slot names one server: use it with --qp 1");
-            }
             let wait = secs(args.timeout.unwrap_or(DEFAULT_CLIENT_WAIT), "--timeout")?;
             let hint = format!("start the server on the other side ({TOOL} {how} {name} --server)");
             let servers = wait_peers(

@@ -62,6 +62,18 @@ const FAST_SPINS: u32 = 4096;
 /// peer sharing the core (or a starved heartbeat thread) can run.
 const YIELD_AFTER: Duration = Duration::from_micros(200);
 
+/// Clears what this side reads of the pairing and the ping-pong: its role
+/// register, its sequence scratchpad and its ping and stop doorbells. An
+/// Intel NTB's scratchpads outlive the run that wrote them (an emulated
+/// fabric's slot starts zeroed): the stop a previous run left would end
+/// the next echo side at once.
+fn clear_own(dev: &dyn NtbDevice) -> Result<()> {
+    clear_role(dev)?;
+    dev.spad_write(SPAD_SEQ, 0)?;
+    dev.db_clear(DB_PING | DB_STOP);
+    Ok(())
+}
+
 /// Doorbell and scratchpad ping-pong between two peers on an emulated NTB
 /// fabric or a --device, reporting round-trip times.
 ///
@@ -193,7 +205,7 @@ fn run(args: &Args) -> Result<()> {
                 }
             };
             let dev = &*host.dev;
-            clear_role(dev)?;
+            clear_own(dev)?;
             if !args.spawned {
                 println!(
                     "{TOOL}: echo side on port {} of {}: waiting for the measuring side (on the \
@@ -240,7 +252,7 @@ fn run(args: &Args) -> Result<()> {
                 )?),
             };
             let dev = &*host.dev;
-            clear_role(dev)?;
+            clear_own(dev)?;
             let want: Vec<Port> = args.peer_slot.into_iter().collect();
             let hint = format!("start the echo side ({TOOL} {how} {name} --server)");
             let peer = wait_peers(dev, &host.place, &want, 1, Some(timeout), &hint, || Ok(()))?[0];
@@ -277,7 +289,7 @@ fn self_contained(
     let _fabric_guard = FabricGuard(name.clone());
     let host = Host::member(join(&fabric, Some(0))?);
     let dev = &*host.dev;
-    clear_role(dev)?;
+    clear_own(dev)?;
 
     let exe = std::env::current_exe().context("finding this program to start the echo side")?;
     let mut cmd = Command::new(exe);

@@ -20,6 +20,9 @@ use crate::report::{BwRow, LatRow, new_histogram};
 
 /// Completions polled per call.
 const POLL_BURST: usize = 64;
+/// How long no message from the servers ends a bidirectional phase's
+/// drain (`Client::end_bidir`).
+const BIDIR_QUIET: Duration = Duration::from_millis(20);
 
 /// One server as the client sees it.
 struct Server {
@@ -89,12 +92,12 @@ impl Client {
         let mut servers = Vec::new();
         for (i, &p) in ports.iter().enumerate() {
             let qp = ep.t.create_qp(p)?;
-            ep.t.wait_connected(p, timeout).map_err(|e| {
-                anyhow::anyhow!(
-                    "connecting to port {p}: {}: is it an ntb-perf --server, and still running?",
-                    connect_failure(&e)
-                )
-            })?;
+            wait_connected(
+                &mut ep,
+                p,
+                timeout,
+                "is it an ntb-perf --server, and still running?",
+            )?;
             ep.post_recvs(qp)?;
             let mut ctl = ClientControl::new(dev.clone(), p, i)?;
             let t = &mut ep.t;
@@ -232,6 +235,24 @@ impl Client {
                     seen = now;
                     Ok(progressed)
                 })?;
+        }
+        // The servers' last sends may still wait in our rings when they
+        // answer (a send completes at its post): take them now, so that a
+        // test after this one (a send latency) does not take them for its
+        // echoes.
+        let mut quiet_since = Instant::now();
+        while quiet_since.elapsed() < BIDIR_QUIET {
+            let n = ep.t.poll_completions(comps);
+            for c in &comps[..n] {
+                check(c)?;
+                if c.op == OpKind::Recv
+                    && let Some(&qp) = qps.iter().find(|q| q.peer() == c.peer)
+                {
+                    ep.repost(qp, c.cookie)?;
+                    quiet_since = Instant::now();
+                }
+            }
+            check_interrupted()?;
         }
         Ok(())
     }
@@ -617,7 +638,14 @@ impl Client {
                     got = true;
                 }
                 if c.op == OpKind::Recv {
-                    self.ep.repost(self.servers[0].qp, c.cookie)?;
+                    // Reposted for the server it came from.
+                    let qp = self
+                        .servers
+                        .iter()
+                        .map(|s| s.qp)
+                        .find(|q| q.peer() == c.peer)
+                        .unwrap_or(self.servers[0].qp);
+                    self.ep.repost(qp, c.cookie)?;
                 }
             }
             if got && also(&self.ep) {
@@ -634,6 +662,34 @@ impl Client {
                         self.timeout
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Waits for the transport handshake with `peer` for at most `timeout`,
+/// in slices so that Ctrl-C ends the wait; a failure names the port and
+/// adds `hint`.
+pub fn wait_connected(ep: &mut Endpoint, peer: Port, timeout: Duration, hint: &str) -> Result<()> {
+    const SLICE: Duration = Duration::from_millis(50);
+    let start = Instant::now();
+    loop {
+        let left = timeout.saturating_sub(start.elapsed());
+        match ep.t.wait_connected(peer, left.min(SLICE)) {
+            Ok(()) => return Ok(()),
+            Err(TransportError::ConnectTimeout { .. }) if left > SLICE => check_interrupted()?,
+            Err(e) => {
+                let e = match e {
+                    TransportError::ConnectTimeout { peer, state, .. } => {
+                        TransportError::ConnectTimeout {
+                            peer,
+                            timeout,
+                            state,
+                        }
+                    }
+                    e => e,
+                };
+                bail!("connecting to port {peer}: {}: {hint}", connect_failure(&e));
             }
         }
     }

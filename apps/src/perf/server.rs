@@ -37,12 +37,7 @@ pub fn serve(
     timeout: Duration,
 ) -> Result<ServeStats> {
     let qp = ep.t.create_qp(client)?;
-    ep.t.wait_connected(client, timeout).map_err(|e| {
-        anyhow::anyhow!(
-            "connecting to port {client}: {}: is it an ntb-perf client?",
-            super::client::connect_failure(&e)
-        )
-    })?;
+    super::client::wait_connected(ep, client, timeout, "is it an ntb-perf client?")?;
     ep.post_recvs(qp)?;
     let mut stats = ServeStats::default();
     let mut comps = vec![Completion::default(); 64];
