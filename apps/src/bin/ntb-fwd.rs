@@ -24,9 +24,9 @@ use ntbdk_apps::cli::session::{
 use ntbdk_apps::cli::units::{parse_bytes, parse_size, secs};
 use ntbdk_apps::cli::{run_main, usage_error};
 use ntbdk_apps::fwd::{
-    DEFAULT_NB_DESC, Job, LcoreCtx, Limit, MIN_NB_DESC, Mode, QueueCounters, RaiseOnDrop, Shape,
-    StatsPrinter, TOOL, TxOnly, eal_hint, iofwd, pipeline_rx, pipeline_tx, plan_geometry,
-    recv_file, rxonly, send_file, txonly, window_needed,
+    Job, LcoreCtx, Limit, Mode, QueueCounters, RaiseOnDrop, Shape, StatsPrinter, TOOL, TxOnly,
+    eal_hint, emu_window, iofwd, pipeline_rx, pipeline_tx, plan_geometry, recv_file, rxonly,
+    send_file, txonly,
 };
 use ntbdk_apps::perf::fabric_config;
 use ntbdk_mempool::ZoneOptions;
@@ -138,7 +138,8 @@ struct Args {
     /// The first lcore's core (an index into the usable cores); the others
     /// take the next ones, wrapping around. Default: port × this host's
     /// lcores, so that hosts on one machine running as many lcores each
-    /// spin on different cores while there are enough.
+    /// spin on different cores while there are enough (past them, a note,
+    /// and loops that yield when idle).
     #[arg(long, value_name = "CORE")]
     lcore: Option<usize>,
     /// Seconds to wait for the peer, and for any message, before giving up.
@@ -265,10 +266,6 @@ fn pool_size(burst: usize, txfreet: usize) -> u32 {
     ((2 * burst + txfreet + 64) as u32).next_power_of_two()
 }
 
-/// The largest window of an emulated fabric we create (each host's window
-/// is memory of the machine).
-const MAX_EMU_WINDOW: usize = 1 << 30;
-
 fn mbuf_pool(tag: &str, count: u32, room: usize) -> Result<MbufPool> {
     let name = format!("ntb-fwd-{}-{tag}", std::process::id());
     MbufPool::create(&name, count, room, 32, &ZoneOptions::huge_or_fallback())
@@ -291,9 +288,9 @@ fn run(args: &Args) -> Result<()> {
     }
 
     // The device: a fabric we create gets windows that fit the queues.
-    let mut requested = DataQueues {
-        count: args.qp,
-        nb_desc: args.nb_desc.unwrap_or(DEFAULT_NB_DESC),
+    let shape = Shape {
+        queues: args.qp,
+        nb_desc: args.nb_desc,
         buf_size: args.buf_size,
     };
     let (host, name, _owned) = match (&args.fabric, &args.device) {
@@ -301,28 +298,7 @@ fn run(args: &Args) -> Result<()> {
             (open_device(spec, args.slot)?, spec.to_string(), None)
         }
         (Some(name), _) | (None, Some(DeviceSpec::Emu(name))) => {
-            let emu_window =
-                |q| window_needed(args.slots as u16, q).map(|w: usize| w.next_multiple_of(1 << 20));
-            // The default --nb-desc halves until the windows fit, as it
-            // does for a device's fixed windows (the other side, joining,
-            // derives the same from them).
-            while args.nb_desc.is_none()
-                && requested.nb_desc > MIN_NB_DESC
-                && emu_window(requested)? > MAX_EMU_WINDOW
-            {
-                requested.nb_desc /= 2;
-            }
-            let window = emu_window(requested)?;
-            if window > MAX_EMU_WINDOW {
-                bail!(
-                    "--qp {} --nb-desc {} --buf-size {} need {window}-byte windows, more than \
-                     the {MAX_EMU_WINDOW} an emulated fabric gets: use fewer queues, \
-                     descriptors or bytes per buffer",
-                    requested.count,
-                    requested.nb_desc,
-                    requested.buf_size
-                );
-            }
+            let window = emu_window(args.slots as u16, &shape)?;
             let cfg = ntbdk_pmd::hw::emu::FabricConfig {
                 window_size: window,
                 ..fabric_config(args.slots as usize)
@@ -346,11 +322,6 @@ fn run(args: &Args) -> Result<()> {
     let dev = host.dev.clone();
     let ports = dev.port_count() as u16;
     let window = dev.mw_geometry(0).map(|g| g.size).unwrap_or(0);
-    let shape = Shape {
-        queues: args.qp,
-        nb_desc: args.nb_desc,
-        buf_size: args.buf_size,
-    };
     let (geometry, note) = plan_geometry(ports, window, &shape)?;
     if let Some(note) = note {
         eprintln!("{TOOL}: note: {note}");

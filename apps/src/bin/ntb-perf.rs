@@ -330,7 +330,7 @@ fn check_args(args: &Args) -> Result<()> {
     {
         bail!("-D/--duration must be a number of seconds in (0, 3600], not {d}");
     }
-    if args.peer_slot.is_some() && args.qp > 1 {
+    if !args.server && args.peer_slot.is_some() && args.qp > 1 {
         bail!(
             "--peer-slot names one server, -q/--qp {} asks for {}: use one or the other",
             args.qp,

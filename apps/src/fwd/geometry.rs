@@ -36,6 +36,46 @@ pub fn window_needed(ports: u16, data: DataQueues) -> Result<usize> {
     Ok(geometry(ports, data).layout()?.window_size_for(0))
 }
 
+/// The largest window of an emulated fabric `ntb-fwd` creates (each host's
+/// window is memory of the machine).
+pub const MAX_EMU_WINDOW: usize = 1 << 30;
+
+/// The window (whole MiB) of an emulated fabric of `ports` ports to create
+/// for `shape`: the default `--nb-desc` halves until it fits
+/// [`MAX_EMU_WINDOW`], as [`plan_geometry`] halves it for a device's fixed
+/// windows (the side that joins derives the same from the window); a
+/// shape that does not fit even so is an error saying what to cut.
+///
+/// ```
+/// use ntbdk_apps::fwd::{MAX_EMU_WINDOW, Shape, emu_window};
+/// let big = Shape { queues: 16, nb_desc: None, buf_size: 65536 };
+/// assert!(emu_window(2, &big).unwrap() <= MAX_EMU_WINDOW);
+/// assert!(emu_window(2, &Shape { nb_desc: Some(1024), ..big }).is_err());
+/// ```
+pub fn emu_window(ports: u16, shape: &Shape) -> Result<usize> {
+    let data = |nb_desc| DataQueues {
+        count: shape.queues,
+        nb_desc,
+        buf_size: shape.buf_size,
+    };
+    let window = |nb| window_needed(ports, data(nb)).map(|w| w.next_multiple_of(1 << 20));
+    let mut nb = shape.nb_desc.unwrap_or(DEFAULT_NB_DESC);
+    while shape.nb_desc.is_none() && nb > MIN_NB_DESC && window(nb)? > MAX_EMU_WINDOW {
+        nb /= 2;
+    }
+    let w = window(nb)?;
+    if w > MAX_EMU_WINDOW {
+        bail!(
+            "--qp {} --nb-desc {nb} --buf-size {} need {w}-byte windows, more than the \
+             {MAX_EMU_WINDOW} an emulated fabric gets: use fewer queues, descriptors or bytes \
+             per buffer",
+            shape.queues,
+            shape.buf_size
+        );
+    }
+    Ok(w)
+}
+
 /// The geometry for `shape` on a device of `ports` ports with windows of
 /// `window` bytes, and a note when the default `--nb-desc` was shrunk to
 /// fit.

@@ -4,7 +4,7 @@
 //!
 //! - run to completion ([`iofwd`]): one lcore per queue receives a burst
 //!   and sends it back;
-//! - pipeline ([`iofwd_pipeline`]): an rx lcore receives and passes the
+//! - pipeline ([`pipeline_rx`], [`pipeline_tx`]): an rx lcore receives and passes the
 //!   mbufs through an [`MbufRing`](ntbdk_pmd::mbuf::MbufRing) to a tx lcore that sends them; the queue
 //!   is split into its receive and send halves ([`DataQueue::split`]), one
 //!   per lcore, with no lock between them.

@@ -1,6 +1,7 @@
 //! What every `ntb-fwd` lcore shares: its context (stop flag, poll mode,
-//! burst, counters), a polling loop that can end itself, its limits, and
-//! the counted `tx_burst`.
+//! burst, counters), a polling loop that can end itself, its limits, the
+//! counted `tx_burst`, and [`RaiseOnDrop`], which raises a flag on every
+//! way out of an lcore (a failure, a panic, a job that never ran).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

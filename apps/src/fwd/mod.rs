@@ -37,7 +37,9 @@ pub use checksum::Checksum;
 pub use connect::wait_connected;
 pub use eal::eal_hint;
 pub use file::{Transfer, recv_file, send_file};
-pub use geometry::{DEFAULT_NB_DESC, MIN_NB_DESC, Shape, plan_geometry, window_needed};
+pub use geometry::{
+    DEFAULT_NB_DESC, MAX_EMU_WINDOW, MIN_NB_DESC, Shape, emu_window, plan_geometry, window_needed,
+};
 pub use iofwd::{iofwd, pipeline_rx, pipeline_tx};
 pub use lcore::{LcoreCtx, Limit, RaiseOnDrop};
 pub use pattern::{Kind, check, fill, parse_user, user_word};

@@ -21,8 +21,9 @@ use crate::report::{BwRow, LatRow, new_histogram};
 /// Completions polled per call.
 const POLL_BURST: usize = 64;
 /// How long no message from the servers ends a bidirectional phase's
-/// drain (`Client::end_bidir`).
-const BIDIR_QUIET: Duration = Duration::from_millis(20);
+/// drain (`Client::drain_recvs`): long enough for a server descheduled on
+/// a loaded machine to deliver what its backlog held.
+const BIDIR_QUIET: Duration = Duration::from_millis(100);
 
 /// One server as the client sees it.
 struct Server {
@@ -92,12 +93,7 @@ impl Client {
         let mut servers = Vec::new();
         for (i, &p) in ports.iter().enumerate() {
             let qp = ep.t.create_qp(p)?;
-            wait_connected(
-                &mut ep,
-                p,
-                timeout,
-                "is it an ntb-perf --server, and still running?",
-            )?;
+            ep.wait_connected(p, timeout, "is it an ntb-perf --server, and still running?")?;
             ep.post_recvs(qp)?;
             let mut ctl = ClientControl::new(dev.clone(), p, i)?;
             let t = &mut ep.t;
@@ -236,19 +232,26 @@ impl Client {
                     Ok(progressed)
                 })?;
         }
-        // The servers' last sends may still wait in our rings when they
-        // answer (a send completes at its post): take them now, so that a
-        // test after this one (a send latency) does not take them for its
-        // echoes.
-        let mut quiet_since = Instant::now();
-        while quiet_since.elapsed() < BIDIR_QUIET {
-            let n = ep.t.poll_completions(comps);
-            for c in &comps[..n] {
+        Ok(())
+    }
+
+    /// Takes the servers' last sends of a bidirectional phase, which may
+    /// still wait in our rings (or in a server's backlog) when they answer
+    /// (a send completes at its post), so that a test after this one (a
+    /// send latency) does not take them for its echoes: until none came
+    /// for [`BIDIR_QUIET`], or the timeout.
+    fn drain_recvs(&mut self) -> Result<()> {
+        let qps: Vec<Qp> = self.servers.iter().map(|s| s.qp).collect();
+        let start = Instant::now();
+        let mut quiet_since = start;
+        while quiet_since.elapsed() < BIDIR_QUIET && start.elapsed() < self.timeout {
+            let n = self.ep.t.poll_completions(&mut self.comps);
+            for c in &self.comps[..n] {
                 check(c)?;
                 if c.op == OpKind::Recv
                     && let Some(&qp) = qps.iter().find(|q| q.peer() == c.peer)
                 {
-                    ep.repost(qp, c.cookie)?;
+                    self.ep.repost(qp, c.cookie)?;
                     quiet_since = Instant::now();
                 }
             }
@@ -372,6 +375,7 @@ impl Client {
                 .with_peak(f64::from(r.peak_mpps) * 1e6 * size as f64 / 1e9);
             theirs = theirs.plus(&row);
         }
+        self.drain_recvs()?;
         Ok((ours, theirs))
     }
 
@@ -664,49 +668,6 @@ impl Client {
                 }
             }
         }
-    }
-}
-
-/// Waits for the transport handshake with `peer` for at most `timeout`,
-/// in slices so that Ctrl-C ends the wait; a failure names the port and
-/// adds `hint`.
-pub fn wait_connected(ep: &mut Endpoint, peer: Port, timeout: Duration, hint: &str) -> Result<()> {
-    const SLICE: Duration = Duration::from_millis(50);
-    let start = Instant::now();
-    loop {
-        let left = timeout.saturating_sub(start.elapsed());
-        match ep.t.wait_connected(peer, left.min(SLICE)) {
-            Ok(()) => return Ok(()),
-            Err(TransportError::ConnectTimeout { .. }) if left > SLICE => check_interrupted()?,
-            Err(e) => {
-                let e = match e {
-                    TransportError::ConnectTimeout { peer, state, .. } => {
-                        TransportError::ConnectTimeout {
-                            peer,
-                            timeout,
-                            state,
-                        }
-                    }
-                    e => e,
-                };
-                bail!("connecting to port {peer}: {}: {hint}", connect_failure(&e));
-            }
-        }
-    }
-}
-
-/// Why connecting failed, without the library's advice to its callers.
-pub fn connect_failure(e: &TransportError) -> String {
-    match e {
-        TransportError::ConnectTimeout { timeout, .. } => {
-            format!("no transport handshake within {timeout:?}")
-        }
-        TransportError::HandshakeFailed { reason, .. } => {
-            format!(
-                "the transport handshake failed ({reason}): are both sides the same ntbdk version?"
-            )
-        }
-        other => other.to_string(),
     }
 }
 

@@ -310,7 +310,7 @@ impl ClientControl {
 
     /// Before the first command: tells the server we are a client and
     /// waits until it says it is a server
-    /// ([`await_counterpart`](crate::cli::role::await_counterpart)).
+    /// ([`await_counterpart`]).
     pub fn await_server(&self, timeout: Duration, idle: impl FnMut() -> Result<()>) -> Result<()> {
         await_counterpart(
             self.dev.as_ref(),

@@ -3,15 +3,16 @@
 //! buffers, sized so that the largest message fits.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::emu::FabricConfig;
+use ntbdk_pmd::hw::{NtbDevice, Port};
 use ntbdk_pmd::transport::{
     Access, Config, DataQueues, Geometry, Qp, RegionKey, Sge, Transport, TransportError,
 };
 
+use crate::cli::session::check_interrupted;
 use crate::cli::units::MAX_SIZE;
 
 /// Slots per message queue: deep enough for bursts of 32 with a window of
@@ -87,6 +88,34 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// Waits for the transport handshake with `peer` for at most `timeout`,
+    /// in slices so that Ctrl-C ends the wait; a failure names the port and
+    /// adds `hint`.
+    pub fn wait_connected(&mut self, peer: Port, timeout: Duration, hint: &str) -> Result<()> {
+        const SLICE: Duration = Duration::from_millis(50);
+        let start = Instant::now();
+        loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            match self.t.wait_connected(peer, left.min(SLICE)) {
+                Ok(()) => return Ok(()),
+                Err(TransportError::ConnectTimeout { .. }) if left > SLICE => check_interrupted()?,
+                Err(e) => {
+                    let e = match e {
+                        TransportError::ConnectTimeout { peer, state, .. } => {
+                            TransportError::ConnectTimeout {
+                                peer,
+                                timeout,
+                                state,
+                            }
+                        }
+                        e => e,
+                    };
+                    bail!("connecting to port {peer}: {}: {hint}", connect_failure(&e));
+                }
+            }
+        }
+    }
+
     /// Creates the transport on `dev` (operations time out after
     /// `op_timeout`) and registers the receive buffers and the data region.
     pub fn new(dev: Arc<dyn NtbDevice>, op_timeout: Duration) -> Result<Self> {
@@ -157,5 +186,20 @@ impl Endpoint {
     pub fn read_recv(&self, cookie: u64, out: &mut [u8]) -> Result<(), TransportError> {
         let off = (cookie % RECVS as u64) * u64::from(EAGER_SIZE);
         self.t.region_read(self.recv, off, out)
+    }
+}
+
+/// Why connecting failed, without the library's advice to its callers.
+pub fn connect_failure(e: &TransportError) -> String {
+    match e {
+        TransportError::ConnectTimeout { timeout, .. } => {
+            format!("no transport handshake within {timeout:?}")
+        }
+        TransportError::HandshakeFailed { reason, .. } => {
+            format!(
+                "the transport handshake failed ({reason}): are both sides the same ntbdk version?"
+            )
+        }
+        other => other.to_string(),
     }
 }

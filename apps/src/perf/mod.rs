@@ -35,10 +35,10 @@ pub use crate::cli::units::{
     MAX_SIZE, MIN_SWEEP_SIZE, SizeError, parse_size, size_label, sweep_sizes,
 };
 pub use budget::Budget;
-pub use client::{Client, MAX_KEPT_SAMPLES, connect_failure};
+pub use client::{Client, MAX_KEPT_SAMPLES};
 pub use endpoint::{
-    EAGER_COUNT, EAGER_SIZE, Endpoint, HEARTBEAT_TIMEOUT, QUEUE_DEPTH, RECVS, fabric_config,
-    geometry, window_size,
+    EAGER_COUNT, EAGER_SIZE, Endpoint, HEARTBEAT_TIMEOUT, QUEUE_DEPTH, RECVS, connect_failure,
+    fabric_config, geometry, window_size,
 };
 pub use pump::PEAK_WINDOW;
 pub use server::{ServeStats, serve};

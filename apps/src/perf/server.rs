@@ -37,7 +37,7 @@ pub fn serve(
     timeout: Duration,
 ) -> Result<ServeStats> {
     let qp = ep.t.create_qp(client)?;
-    super::client::wait_connected(ep, client, timeout, "is it an ntb-perf client?")?;
+    ep.wait_connected(client, timeout, "is it an ntb-perf client?")?;
     ep.post_recvs(qp)?;
     let mut stats = ServeStats::default();
     let mut comps = vec![Completion::default(); 64];

@@ -4,7 +4,9 @@
 //!
 //! Links go up when a port joins and down when it leaves ([`LoopbackDevice`]
 //! is dropped or [`LoopbackFabric::kill`] is called), with a new generation
-//! on every join, as a real fabric reports them.
+//! on every join, as a real fabric reports them; [`LoopbackFabric::revive`]
+//! brings a killed port back under its old generation (a host that only
+//! stalled).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

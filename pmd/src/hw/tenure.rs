@@ -9,7 +9,10 @@
 //! state, generation, owner) and the value it had when we joined; a peer
 //! window carrying one refuses every write once the word differs
 //! ([`HwError::SlotLost`], nothing written). The check is one relaxed load
-//! of a line written only on join, leave and reclaim.
+//! of a line written only on join, leave and reclaim. The host's own window
+//! is checked the same way before the transport writes it
+//! ([`NtbDevice::check_tenure`](super::NtbDevice::check_tenure)): on a
+//! fabric whose windows are one shared region it is the new occupant's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -20,7 +20,10 @@ pub struct Config {
     /// quarters of it after its post; a chain link keeps storage its
     /// previous link may write for two of it after giving the operation
     /// up), so a peer with a much shorter timeout may free storage a late
-    /// honest write still reaches.
+    /// honest write still reaches. It also bounds how long what a peer may
+    /// still write is held after we reset its connection or saw its link
+    /// drop (two of it, unless the peer comes back sooner): with
+    /// `Duration::MAX`, a peer that never comes back holds it for good.
     pub op_timeout: Duration,
     /// How often a hello is re-sent to a peer that has not answered. A
     /// peer's new incarnations are taken at most every five of it (a peer

@@ -8,17 +8,20 @@
 //! both then derive the same connection epoch from the two incarnations.
 //!
 //! Before a side answers a new incarnation it clears its section for that
-//! peer, so nothing of an earlier connection survives. A link going down, a
-//! new incarnation, or a hello that no longer carries our incarnation tears
-//! the connection down: every operation involving the peer completes with
+//! peer, so nothing of an earlier connection survives. A new incarnation,
+//! or a hello that no longer carries our incarnation, tears the connection
+//! down: every operation involving the peer completes with
 //! [`Status::PeerDown`], posted receives are flushed, served operations are
-//! dropped (their regions freed), and the section is cleared. A connection
-//! we end on our own while the peer may still be up (`start_over`: a
-//! wedge, a failed store, a peer that stopped crediting) fails with
-//! [`Status::Reset`] instead, and what the peer may still write stays held:
-//! the operations we served until their deadline, the regions we advertised
-//! until the peer holds nothing of that connection (`settle`) or two
-//! operation timeouts pass.
+//! dropped (their regions freed), and the section is cleared. A link going
+//! down tears it down the same way, but the peer may only have stalled (and
+//! come back under the same generation without seeing a link change), so
+//! what it may still write stays held, as after a connection we end on our
+//! own while the peer may still be up (`start_over`: a wedge, a failed
+//! store, a peer that stopped crediting; [`Status::Reset`]): the operations
+//! we served until their deadline, the regions we advertised until the peer
+//! holds nothing of that connection (`settle`) or two operation timeouts
+//! pass. Both take a new incarnation of ours, so the next connection has a
+//! new epoch.
 
 use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
@@ -163,7 +166,7 @@ impl Transport {
 
     pub(crate) fn link_up(&mut self, peer: Port, generation: u64) {
         let p = &mut self.peers[peer as usize];
-        if p.link_gen != generation {
+        if p.link_gen != 0 && p.link_gen != generation {
             // A new generation of the link: the peer's device is a new one,
             // which holds nothing of an earlier connection.
             self.teardown(peer, Status::PeerDown);
@@ -194,6 +197,9 @@ impl Transport {
             p.unsettled_since.get_or_insert_with(Instant::now);
         }
         p.my_inc = random_u64(p.my_inc);
+        if p.peer_inc != 0 {
+            p.forgotten_inc = p.peer_inc;
+        }
         p.peer_inc = 0;
         p.state = PeerState::Down;
     }
@@ -300,8 +306,10 @@ impl Transport {
                 .cfg
                 .hello_interval
                 .saturating_mul(NEW_INCARNATION_HELLOS);
-            if p.new_incarnation_at
-                .is_some_and(|t| now.duration_since(t) < every)
+            let returning = h.incarnation == p.forgotten_inc;
+            if !returning
+                && p.new_incarnation_at
+                    .is_some_and(|t| now.duration_since(t) < every)
             {
                 // Too soon after the last one: read again at a later poll
                 // (a peer changing incarnation at every hello would

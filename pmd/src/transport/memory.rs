@@ -125,7 +125,10 @@ impl Transport {
         self.regions.free_bytes()
     }
 
-    /// Copies `data` into region `key` at `offset` (local write).
+    /// Copies `data` into region `key` at `offset` (local write). Fails
+    /// with [`TransportError::Lost`] once we were dropped from the fabric:
+    /// on a fabric whose windows are one shared region, the bytes are the
+    /// new occupant's then.
     pub fn region_write(&mut self, key: RegionKey, offset: u64, data: &[u8]) -> Result<()> {
         self.check_tenure()?;
         let len = data.len() as u64;

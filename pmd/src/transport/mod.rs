@@ -112,13 +112,15 @@
 //! (the device's dead-peer detection), a new incarnation of the peer, or a
 //! transport being dropped (it says goodbye with a fresh incarnation) tears
 //! the connection down: outstanding operations complete with
-//! [`Status::PeerDown`], posted receives are flushed, regions allocated for
-//! the peer's operations are freed, and the peer's section is cleared, so
-//! eager buffers and credits start afresh when it reconnects. A connection
-//! this side ends on its own, the peer perhaps still up (its rings wedged,
-//! a store into its window failed, it stopped crediting), fails with
-//! [`Status::Reset`], and what the peer may still write into is held until
-//! it can no longer (see `handshake.rs`).
+//! [`Status::PeerDown`], posted receives are flushed, and the peer's section
+//! is cleared, so eager buffers and credits start afresh when it
+//! reconnects. A connection this side ends on its own, the peer perhaps
+//! still up (its rings wedged, a store into its window failed, it stopped
+//! crediting), fails with [`Status::Reset`]; after it, and after a link
+//! drop (the peer may only have stalled), what the peer may still write
+//! into is held until it can no longer (see `handshake.rs`). The hello
+//! carries the protocol version ([`VERSION`]): builds of another version
+//! fail the handshake, saying both.
 //!
 //! # Where things are
 //! One role a file (see `docs/ARCHITECTURE.md` for the whole map):

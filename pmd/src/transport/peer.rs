@@ -16,8 +16,8 @@ pub(crate) struct Peer {
     /// Where the handshake stands.
     pub state: PeerState,
     /// Our incarnation towards this peer: the transport's at first, drawn
-    /// anew when we reset this one connection (resync) or say goodbye, so
-    /// that the peer starts over with a fresh epoch.
+    /// anew when we reset this one connection (resync), see its link drop,
+    /// or say goodbye, so that the next connection has a fresh epoch.
     pub my_inc: u64,
     /// The peer's incarnation from its last hello (0: none seen, or
     /// forgotten after link down).
@@ -31,6 +31,10 @@ pub(crate) struct Peer {
     /// When it last presented a new incarnation (see
     /// `handshake::NEW_INCARNATION_HELLOS`).
     pub new_incarnation_at: Option<Instant>,
+    /// Its incarnation as it was when we forgot it at a link drop: the same
+    /// one presented again is the peer coming back, not a new incarnation,
+    /// and is not held back by the rate limit.
+    pub forgotten_inc: u64,
     /// When we last wrote it a hello (resent every `Config::hello_interval`).
     pub last_hello_sent: Option<Instant>,
     /// The connection, while connected.
@@ -43,9 +47,10 @@ pub(crate) struct Peer {
     pub qp: bool,
     /// The connection as the peer's data queues see it.
     pub watch: Arc<ConnWatch>,
-    /// Since when a connection we ended on our own may still be alive at
-    /// the peer (see `Transport::start_over`): `None` once the peer is
-    /// known to hold nothing of it (`Transport::settle`).
+    /// Since when a connection we ended on our own, or whose link we saw
+    /// drop, may still be alive at the peer (see `Transport::start_over`,
+    /// `Transport::link_down`): `None` once the peer is known to hold
+    /// nothing of it (`Transport::settle`).
     pub unsettled_since: Option<Instant>,
 }
 
@@ -60,6 +65,7 @@ impl Peer {
             hello_seq: 0,
             last_hello_tag: 0,
             new_incarnation_at: None,
+            forgotten_inc: 0,
             last_hello_sent: None,
             conn: None,
             counters: QpCounters::default(),

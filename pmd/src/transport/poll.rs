@@ -109,13 +109,18 @@ impl Transport {
                     Ok(l) if l.up => self.send_hello(p),
                     // The link is down (a peer that said goodbye and left,
                     // on a device that reports no event for it): say so.
+                    // Nothing is settled here: a goodbye settled already (a
+                    // new incarnation), and a hold after a reset or a link
+                    // drop stays until the peer comes back or it expires.
                     _ => {
                         let peer = &mut self.peers[p as usize];
                         peer.last_hello_sent = Some(now);
                         if peer.state == PeerState::Connecting {
                             peer.state = PeerState::Down;
+                            if peer.peer_inc != 0 {
+                                peer.forgotten_inc = peer.peer_inc;
+                            }
                             peer.peer_inc = 0;
-                            self.settle(p);
                         }
                     }
                 }

@@ -18,8 +18,9 @@
 //! HEADER_WORDS + p * RECORD_WORDS: port p's record (see `field`)
 //! ```
 //!
-//! Every word is a little-endian `u64` at an 8-byte aligned offset, reached
-//! only through atomics: no Rust reference or slice is made over the file.
+//! Every word is a little-endian `u64` at an 8-byte aligned offset. The
+//! owner reaches its mapping only through atomics (no Rust reference or
+//! slice over the file); readers copy the file out with `pread`.
 
 use std::fs::File;
 use std::num::NonZeroUsize;

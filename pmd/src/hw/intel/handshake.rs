@@ -23,7 +23,9 @@
 //! (link down, then up with the new generation). A side that sees an
 //! announcement not acknowledging its own generation answers with its own,
 //! so both sides learn each other in at most two announcements whoever
-//! starts first. Closing announces `BYE`.
+//! starts first. Closing announces `BYE`, and so does a side that declares
+//! its peer gone by its heartbeat (the peer, if it only paused, then sees
+//! the link down too).
 
 use super::regs::SPAD_COUNT;
 

@@ -32,13 +32,11 @@
 //! and [`DataQueue::split`] gives them to two lcores (an rx stage and a tx
 //! stage of a pipeline) with no lock between them.
 //!
-//! **Known limit.** A connection that comes back after a link flap without
-//! either side restarting keeps its epoch (it is derived from the two
-//! incarnations), so for a moment after the reconnect a descriptor the
-//! peer's old send half wrote late can pass for a new one (its slot had been
-//! zeroed, the peer's half had not yet seen the change). It names a buffer
-//! we lent, so nothing leaves our window, but that message can be delivered
-//! out of place. Processes that restart, and resyncs, get a new epoch.
+//! **Epochs.** Every connection has its own epoch, derived from the two
+//! sides' incarnations: processes that restart, resyncs, and a link that
+//! drops and comes back (the side that saw it drop takes a new incarnation)
+//! all give a new one, so a descriptor, lend or credit the peer's old halves
+//! write late is never taken for the new connection's.
 //!
 //! **Connection changes.** The transport publishes the peer's connection in
 //! a connection word (`watch.rs`, followed by `link.rs`); each burst loads it first. On a new connection the
