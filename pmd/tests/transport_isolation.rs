@@ -59,6 +59,29 @@ fn exchange(a: &mut Host, b: &mut Host, pa: Port, pb: Port, n: usize, tag: u8) {
     }
 }
 
+/// B's connection to port 0 as it stands (connections made, messages
+/// dropped), to compare with after a dropped host woke up.
+fn connection_of(b: &mut Host) -> (u64, u64) {
+    let qb = b.qp(0);
+    (b.t.counters(qb).connects, b.t.counters(qb).dropped_total())
+}
+
+/// C (port 0 now) and B exchange 50 more messages, every byte checked, and
+/// B's connection to port 0 made no new connection and dropped nothing
+/// since `before` ([`connection_of`]): the dropped host disturbed nothing.
+fn assert_undisturbed(c: &mut Host, b: &mut Host, before: (u64, u64), tag: u8) {
+    exchange(c, b, 0, 1, 50, tag);
+    let (connects, drops) = connection_of(b);
+    assert_eq!(
+        connects, before.0,
+        "B's connection to the new occupant was reset"
+    );
+    assert_eq!(
+        drops, before.1,
+        "B dropped messages on port 0 after A woke up"
+    );
+}
+
 #[test]
 fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     let dir = TestDir::new("zombie");
@@ -115,9 +138,7 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
     connect(&mut c, &mut b, 0, 1);
     b.repost_all(0);
     exchange(&mut c, &mut b, 0, 1, 20, 0x20);
-    let qb = b.qp(0);
-    let b_connects = b.t.counters(qb).connects;
-    let b_drops = b.t.counters(qb).dropped_total();
+    let before = connection_of(&mut b);
     for _ in 0..2 {
         c.t.register_region(4096, Access::ALL).unwrap();
     }
@@ -191,19 +212,9 @@ fn a_stalled_host_is_told_it_was_dropped_and_the_new_occupant_is_undisturbed() {
         c_grants,
         "the dropped host edited the new occupant's grant table"
     );
-    exchange(&mut c, &mut b, 0, 1, 50, 0x30);
+    assert_undisturbed(&mut c, &mut b, before, 0x30);
     assert_eq!(b.t.peer_state(0), PeerState::Connected);
     assert_eq!(c.t.peer_state(1), PeerState::Connected);
-    assert_eq!(
-        b.t.counters(qb).connects,
-        b_connects,
-        "B's connection to the new occupant was reset"
-    );
-    assert_eq!(
-        b.t.counters(qb).dropped_total(),
-        b_drops,
-        "B dropped messages on port 0 after A woke up"
-    );
     assert!(b.t.device().counters().posted_writes > b_writes_before);
     drop((b, c));
     EmuFabric::destroy_in(dir.path(), "zombie").unwrap();
@@ -273,8 +284,7 @@ fn a_dropped_host_on_a_shared_region_leaves_the_new_occupants_window_alone() {
     connect(&mut c, &mut b, 0, 1);
     b.repost_all(0);
     exchange(&mut c, &mut b, 0, 1, 20, 0x20);
-    let qb = b.qp(0);
-    let (b_connects, b_drops) = (b.t.counters(qb).connects, b.t.counters(qb).dropped_total());
+    let before = connection_of(&mut b);
     // B's messages to C wait in slot 0's window, C not polling yet.
     let waiting: Vec<Vec<u8>> = (0..10u8)
         .map(|i| vec![0x40 ^ i; 32 + usize::from(i)])
@@ -298,17 +308,7 @@ fn a_dropped_host_on_a_shared_region_leaves_the_new_occupants_window_alone() {
     for (i, m) in waiting.iter().enumerate() {
         assert_eq!(&c.recv(1, LONG), m, "message {i} waiting for C");
     }
-    exchange(&mut c, &mut b, 0, 1, 50, 0x30);
-    assert_eq!(
-        b.t.counters(qb).connects,
-        b_connects,
-        "B's connection to the new occupant was reset"
-    );
-    assert_eq!(
-        b.t.counters(qb).dropped_total(),
-        b_drops,
-        "B dropped messages on port 0 after A woke up"
-    );
+    assert_undisturbed(&mut c, &mut b, before, 0x30);
     let qc = c.qp(1);
     assert_eq!(c.t.counters(qc).disconnects, 0, "C's connection was reset");
 }
@@ -1271,8 +1271,7 @@ fn a_stopped_process_is_dropped_and_told_so_when_resumed() {
     connect(&mut c, &mut b, 0, 1);
     b.repost_all(0);
     exchange(&mut c, &mut b, 0, 1, 20, 0x70);
-    let qb = b.qp(0);
-    let (connects, drops) = (b.t.counters(qb).connects, b.t.counters(qb).dropped_total());
+    let before = connection_of(&mut b);
 
     // Resume it while C and B keep talking: it learns it was dropped and
     // posts nothing; C and B see nothing of it.
@@ -1294,17 +1293,7 @@ fn a_stopped_process_is_dropped_and_told_so_when_resumed() {
         "the child said: {said}"
     );
     assert!(child.wait_success(LONG), "the child failed");
-    exchange(&mut c, &mut b, 0, 1, 50, 0x72);
-    assert_eq!(
-        b.t.counters(qb).connects,
-        connects,
-        "B's connection was reset"
-    );
-    assert_eq!(
-        b.t.counters(qb).dropped_total(),
-        drops,
-        "B dropped messages"
-    );
+    assert_undisturbed(&mut c, &mut b, before, 0x72);
     assert_eq!(fabric.status().slots[0].owner_pid, Some(std::process::id()));
     drop((b, c, child));
     EmuFabric::destroy_in(dir.path(), "sigstop").unwrap();

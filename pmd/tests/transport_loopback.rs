@@ -1535,6 +1535,18 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
     });
     let q01 = ts[0].create_qp(1).unwrap();
     let q10 = ts[1].create_qp(0).unwrap();
+    overflow_until_reset(&mut ts, q10);
+    assert!(ts[1].is_connected(0), "port 1 has not polled yet");
+    await_reconnection(&mut ts, q10);
+    assert_eq!(ts[0].counters(q01).disconnects, 1);
+}
+
+/// Port 1 posts writes and never polls, so it credits none of port 0's
+/// answers (each an error `Ack`: the key is unknown), which wait in port
+/// 0's backlog; past its limit port 0 resets the connection. Port 1's own
+/// posts wait for room (`Busy`) while port 0 drains them. Returns once
+/// port 0 has reset (port 1 has not polled since).
+fn overflow_until_reset(ts: &mut [Transport], q10: Qp) {
     let src = ts[1].register_region(64, Access::ALL).unwrap();
     let local = [Sge {
         key: src,
@@ -1545,10 +1557,6 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
         key: RegionKey(0x5eed),
         offset: 0,
     };
-    // Port 1 posts writes and never polls, so it credits none of port 0's
-    // answers (each an error `Ack`: the key is unknown), which wait in
-    // port 0's backlog; past its limit port 0 resets the connection.
-    // Port 1's own posts wait for room (`Busy`) while port 0 drains them.
     let mut posted = 0u64;
     while ts[0].is_connected(1) {
         for _ in 0..16 {
@@ -1561,7 +1569,10 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
         ts[0].progress();
         assert!(posted < 1 << 20, "the backlog never overflowed");
     }
-    assert!(ts[1].is_connected(0), "port 1 has not polled yet");
+}
+
+/// Polls both until they have connected again after port 0's reset.
+fn await_reconnection(ts: &mut [Transport], q10: Qp) {
     let end = Instant::now() + Duration::from_secs(10);
     while !(ts[0].is_connected(1) && ts[1].is_connected(0) && ts[1].counters(q10).disconnects > 0) {
         ts[0].progress();
@@ -1571,7 +1582,6 @@ fn a_peer_that_stopped_crediting_reconnects_once_it_polls_again() {
             "no reconnection after the reset: port 1 still connected to nobody"
         );
     }
-    assert_eq!(ts[0].counters(q01).disconnects, 1);
 }
 
 /// A peer whose link drops and comes back under the same generation (it
@@ -1660,34 +1670,8 @@ fn a_late_credit_of_a_reset_connection_is_not_taken_by_the_next() {
     }
     // The reset, as in the test above: port 1 posts and never polls, port
     // 0's answers overflow its backlog.
-    let src = ts[1].register_region(64, Access::ALL).unwrap();
-    let local = [Sge {
-        key: src,
-        offset: 0,
-        len: 64,
-    }];
-    let nowhere = RemoteAddr {
-        key: RegionKey(0x5eed),
-        offset: 0,
-    };
-    let mut posted = 0u64;
-    while ts[0].is_connected(1) {
-        for _ in 0..16 {
-            match ts[1].post_write(q10, &local, nowhere, posted) {
-                Ok(()) => posted += 1,
-                Err(TransportError::Busy { .. }) => break,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        ts[0].progress();
-        assert!(posted < 1 << 20, "the backlog never overflowed");
-    }
-    let end = Instant::now() + Duration::from_secs(10);
-    while !(ts[0].is_connected(1) && ts[1].is_connected(0) && ts[1].counters(q10).disconnects > 0) {
-        ts[0].progress();
-        ts[1].progress();
-        assert!(Instant::now() < end, "no reconnection after the reset");
-    }
+    overflow_until_reset(&mut ts, q10);
+    await_reconnection(&mut ts, q10);
     drain(&mut ts[0]);
     drain(&mut ts[1]);
     // The new connection: port 1 takes nothing until port 0 has filled
