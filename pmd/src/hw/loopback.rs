@@ -42,6 +42,23 @@ fn announce(ports: &mut [PortState], port: Port, event: LinkEvent) {
     }
 }
 
+/// Brings `port`'s link up under its current generation and tells the
+/// others; returns the generation.
+fn bring_up(ports: &mut [PortState], port: Port) -> u64 {
+    let st = &mut ports[port as usize];
+    st.up = true;
+    let generation = st.generation;
+    announce(
+        ports,
+        port,
+        LinkEvent::Up {
+            peer: port,
+            generation,
+        },
+    );
+    generation
+}
+
 /// A fabric of `ports` ports whose windows live in this process.
 ///
 /// # Example
@@ -116,7 +133,6 @@ impl LoopbackFabric {
         if st.up {
             return Err(HwError::Fabric(format!("port {port} is taken")));
         }
-        st.up = true;
         st.generation += 1;
         st.window = Arc::new(
             (0..self.window_size / 64)
@@ -124,15 +140,7 @@ impl LoopbackFabric {
                 .collect(),
         );
         st.events.clear();
-        let generation = st.generation;
-        announce(
-            &mut ports,
-            port,
-            LinkEvent::Up {
-                peer: port,
-                generation,
-            },
-        );
+        let generation = bring_up(&mut ports, port);
         Ok(LoopbackDevice {
             fabric: self.clone(),
             port,
@@ -177,16 +185,7 @@ impl LoopbackFabric {
         if st.up {
             return;
         }
-        st.up = true;
-        let generation = st.generation;
-        announce(
-            &mut ports,
-            port,
-            LinkEvent::Up {
-                peer: port,
-                generation,
-            },
-        );
+        bring_up(&mut ports, port);
     }
 }
 
