@@ -77,10 +77,53 @@ pub fn time<F: FnOnce() -> R, R>(f: F) -> (R, Duration) {
 
 /// Returns the median of `runs` by throughput: benchmarks repeat each case a
 /// few times and keep the median so one descheduled run does not decide.
+/// For an even count, a row of the upper middle run's operations at the
+/// mean of the two middle runs' rates.
 pub fn median(mut runs: Vec<Row>) -> Row {
     assert!(!runs.is_empty(), "median of no runs");
     runs.sort_by(|a, b| a.mops().total_cmp(&b.mops()));
-    runs.swap_remove(runs.len() / 2)
+    let n = runs.len();
+    if n % 2 == 1 {
+        return runs.swap_remove(n / 2);
+    }
+    let rate = (runs[n / 2 - 1].mops() + runs[n / 2].mops()) / 2.0;
+    let mut m = runs.swap_remove(n / 2);
+    m.elapsed = Duration::from_secs_f64(m.ops as f64 / (rate * 1e6));
+    m
+}
+
+/// The command that ran, as one would type it again: `cargo run --release
+/// -p ntbdk-bench --bin BIN -- ARGS` with this process's arguments.
+pub fn command_line(bin: &str) -> String {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '"') {
+                format!("{a:?}")
+            } else {
+                a
+            }
+        })
+        .collect();
+    let mut cmd = format!("cargo run --release -p ntbdk-bench --bin {bin}");
+    if !args.is_empty() {
+        cmd.push_str(" -- ");
+        cmd.push_str(&args.join(" "));
+    }
+    cmd
+}
+
+/// The median of `v` (the mean of the two middle values for an even count),
+/// sorting it; `None` when it is empty.
+pub fn median_f64(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 /// Prints `rows` as a Markdown table with Mops/s and ns/op.
@@ -335,8 +378,7 @@ pub fn print_paired(floors: &[PairedFloor]) {
             .filter(|(_, (a, b))| keep(*a, *b))
             .map(|(r, _)| *r)
             .collect();
-        v.sort_by(f64::total_cmp);
-        match v.get(v.len() / 2) {
+        match median_f64(&mut v) {
             Some(m) => format!("{m:.2}x ({})", v.len()),
             None => "- (0)".to_string(),
         }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use ntbdk_bench::{core_pair, describe_machine, pin, send_burst};
+use ntbdk_bench::{command_line, core_pair, describe_machine, median_f64, pin, send_burst};
 use ntbdk_mempool::ZoneOptions;
 use ntbdk_pmd::hw::emu::{DeviceConfig, EmuDevice, EmuFabric, FabricConfig};
 use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
@@ -387,8 +387,8 @@ fn one_core(size: usize, nb_desc: u32, n: u64) -> Result<f64> {
 /// Median and range of `runs`.
 fn summary(runs: &[Rate], pick: impl Fn(&Rate) -> f64) -> (f64, f64, f64) {
     let mut v: Vec<f64> = runs.iter().map(pick).collect();
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
+    let m = median_f64(&mut v).unwrap_or(0.0);
+    (m, v[0], v[v.len() - 1])
 }
 
 fn main() -> Result<()> {
@@ -405,6 +405,7 @@ fn main() -> Result<()> {
         return Ok(());
     }
     println!("# bench dataplane — {}", describe_machine());
+    println!("- command: `{}`", command_line("dataplane"));
     println!(
         "continuous runs of {} s counted at the receiver, {} interleaved repetitions; median [min – max]",
         args.seconds, args.runs
@@ -417,11 +418,18 @@ fn main() -> Result<()> {
     println!("| --- | --- | --- | --- | --- |");
     for &size in &args.sizes {
         let (mut copy, mut burst) = (Vec::new(), Vec::new());
-        for _ in 0..args.runs {
+        // Alternately copy first and burst first, so neither always runs
+        // after the other.
+        for run in 0..args.runs {
+            if run % 2 == 1 {
+                burst.push(burst_path(size, 1, args.nb_desc, args.seconds)?);
+            }
             if !args.burst_only {
                 copy.push(copy_path(size, args.nb_desc, args.seconds)?);
             }
-            burst.push(burst_path(size, 1, args.nb_desc, args.seconds)?);
+            if run % 2 == 0 {
+                burst.push(burst_path(size, 1, args.nb_desc, args.seconds)?);
+            }
         }
         if args.burst_only {
             let (bm, bl, bh) = summary(&burst, |r| r.mps);

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use crossbeam_queue::ArrayQueue;
 use ntbdk_bench::{
-    PairedFloor, Row, check_floor, core_pair, coupling_changed, coupling_ns, describe_machine,
-    median, pin, print_floor_header, print_paired, print_table, report_coupling,
+    PairedFloor, Row, check_floor, command_line, core_pair, coupling_changed, coupling_ns,
+    describe_machine, median, pin, print_floor_header, print_paired, print_table, report_coupling,
 };
 use ntbdk_ring::{Ring, RingMode};
 
@@ -432,10 +432,7 @@ fn main() -> anyhow::Result<()> {
 
     println!("## Ring benchmark\n");
     println!("- machine: {}", describe_machine());
-    println!(
-        "- command: `cargo run --release -p ntbdk-bench --bin ring -- --items {} --reps {} --capacity {} --consumer-work {}`",
-        args.items, args.reps, args.capacity, args.consumer_work
-    );
+    println!("- command: `{}`", command_line("ring"));
     println!(
         "- {} u64 items per case, capacity {}, producer on core {pc}, consumer on core {cc}, \
          median of {} interleaved repetitions",
@@ -455,11 +452,13 @@ fn main() -> anyhow::Result<()> {
         // which regime the pair settled in.
         eprint!("rep {}/{}:", rep + 1, args.reps);
         // The order rotates each repetition, so no case always runs first
-        // (after the coupling probe, on a fresh allocation) or after the
-        // same neighbour.
+        // (after the coupling probe, on a fresh allocation), and runs
+        // backwards in odd ones, so no case always runs after the same
+        // neighbour (a pair's two cases sit side by side in the list).
         let mut findings = vec![(0, 0); cases.len()];
         for k in 0..cases.len() {
             let i = (k + rep) % cases.len();
+            let i = if rep % 2 == 1 { cases.len() - 1 - i } else { i };
             let row = run_case(cases[i], &args, shared);
             let (f, e) = *LAST_IDLE.lock().unwrap();
             findings[i] = (f * 1000 / row.ops, e * 1000 / row.ops);
