@@ -13,7 +13,7 @@
 //! `#[repr(C)]`, holds no pointer, and keeps its indices as atomics in the
 //! region. [`Ring::init_in`] constructs one in place over a caller's region
 //! of [`Ring::bytes_for`] bytes; [`Ring::attach`] validates the header (magic,
-//! version, element type, capacity, region size) and returns a handle, or an
+//! version, element size and alignment, capacity, region size) and returns a handle, or an
 //! error for a region that holds no valid ring. [`Ring::new`] is the same on a
 //! heap allocation of its own. Elements in shared memory must be plain data:
 //! a pointer means nothing in another address space.

@@ -33,7 +33,11 @@ pub enum SyncMode {
     Single,
     /// Any number of threads (or processes) may use this side at once. Each
     /// operation reserves its slots with a compare-and-swap on the side's
-    /// head and publishes them in order on the side's tail.
+    /// head and publishes them in order on the side's tail. So, as in
+    /// DPDK's rings, a user stopped or killed between the two (a process
+    /// that dies mid-operation, one stopped in a debugger) holds every later
+    /// operation on this side until it publishes: one that died never
+    /// does, and the ring must be made again.
     Multi,
 }
 

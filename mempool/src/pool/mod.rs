@@ -48,7 +48,11 @@ use layout::{Layout, POOL_ALIGN};
 /// offsets, [`offset_of`](Pool::offset_of)), never pointers: another process
 /// that maps the zone ([`Zone::attach`]) and [`attach`](Pool::attach)es the
 /// pool gets and puts the same objects. Objects held in a process's thread
-/// caches, or taken by a process that dies, are not seen by the others.
+/// caches, or taken by a process that dies, are not seen by the others; a
+/// process that dies (or is stopped) inside a get or put of the free ring
+/// holds the others' gets or puts until it finishes (a multi-process ring
+/// publishes in order: see `ntbdk_ring::SyncMode::Multi`), so a pool
+/// shared with a process that died mid-operation must be made again.
 ///
 /// **Misuse.** With [`PoolOptions::track_state`] (the default), every object
 /// has a state byte: free, out as a raw handle, or owned by an `Obj`.

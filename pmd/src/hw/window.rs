@@ -512,11 +512,16 @@ impl PeerWindow {
         check(offset, len, self.len)?;
         self.admitted(offset, len)?;
         let from = src.ptr_at(src_off, len)?;
+        let to = self.base.wrapping_add(offset);
+        // Non-temporal stores copy forwards: only for ranges apart (a
+        // loopback fabric maps one memory as both windows).
+        let (from_a, to_a) = (from.addr(), to.addr());
+        let apart = from_a + len <= to_a || to_a + len <= from_a;
         // SAFETY: both ranges were checked to lie in their mappings, which
         // `self._keep` and `src` keep alive for this call; `copy` allows
-        // overlap (a loopback fabric maps one memory as both windows).
+        // overlap, and `nt_copy` runs only on ranges apart.
         unsafe {
-            if non_temporal {
+            if non_temporal && apart {
                 nt_copy(self.base.add(offset), from, len);
             } else {
                 std::ptr::copy(from, self.base.add(offset), len);
@@ -619,10 +624,16 @@ impl Guard {
         offset: usize,
         len: usize,
     ) -> Result<Option<u64>> {
-        if let Some(g) = &self.granted
-            && !covered(g, offset, len)
-        {
-            return self.admit_live(peer, counters, offset, len);
+        match &self.granted {
+            Some(g) if !covered(g, offset, len) => {
+                return self.admit_live(peer, counters, offset, len);
+            }
+            // Live grants alone (no fixed ranges): every write is the
+            // table's to admit.
+            None if self.live.is_some() => {
+                return self.admit_live(peer, counters, offset, len);
+            }
+            _ => {}
         }
         self.held().map(|()| None)
     }
@@ -1180,6 +1191,35 @@ mod tests {
             Err(HwError::OutOfBounds { .. })
         ));
         assert_eq!(load(&mem, 10..16), [0; 6]);
+    }
+
+    /// A non-temporal copy between overlapping ranges of one memory (a
+    /// loopback fabric maps one memory as both windows) moves the bytes as
+    /// `memmove` does: the forward streaming copy is kept for ranges apart.
+    #[test]
+    fn an_overlapping_non_temporal_copy_moves_the_bytes() {
+        let mem = zeroed(16);
+        for (i, w) in mem.iter().enumerate() {
+            w.store(0x0101_0101_0101_0101 * i as u64, Ordering::Relaxed);
+        }
+        let before = load(&mem, 0..16);
+        let ptr = mem.as_ptr() as *mut u8;
+        // SAFETY: `mem` is 128 bytes, 8-aligned, interior-mutable and kept
+        // alive by both handles; read below only after the copy.
+        let local = unsafe { LocalWindow::from_raw(ptr, 128, 0, mem.clone()) };
+        // SAFETY: as above.
+        let peer = unsafe {
+            PeerWindow::from_raw(
+                ptr,
+                128,
+                1,
+                Arc::new(DeviceCounters::default()),
+                mem.clone(),
+            )
+        };
+        peer.copy_from_local(16, &local, 0, 64, true).unwrap();
+        assert_eq!(load(&mem, 2..10), before[0..8]);
+        assert_eq!(load(&mem, 0..2), before[0..2]);
     }
 
     /// A window over `mem` whose live grant table is `table` (writer port
