@@ -88,25 +88,33 @@ pub fn median(mut runs: Vec<Row>) -> Row {
     }
     let rate = (runs[n / 2 - 1].mops() + runs[n / 2].mops()) / 2.0;
     let mut m = runs.swap_remove(n / 2);
-    m.elapsed = Duration::from_secs_f64(m.ops as f64 / (rate * 1e6));
+    if rate.is_finite() && rate > 0.0 {
+        m.elapsed = Duration::from_secs_f64(m.ops as f64 / (rate * 1e6));
+    }
     m
 }
 
-/// The command that ran, as one would type it again: `cargo run --release
-/// -p ntbdk-bench --bin BIN -- ARGS` with this process's arguments.
+/// The command that ran, as one would type it again in a POSIX shell:
+/// `cargo run --release -p ntbdk-bench --bin BIN [--features F] -- ARGS`
+/// with this process's arguments (single-quoted where a shell would read
+/// them otherwise) and the bench crate's features this build has.
 pub fn command_line(bin: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_=.,/:+@%".contains(c);
     let args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .map(|a| {
-            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '"') {
-                format!("{a:?}")
-            } else {
+            if !a.is_empty() && a.chars().all(safe) {
                 a
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
             }
         })
         .collect();
     let mut cmd = format!("cargo run --release -p ntbdk-bench --bin {bin}");
+    if cfg!(feature = "iceoryx2") {
+        cmd.push_str(" --features iceoryx2");
+    }
     if !args.is_empty() {
         cmd.push_str(" -- ");
         cmd.push_str(&args.join(" "));

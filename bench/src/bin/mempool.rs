@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Parser;
 use ntbdk_bench::{
-    Row, check_floor, describe_machine, median, pin, print_floor_header, print_table,
+    Row, check_floor, command_line, describe_machine, median, pin, print_floor_header, print_table,
 };
 use ntbdk_mempool::{ObjIdx, Pool, PoolOptions, ZoneOptions};
 
@@ -110,6 +110,7 @@ fn main() -> anyhow::Result<()> {
 
     println!("## ntbdk-mempool benchmark\n");
     println!("- machine: {machine}");
+    println!("- command: `{}`", command_line("mempool"));
     println!(
         "- pinned to core 0: {pinned}; pools of {} x {} B objects on {} pages; bulk {BULK}; \
          cache {} (cached pool); {} objects per run, median of {} runs",

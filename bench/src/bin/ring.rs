@@ -390,6 +390,20 @@ fn rtrb_chunk<const B: usize>(capacity: usize, items: u64, shared: bool) -> Dura
 }
 
 /// Runs one repetition of `case`.
+/// The case run `k`-th in repetition `rep` of `n` cases: the list rotated
+/// by whole pairs (so each case in turn runs first, after the coupling
+/// probe, on a fresh allocation), forwards in even repetitions and
+/// backwards in odd ones, so that of two cases side by side in the list (a
+/// floor's ours and peer) each runs first in every other repetition.
+fn run_order(rep: usize, k: usize, n: usize) -> usize {
+    let off = (2 * (rep / 2)) % n;
+    if rep.is_multiple_of(2) {
+        (off + k) % n
+    } else {
+        (off + n - 1 - k) % n
+    }
+}
+
 fn run_case(case: Case, args: &Args, shared: bool) -> Row {
     run_case_items(case, args.capacity, args.items, shared)
 }
@@ -451,14 +465,9 @@ fn main() -> anyhow::Result<()> {
         // Each case's Mops/s, with (full/empty findings per 1000 items):
         // which regime the pair settled in.
         eprint!("rep {}/{}:", rep + 1, args.reps);
-        // The order rotates each repetition, so no case always runs first
-        // (after the coupling probe, on a fresh allocation), and runs
-        // backwards in odd ones, so no case always runs after the same
-        // neighbour (a pair's two cases sit side by side in the list).
         let mut findings = vec![(0, 0); cases.len()];
         for k in 0..cases.len() {
-            let i = (k + rep) % cases.len();
-            let i = if rep % 2 == 1 { cases.len() - 1 - i } else { i };
+            let i = run_order(rep, k, cases.len());
             let row = run_case(cases[i], &args, shared);
             let (f, e) = *LAST_IDLE.lock().unwrap();
             findings[i] = (f * 1000 / row.ops, e * 1000 / row.ops);
@@ -573,9 +582,9 @@ fn sustained(args: &Args, slowest: &[(String, f64)], (pc, cc): (usize, usize)) {
     let mut coupling = vec![coupling_ns(pc, cc)];
     for rep in 0..args.sustain_reps {
         eprint!("sustained {}/{}:", rep + 1, args.sustain_reps);
-        // Rotated each round, as in the table's repetitions.
+        // Ordered as the table's repetitions are.
         for j in 0..cases.len() {
-            let k = (j + rep) % cases.len();
+            let k = run_order(rep, j, cases.len());
             let case = cases[k];
             let mut row = run_case_items(case, args.capacity, items[k], shared);
             while row.elapsed < want {

@@ -525,6 +525,11 @@ impl PeerWindow {
                 nt_copy(self.base.add(offset), from, len);
             } else {
                 std::ptr::copy(from, self.base.add(offset), len);
+                if non_temporal {
+                    // As `nt_copy` ends, so that `non_temporal` means the
+                    // same ordering whichever copy ran.
+                    store_fence();
+                }
             }
         }
         self.mine.posted(len);
