@@ -39,6 +39,12 @@ impl Transport {
     /// data). Completes with [`OpKind::WriteDirect`] as soon as the data is
     /// posted.
     ///
+    /// The notice travels as a message: if the connection resets before the
+    /// peer takes it (still waiting in our backlog for the peer's credits,
+    /// or unread in its ring), it is lost, though this write completed. The
+    /// peer's application learns of the reset itself (its receives flushed,
+    /// its operations with this host failed), not of each lost notice.
+    ///
     /// Fails at once, writing nothing, when the peer has not advertised the
     /// key to us ([`TransportError::UnknownRemoteKey`]) or the range leaves
     /// the region ([`TransportError::RemoteOutOfRange`]).
