@@ -22,6 +22,37 @@ pub struct Shape {
     pub buf_size: u32,
 }
 
+impl Shape {
+    /// The data queues of this shape with `nb_desc` descriptors each.
+    fn with_nb_desc(&self, nb_desc: u32) -> DataQueues {
+        DataQueues {
+            count: self.queues,
+            nb_desc,
+            buf_size: self.buf_size,
+        }
+    }
+}
+
+/// The largest `nb_desc`, a power of two from `start` down to
+/// [`MIN_NB_DESC`], whose window for `shape` on `ports` ports, rounded up
+/// to a multiple of `round`, is at most `limit`; `None` when none is.
+fn largest_fitting(
+    ports: u16,
+    shape: &Shape,
+    start: u32,
+    limit: usize,
+    round: usize,
+) -> Result<Option<u32>> {
+    let mut nb = start;
+    while nb >= MIN_NB_DESC {
+        if window_needed(ports, shape.with_nb_desc(nb))?.next_multiple_of(round) <= limit {
+            return Ok(Some(nb));
+        }
+        nb /= 2;
+    }
+    Ok(None)
+}
+
 /// The transport geometry of `ports` ports with `data` queues: the queue
 /// pair kept small (ntb-fwd moves its data on the data queues only).
 pub fn geometry(ports: u16, data: DataQueues) -> Geometry {
@@ -53,17 +84,13 @@ pub const MAX_EMU_WINDOW: usize = 1 << 30;
 /// assert!(emu_window(2, &Shape { nb_desc: Some(1024), ..big }).is_err());
 /// ```
 pub fn emu_window(ports: u16, shape: &Shape) -> Result<usize> {
-    let data = |nb_desc| DataQueues {
-        count: shape.queues,
-        nb_desc,
-        buf_size: shape.buf_size,
+    const MIB: usize = 1 << 20;
+    let nb = match shape.nb_desc {
+        Some(nb) => nb,
+        None => largest_fitting(ports, shape, DEFAULT_NB_DESC, MAX_EMU_WINDOW, MIB)?
+            .unwrap_or(MIN_NB_DESC),
     };
-    let window = |nb| window_needed(ports, data(nb)).map(|w| w.next_multiple_of(1 << 20));
-    let mut nb = shape.nb_desc.unwrap_or(DEFAULT_NB_DESC);
-    while shape.nb_desc.is_none() && nb > MIN_NB_DESC && window(nb)? > MAX_EMU_WINDOW {
-        nb /= 2;
-    }
-    let w = window(nb)?;
+    let w = window_needed(ports, shape.with_nb_desc(nb))?.next_multiple_of(MIB);
     if w > MAX_EMU_WINDOW {
         bail!(
             "--qp {} --nb-desc {nb} --buf-size {} need {w}-byte windows, more than the \
@@ -95,11 +122,7 @@ pub fn plan_geometry(
     window: usize,
     shape: &Shape,
 ) -> Result<(Geometry, Option<String>)> {
-    let data = |nb_desc| DataQueues {
-        count: shape.queues,
-        nb_desc,
-        buf_size: shape.buf_size,
-    };
+    let data = |nb_desc| shape.with_nb_desc(nb_desc);
     let describe = |nb: u32| {
         format!(
             "--qp {} --nb-desc {nb} --buf-size {}",
@@ -107,15 +130,8 @@ pub fn plan_geometry(
         )
     };
     // The largest power-of-two nb_desc that fits, if any.
-    let mut fit = None;
-    let mut nb = DEFAULT_NB_DESC.max(shape.nb_desc.unwrap_or(0));
-    while nb >= MIN_NB_DESC {
-        if window_needed(ports, data(nb))? <= window {
-            fit = Some(nb);
-            break;
-        }
-        nb /= 2;
-    }
+    let start = DEFAULT_NB_DESC.max(shape.nb_desc.unwrap_or(0));
+    let fit = largest_fitting(ports, shape, start, window, 1)?;
     match (shape.nb_desc, fit) {
         (Some(want), _) => {
             let need = window_needed(ports, data(want))?;

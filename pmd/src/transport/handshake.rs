@@ -197,10 +197,7 @@ impl Transport {
             p.unsettled_since.get_or_insert_with(Instant::now);
         }
         p.my_inc = random_u64(p.my_inc);
-        if p.peer_inc != 0 {
-            p.forgotten_inc = p.peer_inc;
-        }
-        p.peer_inc = 0;
+        p.forget_inc();
         p.state = PeerState::Down;
     }
 

@@ -55,6 +55,16 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// Forgets the peer's incarnation (its link dropped), remembering it
+    /// in `forgotten_inc` so that the same one presented again is the peer
+    /// coming back.
+    pub fn forget_inc(&mut self) {
+        if self.peer_inc != 0 {
+            self.forgotten_inc = self.peer_inc;
+        }
+        self.peer_inc = 0;
+    }
+
     /// A peer never heard of; we are incarnation `my_inc` towards it.
     pub fn new(my_inc: u64) -> Self {
         Self {

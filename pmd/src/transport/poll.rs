@@ -117,10 +117,7 @@ impl Transport {
                         peer.last_hello_sent = Some(now);
                         if peer.state == PeerState::Connecting {
                             peer.state = PeerState::Down;
-                            if peer.peer_inc != 0 {
-                                peer.forgotten_inc = peer.peer_inc;
-                            }
-                            peer.peer_inc = 0;
+                            peer.forget_inc();
                         }
                     }
                 }
