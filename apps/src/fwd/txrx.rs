@@ -44,14 +44,19 @@ struct Checker {
     received: u64,
     end: Option<u64>,
     acked: Option<u64>,
+    /// The end marker itself, when kept ([`take`](Self::take)'s `keep_end`:
+    /// rxonly sends it back as its acknowledgement).
+    end_mbuf: Option<Mbuf>,
 }
 
 impl Checker {
-    /// Counts and (with `verify`) checks `got`, then frees it. A packet
-    /// after a gap is not an error: what is missing counts at the end.
-    fn take(&mut self, got: &mut Vec<Mbuf>, verify: bool, ctx: &LcoreCtx) {
+    /// Counts and (with `verify`) checks `got`, then frees it (all but the
+    /// end marker, with `keep_end`). A packet after a gap is not an error:
+    /// what is missing counts at the end.
+    fn take(&mut self, got: &mut Vec<Mbuf>, verify: bool, keep_end: bool, ctx: &LcoreCtx) {
         let (mut n, mut bytes, mut bad) = (0, 0, 0);
-        for m in got.iter() {
+        let mut end_at = None;
+        for (i, m) in got.iter().enumerate() {
             match parse_user(m.user()) {
                 (Some(Kind::Data), seq) => {
                     n += 1;
@@ -61,7 +66,10 @@ impl Checker {
                     }
                     self.next = self.next.max(seq + 1);
                 }
-                (Some(Kind::End), seq) => self.end = Some(seq),
+                (Some(Kind::End), seq) => {
+                    self.end = Some(seq);
+                    end_at = Some(i);
+                }
                 (Some(Kind::EndAck), count) => self.acked = Some(count),
                 _ => bad += u64::from(verify),
             }
@@ -70,6 +78,9 @@ impl Checker {
         ctx.counters.received(n, bytes);
         if bad > 0 {
             ctx.counters.failed(bad);
+        }
+        if keep_end && let Some(i) = end_at {
+            self.end_mbuf = Some(got.swap_remove(i));
         }
         Mbuf::free_bulk(got);
     }
@@ -118,7 +129,7 @@ pub fn txonly(mut q: DataQueue, pool: MbufPool, cfg: TxOnly, ctx: LcoreCtx) -> R
         }
         let n = q.rx_burst(&mut got, ctx.burst);
         if n > 0 {
-            chk.take(&mut got, cfg.verify, &ctx);
+            chk.take(&mut got, cfg.verify, false, &ctx);
             work += n;
         }
         if end_sent && (chk.end.is_some() || chk.acked.is_some()) {
@@ -203,22 +214,12 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
     let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
     let mut chk = Checker::default();
     let mut peer_left = false;
-    // The end marker, kept to be sent back as the acknowledgement.
-    let mut marker: Option<Mbuf> = None;
     let (mut every, mut clock) = (Every::default(), Every::default());
     spin(&ctx, || {
         let max = limit.left_of(ctx.burst, chk.received);
         let n = q.rx_burst(&mut got, max);
         if n > 0 {
-            if let Some(i) = got
-                .iter()
-                .position(|m| parse_user(m.user()).0 == Some(Kind::End))
-            {
-                let m = got.remove(i);
-                chk.end = Some(parse_user(m.user()).1);
-                marker = Some(m);
-            }
-            chk.take(&mut got, verify, &ctx);
+            chk.take(&mut got, verify, true, &ctx);
         }
         if chk.end.is_some()
             || limit.count_reached(chk.received)
@@ -233,7 +234,7 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
         Ok(Step::Work(n))
     })?;
     let got = chk.received;
-    if let Some(mut m) = marker {
+    if let Some(mut m) = chk.end_mbuf.take() {
         m.set_user(user_word(Kind::EndAck, got));
         acknowledge(&mut q, m, &ctx);
     }
