@@ -249,7 +249,7 @@ pub fn recv_file(mut q: DataQueue, pool: MbufPool, path: &Path, ctx: LcoreCtx) -
         if verdict.is_some() && ack.is_empty() {
             // Acknowledged: wait for the sender to read it and leave, so
             // our leaving does not tear the connection down under it.
-            if !q.is_up() || idle_since.elapsed() >= ctx.timeout.min(Duration::from_secs(5)) {
+            if !q.is_up() || idle_since.elapsed() >= ctx.linger() {
                 return Ok(Step::Done);
             }
         } else if work == 0 && every.tick(256) {

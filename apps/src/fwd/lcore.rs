@@ -28,6 +28,16 @@ pub struct LcoreCtx {
     pub counters: Arc<QueueCounters>,
 }
 
+impl LcoreCtx {
+    /// How long a receiver that answered its sender's last message (file-trans's
+    /// acknowledgement, rxonly's end marker back) waits for the sender to
+    /// read it and leave, so that its own leaving does not end the
+    /// connection first: `--timeout`, at most 5 s.
+    pub fn linger(&self) -> Duration {
+        self.timeout.min(Duration::from_secs(5))
+    }
+}
+
 /// When an lcore stops on its own (besides the peer leaving and Ctrl-C).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Limit {

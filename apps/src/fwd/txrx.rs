@@ -13,7 +13,7 @@
 //! the end (sent and never received): a lost packet counts once, not also
 //! as the gap it leaves.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 use ntbdk_pmd::mbuf::{Mbuf, MbufPool};
@@ -264,7 +264,7 @@ pub fn rxonly(mut q: DataQueue, limit: Limit, verify: bool, ctx: LcoreCtx) -> Re
 fn acknowledge(q: &mut DataQueue, ack: Mbuf, ctx: &LcoreCtx) {
     let mut out = vec![ack];
     let mut got: Vec<Mbuf> = Vec::with_capacity(ctx.burst);
-    let wait = ctx.timeout.min(Duration::from_secs(5));
+    let wait = ctx.linger();
     let since = Instant::now();
     while q.is_up() && !ctx.stop.is_stopped() && since.elapsed() < wait {
         let sent = if out.is_empty() {
