@@ -359,6 +359,24 @@ pub struct PairedFloor {
     pub around: Vec<(f64, f64)>,
 }
 
+impl PairedFloor {
+    /// A floor with no repetitions yet.
+    pub fn new(label: impl Into<String>, needed: impl Into<String>) -> PairedFloor {
+        PairedFloor {
+            label: label.into(),
+            needed: needed.into(),
+            ratios: Vec::new(),
+            around: Vec::new(),
+        }
+    }
+
+    /// Records one repetition's ratio and the coupling around it.
+    pub fn push(&mut self, ratio: f64, around: (f64, f64)) {
+        self.ratios.push(ratio);
+        self.around.push(around);
+    }
+}
+
 /// Prints each floor's ratio within each repetition, median over the
 /// repetitions: a drift of the machine between repetitions does not pair
 /// ours from one state with the peer from another. When the coupling

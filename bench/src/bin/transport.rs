@@ -42,8 +42,15 @@
 //!   one. The writer fills the slots last first; the reader spins on the
 //!   first slot's tag (prefetching the second slot meanwhile, on x86-64),
 //!   then waits for each further tag and reads the bodies. No queue, no
-//!   credits, no completions: the floor of any 64 B ring transport, rows
-//!   for 2 slots and for 1.
+//!   credits, no completions: what a 64 B message costs when it walks a
+//!   ring as ntbdk's queues do, rows for 2 slots and for 1.
+//! - **the same, 2 slots reused**: rings one 2-slot message deep, so each
+//!   message lands on the two lines of the one before (label `ring one
+//!   message deep`). The floor of any 64 B transport: two lines each way,
+//!   both kept hot. On this project's AMD EPYC VMs it reads about 1.1× the
+//!   two-line ping-pong where the walked ring reads about 1.6×: moving to a
+//!   line not used since the ring's last lap costs more than a second line
+//!   (bench/RESULTS.md).
 //! - **Unix domain socket ping-pong** of 64-byte messages between two
 //!   threads pinned to the same two cores (a stream socket pair, blocking
 //!   reads); half the round trip.
@@ -79,7 +86,8 @@
 //! ring baselines, then ntbdk's) and the rate row, for profiling; with
 //! `--only <SUBSTRING>` it runs only the cases whose label contains the
 //! substring, ignoring case (labels: `cache-line`, `two-line`,
-//! `window lines`, `ring 2 slots`, `ring 1 slot`, `send 64 B`, `send 48 B`,
+//! `window lines`, `ring 2 slots`, `ring one message deep`, `ring 1 slot`,
+//! `send 64 B`, `send 48 B`,
 //! `one-sided 64 B`, `one-sided polled 64 B`, `one core 64 B`,
 //! `one core 48 B`, `one core one-sided polled 64 B`, `empty poll`,
 //! `empty poll, 4 ports`, `rate`,
@@ -98,11 +106,14 @@
 //! `--paired N` measures the later latency floors (the polled one-sided
 //! write ping-pong ≤ 1.3× the two-line, the 64 B send ping-pong ≤ 1.5×) as
 //! ratios within repetitions: N repetitions of the two-line row, the
-//! window two-line row and both ntbdk rows back to back, the coupling
-//! probed before each row and after the last, each floor's median over the
-//! repetitions (split by coupling when it changed; a ratio whose probes
-//! disagree counts in neither half), and beside them the polled write over
-//! the window two-line row (no floor: what the transport's software adds).
+//! window two-line row, the two zero-software 2-slot rows (reused and
+//! walked) and both ntbdk rows back to back, the coupling probed before
+//! each row and after the last, each floor's median over the repetitions
+//! (split by coupling when it changed; a ratio whose probes disagree counts
+//! in neither half), and beside them ratios with no floor: the polled write
+//! over the window two-line row (what the transport's software adds), the
+//! zero-software rows over the two-line (what a 64 B message's lines cost,
+//! kept hot or walked), and the send over the reused row.
 //!
 //! Every latency row and every continuous run carries the cores' coupling
 //! (a short cache-line ping-pong) measured just before and just after it,
@@ -116,10 +127,11 @@
 //! (issue 6, where a cold copy is the slower peer); from issue 6, 64 B
 //! one-way latency ≤ 2× the cache-line floor
 //! and ≤ 0.1× the Unix socket; 64 B send rate (burst 32) ≥ 10 M messages/s.
-//! The 64 B latency is also printed as a multiple of the two-line and
-//! 2-slot ring floors, for information only: the issue's floor (2× the one
-//! shared line) sits at or below what a zero-software ring needs (one line
-//! each way, and a 64 B message plus its header fills two lines).
+//! The 64 B latency is also printed as a multiple of the two-line row and
+//! the zero-software 2-slot rows, for information only: a 64 B message
+//! plus its header fills two lines, which cost little more than the
+//! two-line ping-pong's one when they are reused, and about half as much
+//! again when the message walks a ring.
 
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -413,6 +425,10 @@ fn main() -> Result<()> {
         &lat,
         &[
             (&ring_prefix(2), "the zero-software 2-slot ring"),
+            (
+                &reused_prefix(),
+                "the zero-software message on reused lines",
+            ),
             (TWO_LINE, "the two-line ping-pong"),
             (ICEORYX2, "iceoryx2's publish/subscribe ping-pong"),
         ],
@@ -445,62 +461,69 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
          side of a ratio always runs first.\n"
     );
     println!(
-        "| repetition | two-line | window two-line | one-sided polled 64 B | send 64 B | coupling ns before and after each row, in run order |"
+        "| repetition | two-line | window two-line | 2 slots reused, zero software | 2-slot ring walked, zero software | one-sided polled 64 B | send 64 B | coupling ns before and after each row, in run order |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | --- |");
-    let two_line = || {
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let baseline = |wanted: &str| {
         let (_, case) = baseline_cases(a, b, iters, target)
             .into_iter()
-            .find(|(label, _)| *label == "two-line")
-            .expect("the two-line case is a baseline");
+            .find(|(label, _)| *label == wanted)
+            .expect("a baseline case");
         case()
     };
     let first = coupling_ns(a, b);
     let mut last = first;
-    let mut polled = PairedFloor {
-        label: format!("{MSG} B one-sided write ping-pong (polled) / two-line"),
-        needed: "<= 1.3x".into(),
-        ratios: Vec::new(),
-        around: Vec::new(),
-    };
-    let mut send = PairedFloor {
-        label: format!("{MSG} B send ping-pong / two-line"),
-        needed: "<= 1.5x".into(),
-        ratios: Vec::new(),
-        around: Vec::new(),
-    };
+    let mut polled = PairedFloor::new(
+        format!("{MSG} B one-sided write ping-pong (polled) / two-line"),
+        "<= 1.3x",
+    );
+    let mut send = PairedFloor::new(format!("{MSG} B send ping-pong / two-line"), "<= 1.5x");
     // Not a floor: how much of the polled write's time the windows' memory
     // and handles take, the rest being the transport's software.
-    let mut over_windows = PairedFloor {
-        label: format!("{MSG} B one-sided write ping-pong (polled) / window two-line"),
-        needed: "(no floor)".into(),
-        ratios: Vec::new(),
-        around: Vec::new(),
-    };
+    let mut over_windows = PairedFloor::new(
+        format!("{MSG} B one-sided write ping-pong (polled) / window two-line"),
+        "(no floor)",
+    );
+    // Not floors: what a 64 B message's two lines cost with no software,
+    // reused and walked, and the send over the first.
+    let mut reused = PairedFloor::new(
+        format!("{MSG} B message on 2 reused slots, zero software / two-line"),
+        "(no floor)",
+    );
+    let mut walked = PairedFloor::new(
+        format!("{MSG} B message walking a 2-slot ring, zero software / two-line"),
+        "(no floor)",
+    );
+    let mut over_reused = PairedFloor::new(
+        format!("{MSG} B send ping-pong / 2 reused slots, zero software"),
+        "(no floor)",
+    );
     for rep in 0..reps {
         // One-way ns of each row, in the order of the table's columns,
         // run forwards or backwards; the coupling probed before the first
         // and after each.
-        let order: [usize; 4] = if rep % 2 == 0 {
-            [0, 1, 2, 3]
+        let order: [usize; 6] = if rep % 2 == 0 {
+            [0, 1, 2, 3, 4, 5]
         } else {
-            [3, 2, 1, 0]
+            [5, 4, 3, 2, 1, 0]
         };
-        let mut ns = [0.0f64; 4];
+        let mut ns = [0.0f64; 6];
         let mut probes = vec![last];
         for k in order {
             ns[k] = match k {
-                0 => two_line()?,
+                0 => baseline("two-line")?,
                 1 => window_lines_pingpong(a, b, iters, target)?,
-                2 => ntb_polled_latency(a, b, iters, target)?,
+                2 => baseline("ring one message deep")?,
+                3 => baseline("ring 2 slots")?,
+                4 => ntb_polled_latency(a, b, iters, target)?,
                 _ => ntb_send_latency(a, b, MSG, iters, target)?,
             }
             .typical_ns()
                 / 2.0;
             probes.push(coupling_ns(a, b));
         }
-        last = probes[4];
-        let [floor, windows, p, s] = ns;
+        last = probes[6];
+        let [floor, windows, lines, ring, p, s] = ns;
         // The probes from just before the earlier of two rows to just after
         // the later: probe j was taken before run j.
         let at = |k: usize| order.iter().position(|&o| o == k).unwrap_or(0);
@@ -512,7 +535,8 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
                     (lo.min(c), hi.max(c))
                 })
         };
-        let (pa, sa) = (span_of(0, 2), span_of(0, 3));
+        let (pa, sa) = (span_of(0, 4), span_of(0, 5));
+        let (la, ra, sl) = (span_of(0, 2), span_of(0, 3), span_of(2, 5));
         let mark = |(lo, hi): (f64, f64)| {
             if coupling_changed(lo, hi) {
                 " (changed)"
@@ -522,22 +546,26 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         };
         let around: Vec<String> = probes.iter().map(|c| format!("{c:.0}")).collect();
         println!(
-            "| {} | {floor:.1} | {windows:.1} | {p:.1} ({:.2}x{}) | {s:.1} ({:.2}x{}) | {} |",
+            "| {} | {floor:.1} | {windows:.1} | {lines:.1} ({:.2}x{}) | {ring:.1} ({:.2}x{}) | {p:.1} ({:.2}x{}) | {s:.1} ({:.2}x{}) | {} |",
             rep + 1,
+            lines / floor,
+            mark(la),
+            ring / floor,
+            mark(ra),
             p / floor,
             mark(pa),
             s / floor,
             mark(sa),
             around.join(", "),
         );
-        polled.ratios.push(p / floor);
-        polled.around.push(pa);
-        send.ratios.push(s / floor);
-        send.around.push(sa);
-        over_windows.ratios.push(p / windows);
-        over_windows.around.push(pa);
+        polled.push(p / floor, pa);
+        send.push(s / floor, sa);
+        over_windows.push(p / windows, pa);
+        reused.push(lines / floor, la);
+        walked.push(ring / floor, ra);
+        over_reused.push(s / lines, sl);
     }
-    print_paired(&[polled, send, over_windows]);
+    print_paired(&[polled, send, over_windows, reused, walked, over_reused]);
     report_coupling(first, last);
     Ok(())
 }
@@ -600,11 +628,15 @@ fn baseline_cases<'a>(
         ),
         (
             "ring 2 slots",
-            case(|a, b, p| slot_ring_pingpong(a, b, 2, p)),
+            case(|a, b, p| slot_ring_pingpong(a, b, 2, false, p)),
+        ),
+        (
+            "ring one message deep",
+            case(|a, b, p| slot_ring_pingpong(a, b, 2, true, p)),
         ),
         (
             "ring 1 slot",
-            case(|a, b, p| slot_ring_pingpong(a, b, 1, p)),
+            case(|a, b, p| slot_ring_pingpong(a, b, 1, false, p)),
         ),
     ]
 }
@@ -840,21 +872,28 @@ struct Slot {
     tag: AtomicU64,
 }
 
-/// A ring of [`RING_DEPTH`] slots, one direction of a ring ping-pong.
+/// A ring of slots (most rows: [`RING_DEPTH`]), one direction of a ring
+/// ping-pong.
 struct SlotRing(Box<[Slot]>);
 
 impl SlotRing {
+    /// A ring of [`RING_DEPTH`] slots.
     fn new() -> Self {
+        Self::with_depth(RING_DEPTH)
+    }
+
+    /// A ring of `depth` slots.
+    fn with_depth(depth: usize) -> Self {
         let slot = || Slot {
             body: Default::default(),
             // No sequence number: slot 0 is not taken for message 0.
             tag: AtomicU64::new(u64::MAX),
         };
-        Self((0..RING_DEPTH).map(|_| slot()).collect())
+        Self((0..depth).map(|_| slot()).collect())
     }
 
     fn slot(&self, seq: u64) -> &Slot {
-        &self.0[seq as usize % RING_DEPTH]
+        &self.0[seq as usize % self.0.len()]
     }
 
     /// Writes the `k`-slot message at sequence number `seq` (words derived
@@ -922,24 +961,41 @@ fn ring_prefix(k: usize) -> String {
     format!("{bytes} B message ring ping-pong, {k} {slots}, zero software")
 }
 
+/// Start of the name of the zero-software row whose rings hold one 2-slot
+/// message each: a 64 B message whose two lines are reused every time.
+fn reused_prefix() -> String {
+    format!("{MSG} B message ping-pong, 2 slots reused, zero software")
+}
+
 /// Round trips of `k`-slot messages over two rings of 64-byte slots, one
 /// each way, between a thread on core `a` (timed) and one on core `b`
 /// that echoes each message: what a ring transport costs with no software
-/// (no queue state, no credits, no completions).
-fn slot_ring_pingpong(a: usize, b: usize, k: usize, plan: Plan) -> Samples {
+/// (no queue state, no credits, no completions). The rings hold
+/// [`RING_DEPTH`] slots, walked as ntbdk's queues are, or, with `reused`,
+/// one message: each message then lands on the lines of the last one.
+fn slot_ring_pingpong(a: usize, b: usize, k: usize, reused: bool, plan: Plan) -> Samples {
     assert!(
         (1..=RING_DEPTH).contains(&k) && RING_DEPTH.is_multiple_of(k),
         "{k} slots per message"
     );
-    let what = if k * SLOT_BODY - RING_HEADER >= MSG {
-        format!("the floor of any {MSG} B ring transport")
+    let depth = if reused { k } else { RING_DEPTH };
+    let name = if reused {
+        format!(
+            "{} (rings one message deep: the floor of any {MSG} B transport), cores {a} <-> {b}",
+            reused_prefix()
+        )
     } else {
-        "the largest one-slot message".to_string()
+        let what = if k * SLOT_BODY - RING_HEADER >= MSG {
+            format!("the lines of a {MSG} B message walking a {RING_DEPTH}-slot ring")
+        } else {
+            "the largest one-slot message".to_string()
+        };
+        format!("{} ({what}), cores {a} <-> {b}", ring_prefix(k))
     };
-    let (there, back) = (SlotRing::new(), SlotRing::new());
+    let (there, back) = (SlotRing::with_depth(depth), SlotRing::with_depth(depth));
     let k = k as u64;
     pinned_pingpong(
-        format!("{} ({what}), cores {a} <-> {b}", ring_prefix(k as usize)),
+        name,
         a,
         b,
         plan,
@@ -2624,6 +2680,10 @@ fn small_only(a: usize, b: usize, args: &Args, target: Duration) -> Result<()> {
                     "the cache-line ping-pong (the full run checks <= 2x)",
                 ),
                 (&ring_prefix(2), "the zero-software 2-slot ring"),
+                (
+                    &reused_prefix(),
+                    "the zero-software message on reused lines",
+                ),
                 (TWO_LINE, "the two-line ping-pong"),
                 (ICEORYX2, "iceoryx2's publish/subscribe ping-pong"),
             ],
