@@ -378,7 +378,7 @@ impl PairedFloor {
 }
 
 /// Prints each floor's ratio within each repetition, median over the
-/// repetitions: a drift of the machine between repetitions does not pair
+/// repetitions (with their number, and the lowest and highest ratio): a drift of the machine between repetitions does not pair
 /// ours from one state with the peer from another. When the coupling
 /// changed during the run, also the medians over the repetitions run below
 /// the geometric midpoint of the lowest and highest coupling seen and over
@@ -405,7 +405,8 @@ pub fn print_paired(floors: &[PairedFloor]) {
             .map(|(r, _)| *r)
             .collect();
         match median_f64(&mut v) {
-            Some(m) => format!("{m:.2}x ({})", v.len()),
+            // `median_f64` sorted `v`: its ends are the range.
+            Some(m) => format!("{m:.2}x ({}; {:.2}-{:.2})", v.len(), v[0], v[v.len() - 1]),
             None => "- (0)".to_string(),
         }
     };

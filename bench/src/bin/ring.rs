@@ -16,7 +16,10 @@
 //! run of at least `--sustain-secs`, interleaved.
 //!
 //! Each floor's ratio is also given paired: the median over the
-//! repetitions of the ratio within each one. The cores' coupling (a
+//! repetitions of the ratio within each one, with its range. Beside the
+//! floors, a control: `rtrb push/pop` runs twice more under two names
+//! (`control A`, `control B`), and their paired ratio, the same code on
+//! both sides, shows how far the run's noise moves a ratio of 1.0. The cores' coupling (a
 //! cache-line ping-pong) is measured before the first repetition and after
 //! each; when it changed during the run (a shared VM's vCPUs moved between
 //! one physical core and two), the paired medians are also given on either
@@ -88,9 +91,13 @@ enum Case {
     RtrbSingle,
     /// `rtrb` chunk API (`push_partial_slice`/`pop_partial_slice`) of up to N.
     RtrbChunk(usize),
+    /// `rtrb` `push`/`pop` once more, under another name (`A` or `B`): two
+    /// cases of the same code, whose paired ratio shows how far the noise
+    /// alone moves a ratio of this run from 1.0.
+    RtrbControl(char),
 }
 
-const CASES: [Case; 12] = [
+const CASES: [Case; 14] = [
     Case::HandlesSingle,
     Case::RtrbSingle,
     Case::HandlesBurst(32),
@@ -103,6 +110,8 @@ const CASES: [Case; 12] = [
     Case::NtbdkBurst(RingMode::MPMC, 32),
     Case::ArrayQueue,
     Case::NtbdkBurst(RingMode::MPMC, 8),
+    Case::RtrbControl('A'),
+    Case::RtrbControl('B'),
 ];
 
 impl Case {
@@ -116,6 +125,7 @@ impl Case {
             Case::ArrayQueue => "crossbeam ArrayQueue push/pop".into(),
             Case::RtrbSingle => "rtrb push/pop".into(),
             Case::RtrbChunk(n) => format!("rtrb chunk {n}"),
+            Case::RtrbControl(c) => format!("rtrb push/pop, control {c}"),
         }
     }
 }
@@ -154,23 +164,36 @@ const FLOORS: [(&str, &str, &str, f64); 5] = [
     ),
 ];
 
+/// The control, printed with the paired floors but not a floor: rtrb
+/// against itself, (label, "ours", "peer"). Its paired median and range
+/// are what the noise alone makes of a ratio of 1.0 in the same run.
+const CONTROL: (&str, &str, &str) = (
+    "control: rtrb push/pop vs itself",
+    "rtrb push/pop, control B",
+    "rtrb push/pop, control A",
+);
+
 /// Each floor's ratio ours / peer within each repetition (`runs`, in case
 /// order; ours and the peer ran in the same repetition, a few cases apart
 /// at most), for the paired table; `coupling` is the cores' coupling
-/// before the first repetition and after each.
+/// before the first repetition and after each. The [`CONTROL`] comes last
+/// when both its cases ran.
 fn paired_ratios(runs: &[Vec<Row>], coupling: &[f64]) -> Vec<PairedFloor> {
     let find = |name: &str| runs.iter().find(|r| r[0].name == name);
     let around: Vec<(f64, f64)> = coupling
         .windows(2)
         .map(|w| (w[0].min(w[1]), w[0].max(w[1])))
         .collect();
+    let (label, ours, peer) = CONTROL;
     FLOORS
         .iter()
-        .filter_map(|&(label, ours, peer, min)| {
+        .map(|&(label, ours, peer, min)| (label, ours, peer, format!(">= {min}x")))
+        .chain([(label, ours, peer, "(no floor: 1.0x)".to_string())])
+        .filter_map(|(label, ours, peer, needed)| {
             let (o, p) = (find(ours)?, find(peer)?);
             Some(PairedFloor {
                 label: label.to_string(),
-                needed: format!(">= {min}x"),
+                needed,
                 ratios: o.iter().zip(p).map(|(o, p)| o.mops() / p.mops()).collect(),
                 around: around.clone(),
             })
@@ -418,7 +441,7 @@ fn run_case_items(case: Case, cap: usize, items: u64, shared: bool) -> Row {
         Case::NtbdkBurst(m, 8) => ntbdk_burst::<8>(m, cap, items, shared),
         Case::NtbdkBurst(m, 32) => ntbdk_burst::<32>(m, cap, items, shared),
         Case::ArrayQueue => array_queue(cap, items, shared),
-        Case::RtrbSingle => rtrb_single(cap, items, shared),
+        Case::RtrbSingle | Case::RtrbControl(_) => rtrb_single(cap, items, shared),
         Case::RtrbChunk(32) => rtrb_chunk::<32>(cap, items, shared),
         other => unreachable!("no harness for {other:?}"),
     };
