@@ -47,8 +47,8 @@
 //! - **the same, 2 slots reused**: rings one 2-slot message deep, so each
 //!   message lands on the two lines of the one before (label `ring one
 //!   message deep`). The floor of any 64 B transport: two lines each way,
-//!   both kept hot. On this project's AMD EPYC VMs it reads about 1.1× the
-//!   two-line ping-pong where the walked ring reads about 1.6×: moving to a
+//!   both kept hot. On this project's AMD EPYC VMs it reads 1.1-1.2× the
+//!   two-line ping-pong where the walked ring reads 1.4-1.6×: moving to a
 //!   line not used since the ring's last lap costs more than a second line
 //!   (bench/RESULTS.md).
 //! - **Unix domain socket ping-pong** of 64-byte messages between two
