@@ -378,12 +378,13 @@ impl PairedFloor {
 }
 
 /// Prints each floor's ratio within each repetition, median over the
-/// repetitions (with their number, and the lowest and highest ratio): a drift of the machine between repetitions does not pair
-/// ours from one state with the peer from another. When the coupling
-/// changed during the run, also the medians over the repetitions run below
-/// the geometric midpoint of the lowest and highest coupling seen and over
-/// those run above it (every probe around the pair on one side; a
-/// repetition across a change counts in neither).
+/// repetitions (with their number, and the lowest and highest ratio): a drift
+/// of the machine between repetitions does not pair ours from one state with
+/// the peer from another. When the coupling changed during the run, also the
+/// medians over the repetitions run below the geometric midpoint of the
+/// lowest and highest coupling seen and over those run above it (every probe
+/// around the pair on one side; a repetition across a change counts in
+/// neither).
 pub fn print_paired(floors: &[PairedFloor]) {
     if floors.is_empty() {
         return;
@@ -411,11 +412,15 @@ pub fn print_paired(floors: &[PairedFloor]) {
         }
     };
     println!("\n### Paired ratios (ours / peer within each repetition)\n");
+    println!(
+        "Each cell: the median ratio (repetitions it is taken over; the lowest and \
+         highest ratio among them).\n"
+    );
     if split {
         println!(
             "The cores' coupling went from {lo:.0} to {hi:.0} ns during the run: the \
              medians are also given over the repetitions run below {mid:.0} ns and \
-             over those run above; (n) repetitions each.\n"
+             over those run above.\n"
         );
         println!("| floor | all | below {mid:.0} ns | above {mid:.0} ns | needed |");
         println!("| --- | ---: | ---: | ---: | ---: |");

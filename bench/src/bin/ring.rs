@@ -15,15 +15,17 @@
 //! and rtrb, single and chunk 32, each moving enough items for a continuous
 //! run of at least `--sustain-secs`, interleaved.
 //!
-//! Each floor's ratio is also given paired: the median over the
-//! repetitions of the ratio within each one, with its range. Beside the
-//! floors, a control: `rtrb push/pop` runs twice more under two names
-//! (`control A`, `control B`), and their paired ratio, the same code on
-//! both sides, shows how far the run's noise moves a ratio of 1.0. The cores' coupling (a
-//! cache-line ping-pong) is measured before the first repetition and after
-//! each; when it changed during the run (a shared VM's vCPUs moved between
-//! one physical core and two), the paired medians are also given on either
-//! side of the change.
+//! Each floor's ratio is also given paired: the median over the repetitions
+//! of the ratio within each one, with its range. Beside the floors, a
+//! control: `rtrb push/pop` runs twice more under two names (`control A`,
+//! `control B`), and their paired ratio, the same code on both sides, shows
+//! how far the run's noise moves a ratio of 1.0 (it runs whenever `rtrb
+//! push/pop` does; its two cases always run side by side, so it understates
+//! the noise of a floor whose two cases run further apart). The cores'
+//! coupling (a cache-line ping-pong) is measured before the first repetition
+//! and after each; when it changed during the run (a shared VM's vCPUs moved
+//! between one physical core and two), the paired medians are also given on
+//! either side of the change.
 
 use std::hint::{black_box, spin_loop};
 use std::sync::Barrier;
@@ -476,10 +478,19 @@ fn main() -> anyhow::Result<()> {
         args.items, args.capacity, args.reps
     );
 
-    let cases: Vec<Case> = CASES
+    let picked = |c: &Case| args.only.is_empty() || args.only.iter().any(|o| c.name().contains(o));
+    let is_control = |c: &Case| matches!(c, Case::RtrbControl(_));
+    let mut cases: Vec<Case> = CASES
         .into_iter()
-        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| c.name().contains(o)))
+        .filter(|c| !is_control(c) && picked(c))
         .collect();
+    // The control pair, whole and last: with `rtrb push/pop` or when asked
+    // for by name.
+    if cases.iter().any(|c| matches!(c, Case::RtrbSingle))
+        || CASES.iter().any(|c| is_control(c) && picked(c))
+    {
+        cases.extend(CASES.into_iter().filter(is_control));
+    }
     anyhow::ensure!(!cases.is_empty(), "no case matches --only {:?}", args.only);
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); cases.len()];
     // The cores' coupling before the first repetition and after each.

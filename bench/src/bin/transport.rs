@@ -46,8 +46,8 @@
 //!   ring as ntbdk's queues do, rows for 2 slots and for 1.
 //! - **the same, 2 slots reused**: rings one 2-slot message deep, so each
 //!   message lands on the two lines of the one before (label `ring one
-//!   message deep`). The floor of any 64 B transport: two lines each way,
-//!   both kept hot. On this project's AMD EPYC VMs it reads 1.1-1.2× the
+//!   message deep`): two lines each way, both kept in place, no walk. On
+//!   this project's AMD EPYC VMs it reads 1.1-1.2× the
 //!   two-line ping-pong where the walked ring reads 1.4-1.6×: moving to a
 //!   line not used since the ring's last lap costs more than a second line
 //!   (bench/RESULTS.md).
@@ -129,9 +129,9 @@
 //! and ≤ 0.1× the Unix socket; 64 B send rate (burst 32) ≥ 10 M messages/s.
 //! The 64 B latency is also printed as a multiple of the two-line row and
 //! the zero-software 2-slot rows, for information only: a 64 B message
-//! plus its header fills two lines, which cost little more than the
-//! two-line ping-pong's one when they are reused, and about half as much
-//! again when the message walks a ring.
+//! plus its header fills two lines, which cost 1.1-1.2× the two-line
+//! ping-pong's one when they are reused and 1.4-1.6× when the message
+//! walks a ring (depending on the cores' coupling).
 
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -448,17 +448,19 @@ fn main() -> Result<()> {
 }
 
 /// The latency floors as paired ratios (`--paired`): `reps` repetitions of
-/// the two-line ping-pong, the polled one-sided write ping-pong and the
-/// 64 B send ping-pong, back to back, each floor's ratio taken within each
+/// the two-line ping-pong, its window form, the zero-software 2-slot rows
+/// (reused and walked), the polled one-sided write ping-pong and the 64 B
+/// send ping-pong, back to back, each floor's ratio taken within each
 /// repetition (the machine drifts between repetitions, and the cores'
 /// coupling, probed between them, can change several-fold).
 fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -> Result<()> {
     println!("\n### Latency floors, paired: {reps} repetitions, cores {a} <-> {b}, one-way ns\n");
     println!(
         "The cores' coupling is probed before the first row and after each; a ratio is \
-         marked (changed) when the probes of its repetition differ. The rows run in this \
-         order in odd repetitions and in the reverse order in even ones, so that neither \
-         side of a ratio always runs first.\n"
+         marked (changed) when the probes of its repetition differ. The rows run in the \
+         order window two-line, one-sided polled, two-line, send, reused, walked (each \
+         floor's two rows side by side) in odd repetitions and in the reverse order in \
+         even ones, so that neither side of a ratio always runs first.\n"
     );
     println!(
         "| repetition | two-line | window two-line | 2 slots reused, zero software | 2-slot ring walked, zero software | one-sided polled 64 B | send 64 B | coupling ns before and after each row, in run order |"
@@ -499,14 +501,15 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         "(no floor)",
     );
     for rep in 0..reps {
-        // One-way ns of each row, in the order of the table's columns,
-        // run forwards or backwards; the coupling probed before the first
-        // and after each.
-        let order: [usize; 6] = if rep % 2 == 0 {
-            [0, 1, 2, 3, 4, 5]
-        } else {
-            [5, 4, 3, 2, 1, 0]
-        };
+        // One-way ns of each row, indexed as the table's columns, run in
+        // an order that keeps each floor's two rows (and the polled
+        // write's window row) side by side: window, polled, two-line,
+        // send, reused, walked, forwards or backwards; the coupling probed
+        // before the first and after each.
+        let mut order: [usize; 6] = [1, 4, 0, 5, 2, 3];
+        if rep % 2 == 1 {
+            order.reverse();
+        }
         let mut ns = [0.0f64; 6];
         let mut probes = vec![last];
         for k in order {
@@ -535,7 +538,7 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
                     (lo.min(c), hi.max(c))
                 })
         };
-        let (pa, sa) = (span_of(0, 4), span_of(0, 5));
+        let (pa, sa, wa) = (span_of(0, 4), span_of(0, 5), span_of(1, 4));
         let (la, ra, sl) = (span_of(0, 2), span_of(0, 3), span_of(2, 5));
         let mark = |(lo, hi): (f64, f64)| {
             if coupling_changed(lo, hi) {
@@ -560,7 +563,7 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         );
         polled.push(p / floor, pa);
         send.push(s / floor, sa);
-        over_windows.push(p / windows, pa);
+        over_windows.push(p / windows, wa);
         reused.push(lines / floor, la);
         walked.push(ring / floor, ra);
         over_reused.push(s / lines, sl);
@@ -608,8 +611,9 @@ const TWO_LINE: &str = "two-line ping-pong";
 const WINDOW_LINES: &str = "window two-line ping-pong";
 
 /// The baseline latency cases of core `a` and `b`, each with the label
-/// `--only` matches: the cache-line ping-pong, the two-line one and the
-/// zero-software rings of 2 slots and 1, calibrated alike.
+/// `--only` matches: the cache-line ping-pong, the two-line one (plain
+/// and through the fabric's windows) and the zero-software rings (2 slots
+/// walked, 2 slots reused, 1 slot), calibrated alike.
 fn baseline_cases<'a>(
     a: usize,
     b: usize,
@@ -873,8 +877,11 @@ struct Slot {
 }
 
 /// A ring of slots (most rows: [`RING_DEPTH`]), one direction of a ring
-/// ping-pong.
-struct SlotRing(Box<[Slot]>);
+/// ping-pong, with its depth's mask (a power of two: no division per slot).
+struct SlotRing {
+    slots: Box<[Slot]>,
+    mask: usize,
+}
 
 impl SlotRing {
     /// A ring of [`RING_DEPTH`] slots.
@@ -882,18 +889,22 @@ impl SlotRing {
         Self::with_depth(RING_DEPTH)
     }
 
-    /// A ring of `depth` slots.
+    /// A ring of `depth` slots, a power of two.
     fn with_depth(depth: usize) -> Self {
+        assert!(depth.is_power_of_two(), "{depth} slots: not a power of two");
         let slot = || Slot {
             body: Default::default(),
             // No sequence number: slot 0 is not taken for message 0.
             tag: AtomicU64::new(u64::MAX),
         };
-        Self((0..depth).map(|_| slot()).collect())
+        Self {
+            slots: (0..depth).map(|_| slot()).collect(),
+            mask: depth - 1,
+        }
     }
 
     fn slot(&self, seq: u64) -> &Slot {
-        &self.0[seq as usize % self.0.len()]
+        &self.slots[seq as usize & self.mask]
     }
 
     /// Writes the `k`-slot message at sequence number `seq` (words derived
@@ -981,7 +992,7 @@ fn slot_ring_pingpong(a: usize, b: usize, k: usize, reused: bool, plan: Plan) ->
     let depth = if reused { k } else { RING_DEPTH };
     let name = if reused {
         format!(
-            "{} (rings one message deep: the floor of any {MSG} B transport), cores {a} <-> {b}",
+            "{} (rings one message deep: the lines of a {MSG} B message, no walk), cores {a} <-> {b}",
             reused_prefix()
         )
     } else {
