@@ -188,7 +188,7 @@ struct Args {
     small_only: bool,
     /// With --small-only: run only the cases whose label contains SUBSTRING
     /// (case-insensitive). Labels: "cache-line", "two-line", "window lines", "ring 2 slots",
-    /// "ring 1 slot", "send 64 B", "send 48 B", "one-sided 64 B",
+    /// "ring one message deep", "ring 1 slot", "send 64 B", "send 48 B", "one-sided 64 B",
     /// "one-sided polled 64 B", "one core 64 B", "one core 48 B",
     /// "one core one-sided polled 64 B", "empty poll", "empty poll, 4 ports",
     /// "rate", "one-sided rate", "one core rate",
@@ -199,10 +199,11 @@ struct Args {
     only: Option<String>,
     /// Measure the latency floors as paired ratios instead: N repetitions,
     /// each the two-line ping-pong (plain memory, then through the fabric's
-    /// windows), then ntbdk's polled one-sided write ping-pong and 64 B
-    /// send ping-pong, back to back (each about
-    /// --target-ms), the cores' coupling probed between repetitions; prints
-    /// every repetition and each floor's median ratio within repetitions.
+    /// windows), the zero-software 64 B message (two lines reused, and
+    /// walking a ring), ntbdk's polled one-sided write ping-pong and 64 B
+    /// send ping-pong, back to back (each about --target-ms), the cores'
+    /// coupling probed between rows; prints every repetition and each
+    /// ratio's median within repetitions, with its range.
     #[arg(long, value_name = "N", conflicts_with = "small_only",
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     paired: Option<u64>,
