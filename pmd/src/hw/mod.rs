@@ -151,7 +151,10 @@ pub trait NtbDevice: Send + Sync {
         Ok(None)
     }
     /// Withdraws a grant made by [`grant_range`](Self::grant_range): no
-    /// write on its strength is admitted after this returns.
+    /// write on its strength is admitted after this returns. Not a barrier:
+    /// a write admitted just before (a span or token already checked) may
+    /// still be copying; wait for the writers to acknowledge before reusing
+    /// the memory (the transport's revocation does).
     fn withdraw_range(&self, mw: usize, id: GrantId) {
         let _ = (mw, id);
     }

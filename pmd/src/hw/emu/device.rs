@@ -741,6 +741,14 @@ impl NtbDevice for EmuDevice {
             )));
         }
         self.still_ours()?;
+        // One editor of our grants at a time: two threads sharing this
+        // device would otherwise interleave their ranges under one even
+        // sequence number, which a reader would take for a whole template.
+        let _edit = self
+            .inner
+            .grant_edits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let r = self.regs();
         // Sequence lock (see `SlotRegs::grant_count`): odd while the ranges
         // change, even with the new count after.

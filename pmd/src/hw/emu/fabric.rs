@@ -666,6 +666,36 @@ mod tests {
         remove(&dir, "hdr", f);
     }
 
+    /// A control segment that others may write (as one planted by another
+    /// user would be), or one owned by another user, or a symlink to one,
+    /// is refused with the reason; the fabric's own file is attached.
+    #[test]
+    fn a_control_segment_that_is_not_ours_alone_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ntbdk-own-{}", std::process::id()));
+        let (f, _) = fabric(&dir, "own");
+        let path = segment_path(&dir, "own");
+        drop(EmuFabric::attach_in(&dir, "own").unwrap());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = EmuFabric::attach_in(&dir, "own").unwrap_err().to_string();
+        assert!(e.contains("mode 666") && e.contains("NTBDK_SHM_DIR"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // As root (CI), give the file to another user.
+        if nix::unistd::geteuid().is_root() {
+            let nobody = nix::unistd::Uid::from_raw(65534);
+            nix::unistd::chown(&path, Some(nobody), None).unwrap();
+            let e = EmuFabric::attach_in(&dir, "own").unwrap_err().to_string();
+            assert!(e.contains("owned by uid 65534"), "{e}");
+            nix::unistd::chown(&path, Some(nix::unistd::geteuid()), None).unwrap();
+        }
+        let link = segment_path(&dir, "link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(EmuFabric::attach_in(&dir, "link").is_err());
+        std::fs::remove_file(&link).unwrap();
+        drop(EmuFabric::attach_in(&dir, "own").unwrap());
+        remove(&dir, "own", f);
+    }
+
     /// A member flipping the header's slot count while we attach: we use
     /// the one value we read and validated, or refuse; never a mix of two
     /// reads (which made `status` index past the mapped slots).

@@ -10,7 +10,8 @@
 //! # Control segment
 //! A file `ntbdk-fabric-<name>` in [`shm_dir`] (`$NTBDK_SHM_DIR`, else
 //! `/dev/shm`), created with `O_CREAT | O_EXCL` and mode 0600 by the first
-//! process that asks (or by `ntb-tool create`). The creator sizes it, writes
+//! process that asks (or by `ntb-tool create`). Attachers refuse a file
+//! that is not that: a symlink, another user's, or one others may access. The creator sizes it, writes
 //! the header — layout version, header and slot sizes, geometry (slots,
 //! window size, scratchpads, doorbell bits, R-LUT entries) and timings — and
 //! writes the magic **last**, with release ordering. Attachers wait up to two
@@ -62,6 +63,13 @@
 //! demand. Reclaiming also frees the R-LUT entries the dead requester held.
 //! A process that disables the thread must call
 //! [`service`](crate::hw::NtbDevice::service) more often than the timeout.
+//! Every host of a file-backed fabric must see the others' pids: processes
+//! in different pid namespaces (containers sharing one `/dev/shm`) would
+//! take each other's live slots for dead ones. Give each such container its
+//! own `NTBDK_SHM_DIR`, or share a pid namespace. A slot left `Claimed` by
+//! a joiner killed mid-join is judged by its pid alone (its start time is
+//! not written yet): if that pid is reused before a scan, the slot stays
+//! claimed until the fabric is destroyed.
 //!
 //! # Memory sources
 //! The same code runs a fabric over two kinds of memory

@@ -142,7 +142,13 @@ impl Segment {
     /// Attaches to the segment at `path`, waiting up to `wait` for its
     /// creator to finish initialising it.
     pub fn attach(path: &Path, name: &str, wait: Duration) -> Result<Segment> {
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
+        // No symlink: the file must be the one its name says, checked below.
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(HwError::Fabric(format!(
@@ -153,6 +159,7 @@ impl Segment {
             }
             Err(e) => return Err(io(format!("opening control segment {}", path.display()))(e)),
         };
+        check_ours(&file, path)?;
         let deadline = Instant::now() + wait;
         // Wait for the creator's ftruncate, which sizes the file whole.
         let size = loop {
@@ -347,6 +354,34 @@ fn read_config(h: &Header) -> FabricConfig {
         heartbeat_timeout: Duration::from_nanos(h.heartbeat_timeout_ns.load(Relaxed)),
         read_latency: Duration::from_nanos(h.read_latency_ns.load(Relaxed)),
     }
+}
+
+/// Refuses a control segment that is not what [`Segment::create`] makes: a
+/// regular file of this user with no access for anyone else. The shared
+/// memory directory is writable by every user, so another user could plant
+/// a file under a fabric's name (mode 0666, a valid header) and, once we
+/// attached, rewrite our slot word, ring our doorbells or shrink the file
+/// under us.
+fn check_ours(file: &std::fs::File, path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file
+        .metadata()
+        .map_err(io(format!("stat of control segment {}", path.display())))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if m.file_type().is_file() && m.uid() == me && m.mode() & 0o077 == 0 {
+        return Ok(());
+    }
+    let kind = if m.file_type().is_file() {
+        "regular file"
+    } else {
+        "special file"
+    };
+    Err(HwError::Fabric(format!(
+        "{} is a {kind} owned by uid {} with mode {:o}, not a control segment of          this user (uid {me}, mode 600, as a fabric's creator makes it): another user          may have planted it. Use another fabric name, or set NTBDK_SHM_DIR to a          directory only you can write",
+        path.display(),
+        m.uid(),
+        m.mode() & 0o7777,
+    )))
 }
 
 fn never_initialised(name: &str, path: &Path) -> HwError {
