@@ -13,7 +13,14 @@ fn data_room_headroom_and_bounds() {
     let p = pool("mbuf-bounds", 4, 128);
     let mut m = p.alloc().unwrap();
     assert_eq!((m.len(), m.data_room(), m.tailroom()), (0, 128, 128));
-    m.reset(16);
+    assert!(matches!(
+        m.reset(129),
+        Err(MbufError::NoRoom {
+            len: 129,
+            room: 128
+        })
+    ));
+    m.reset(16).unwrap();
     m.append(&[7; 100]).unwrap();
     assert_eq!((m.data_off(), m.len(), m.tailroom()), (16, 100, 12));
     assert_eq!(
@@ -53,6 +60,24 @@ fn mbufs_return_on_drop_and_in_bulk() {
     Mbuf::free_bulk(&mut v);
     assert!(v.is_empty());
     assert_eq!(p.available(), 64);
+}
+
+/// A bulk allocation that runs dry in a later chunk of its own says what
+/// the caller asked for and how many were free before it took any (its
+/// earlier chunks counted back), not the chunk's numbers.
+#[test]
+fn a_bulk_allocation_short_in_a_later_chunk_reports_the_whole_request() {
+    let p = pool("mbuf-short", 100, 64);
+    let mut v = Vec::new();
+    match p.alloc_bulk(200, &mut v) {
+        Err(ntbdk_mempool::PoolError::Exhausted {
+            requested,
+            available,
+            ..
+        }) => assert_eq!((requested, available), (200, 100)),
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    assert_eq!((v.len(), p.available()), (0, 100));
 }
 
 /// A bulk free of mbufs from two pools, interleaved in runs longer and

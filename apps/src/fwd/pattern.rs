@@ -105,7 +105,7 @@ fn pattern(seq: u64, out: &mut [u8]) {
 /// If `m` is a received mbuf or `size` exceeds its room (checked by the
 /// caller's flags).
 pub fn fill(m: &mut Mbuf, seq: u64, size: usize) {
-    m.reset(0);
+    m.reset(0).expect("no headroom always fits");
     m.set_len(size).expect("-s is checked against --buf-size");
     pattern(seq, m.data_mut().expect("an mbuf of our own pool"));
     m.set_user(user_word(Kind::Data, seq));

@@ -376,13 +376,14 @@ impl Inner {
         self.enqueue_in_place(&mut buf.objs[..buf.len]);
         buf.len = 0;
         slot.set_len(0);
+        // The counts move from the slot to the retired totals under the
+        // lock `stats` reads both under: it sees them in one place or the
+        // other, never twice or nowhere.
+        let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         let (h, m) = slot.counts();
         self.retired_hits.fetch_add(h, Ordering::Relaxed);
         self.retired_misses.fetch_add(m, Ordering::Relaxed);
-        self.caches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|s| !Arc::ptr_eq(s, slot));
+        caches.retain(|s| !Arc::ptr_eq(s, slot));
     }
 }
 

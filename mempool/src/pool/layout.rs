@@ -135,6 +135,22 @@ impl Layout {
     }
 }
 
+/// Withdraws the header a pool made earlier at `base` may have left (a
+/// pool made again in place): its magic is cleared, and fenced, before the
+/// free ring is rebuilt, so that an attacher arriving meanwhile finds no
+/// pool rather than the old header over a ring being refilled.
+///
+/// # Safety
+/// `base` must be valid for reads and writes of [`HEADER_BYTES`] (zone
+/// memory: initialised) and aligned to 8.
+pub(crate) unsafe fn retract_header(base: NonNull<u8>) {
+    let h = base.as_ptr().cast::<PoolHeader>();
+    // SAFETY: the caller's contract; the magic is the header's first field,
+    // an atomic that attachers only ever load atomically.
+    unsafe { (*h).magic.store(0, Ordering::Release) };
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// Writes a complete header for `layout` at `base` (the magic last).
 ///
 /// # Safety

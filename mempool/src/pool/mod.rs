@@ -162,12 +162,17 @@ impl Pool {
         let base = region(&zone, offset, l.total)?;
         let tag = new_tag();
         let tracked = opts.track_state || cfg!(debug_assertions);
+        // SAFETY: the header area is inside the region (checked by
+        // `region`), 4096-aligned, zone memory, and ours (the caller's
+        // contract).
+        unsafe { layout::retract_header(base) };
         // SAFETY: `region` checked that `l.total` bytes from `base` are in
         // the zone, and `base` is 4096-aligned; the caller guarantees nobody
         // else uses them.
         let ring = unsafe { init_free_list(base, &l)? };
         // SAFETY: the header area is inside the region, 4096-aligned, ours;
-        // it is written last, so an attacher sees a complete pool.
+        // it is written last, after the old magic was cleared above, so an
+        // attacher sees a complete pool or none.
         unsafe { layout::write_header(base, &l, tag, tracked, name) };
         let name = layout::HeaderInfo::cut_name(name);
         Ok(Pool::from_parts(
@@ -614,17 +619,15 @@ impl Pool {
     /// Counters and occupancy in one snapshot.
     pub fn stats(&self) -> PoolStats {
         let inner = &*self.inner;
+        // Under the caches' lock, which a retiring cache holds while its
+        // counts move to the retired totals.
+        let caches = inner.caches.lock().unwrap_or_else(|p| p.into_inner());
         let (mut hits, mut misses) = (
             inner.retired_hits.load(Ordering::Relaxed),
             inner.retired_misses.load(Ordering::Relaxed),
         );
         let mut in_caches = 0;
-        for s in inner
-            .caches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
+        for s in caches.iter() {
             let (h, m) = s.counts();
             hits += h;
             misses += m;

@@ -38,7 +38,10 @@ pub struct PoolOptions {
     /// handles with a memcpy and touch no per-object byte (about 3x cheaper
     /// through the cache), misuse is not detected, and the checked API
     /// answers [`PoolError::Untracked`](crate::PoolError::Untracked). Debug
-    /// builds track state regardless.
+    /// builds create pools with state regardless; a handle
+    /// [`attach`](crate::Pool::attach)ed to a pool follows the pool's header,
+    /// so a debug build attached to an untracked pool made by a release
+    /// build checks nothing.
     pub track_state: bool,
 }
 

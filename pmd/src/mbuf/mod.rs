@@ -162,12 +162,20 @@ impl Mbuf {
 
     /// Empties it and moves the data start to `headroom`.
     ///
-    /// # Panics
-    /// If `headroom` exceeds the data room.
-    pub fn reset(&mut self, headroom: usize) {
-        assert!(headroom <= self.data_room(), "headroom past the data room");
+    /// # Errors
+    /// [`MbufError::NoRoom`] when `headroom` exceeds the data room (the
+    /// mbuf is then unchanged).
+    pub fn reset(&mut self, headroom: usize) -> Result<(), MbufError> {
+        let room = self.data_room();
+        if headroom > room {
+            return Err(MbufError::NoRoom {
+                len: headroom,
+                room,
+            });
+        }
         self.data_off = headroom as u32;
         self.len = 0;
+        Ok(())
     }
 
     /// Sets the data length (the bytes are whatever the buffer holds).

@@ -67,8 +67,20 @@ impl MbufPool {
         while left > 0 {
             let k = left.min(CHUNK);
             if let Err(e) = self.pool().get_bulk(&mut hs[..k]) {
+                let taken = out.len() - start;
                 out.truncate(start); // the mbufs taken so far go back on drop
-                return Err(e);
+                // Say what the caller asked for, and count what this call
+                // held, which it has just given back.
+                return Err(match e {
+                    PoolError::Exhausted {
+                        pool, available, ..
+                    } => PoolError::Exhausted {
+                        pool,
+                        requested: n,
+                        available: available + taken,
+                    },
+                    other => other,
+                });
             }
             let mut adding = Adding::reserve(&self.pool, k);
             out.reserve(k);
