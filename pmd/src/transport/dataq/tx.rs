@@ -142,14 +142,16 @@ impl TxQueue {
         if self.link.win().is_none() {
             return 0;
         }
-        // Reads the peer's credit only when short of descriptors.
-        let (_, sane) = self.prod.room(&self.link.local, mbufs.len() as u64);
+        // Reads the peer's credit only when short of descriptor slots (each
+        // carries PER_SLOT descriptors).
+        let want = (mbufs.len() as u64).div_ceil(PER_SLOT as u64);
+        let (_, sane) = self.prod.room(&self.link.local, want);
         if !sane {
             self.stats.bad_credit += 1;
         }
         let slots = self.prod.free(&self.link.local).0 as usize;
         let n = mbufs.len().min(slots * PER_SLOT).min(self.peer_free.len());
-        let mut sent = 0;
+        let (mut sent, errors) = (0, self.stats.device_errors);
         while sent < n {
             let end = (sent + RUN).min(n);
             let done = self.send_run(&mbufs[sent..end]);
@@ -158,7 +160,9 @@ impl TxQueue {
                 break;
             }
         }
-        if sent < mbufs.len() {
+        // Back-pressure only: a run cut short by a device error counted
+        // that instead.
+        if sent < mbufs.len() && self.stats.device_errors == errors {
             self.stats.tx_full += 1;
         }
         if self.tx_free_thresh > 1 {
