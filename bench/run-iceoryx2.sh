@@ -5,6 +5,8 @@
 # as root). Arguments go to the harness, e.g.
 #   bench/run-iceoryx2.sh --small-only --only iceoryx2
 set -eu
+# ldconfig lives in /sbin, which Debian leaves off a non-root user's PATH.
+PATH=$PATH:/usr/sbin:/sbin
 have_libclang() {
     [ -n "${LIBCLANG_PATH:-}" ] || ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'
 }

@@ -3,7 +3,8 @@
 # multi-process and property tests, the doc examples, the bad-input tests
 # and the pmd unit tests once more with debug assertions and overflow
 # checks on, then the loom model checks (which need their own build with
-# `--cfg loom`).
+# `--cfg loom`), then the bind and hugepage scripts' tests (against a fake
+# sysfs tree and a fake hugepage pool; no root needed).
 #
 # Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
@@ -22,3 +23,7 @@ scripts/miri.sh
 echo "== loom model checks"
 RUSTFLAGS="--cfg loom ${RUSTFLAGS:-}" CARGO_TARGET_DIR=target/loom \
     cargo test -p ntbdk-ring --release --test loom "$@"
+
+echo "== ntbdk-devbind on a fake sysfs, setup-hugepages.sh on a fake pool"
+scripts/tests/devbind-test.sh
+scripts/tests/hugepages-test.sh

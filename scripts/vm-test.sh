@@ -46,6 +46,8 @@
 # Exit status: 0 when both guests end with NTBDK-VM-RESULT: ok; else 1, after
 # printing the tail of each guest's console.
 set -euo pipefail
+# modprobe lives in /sbin, which Debian leaves off a non-root user's PATH.
+PATH=$PATH:/usr/sbin:/sbin
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
