@@ -422,6 +422,8 @@ impl Transport {
     pub(crate) fn settle(&mut self, peer: Port) {
         self.peers[peer as usize].unsettled_since = None;
         self.regions.forget_peer(peer);
+        // Storage set aside because `peer` might still copy into it.
+        self.free_kept(|k| k.prev == peer);
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
             .into_iter()
             .partition(|&(p, _, _)| p == peer);

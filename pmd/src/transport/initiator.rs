@@ -206,15 +206,19 @@ impl Transport {
                     OpKind::Read
                 };
                 let region = match region {
-                    // The target is gone (or we are): nobody writes it.
-                    Some(k) if status == Status::PeerDown => {
+                    // We are gone from the fabric: our window is another
+                    // host's, nothing of ours is reused.
+                    Some(k) if self.lost => {
                         let _ = self.regions.deregister(k);
                         None
                     }
                     Some(k) if !ok => {
                         // The target serves the read from when our request
-                        // reached it and may still be copying in: the
-                        // storage is set aside, not reused.
+                        // reached it and may still be copying in, also when
+                        // its link dropped (it may only have stalled): the
+                        // storage is set aside, not reused, until the target
+                        // holds nothing of this connection (`settle`) or two
+                        // operation timeouts pass.
                         self.set_aside(self.me, id, peer, k, len);
                         None
                     }

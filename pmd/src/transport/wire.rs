@@ -40,6 +40,12 @@ pub const INLINE_SLOTS_MAX: usize = 4;
 pub const INLINE_LONG_MAX: usize = INLINE_MAX + (INLINE_SLOTS_MAX - 1) * BODY;
 /// Largest length of one SGL entry (24 bits).
 pub const SGE_MAX_LEN: u32 = (1 << 24) - 1;
+/// Longest entry [`chunk_sgl`] makes: [`SGE_MAX_LEN`] rounded down to the
+/// region grain (64 bytes), so that a long extent splits into entries a
+/// target's storage check accepts (each at least a grain, and the pieces
+/// of an extent all whole grains but its last).
+pub const SGE_CHUNK_LEN: u32 = SGE_MAX_LEN / 64 * 64;
+const _: () = assert!(SGE_CHUNK_LEN as u64 % super::region::GRAIN == 0);
 /// Largest window offset of an SGL entry (40 bits).
 pub const SGE_MAX_OFFSET: u64 = (1 << 40) - 1;
 
@@ -1147,14 +1153,14 @@ pub fn decode_validated(b: &Body, queue: Ring, limits: &Limits) -> Result<Msg, W
 pub fn sgl_msgs(extents: &[(u64, u64)]) -> usize {
     let entries: u64 = extents
         .iter()
-        .map(|&(_, len)| len.div_ceil(u64::from(SGE_MAX_LEN)))
+        .map(|&(_, len)| len.div_ceil(u64::from(SGE_CHUNK_LEN)))
         .sum();
     entries.div_ceil(SGES_PER_MSG as u64) as usize
 }
 
 /// Splits a list of window extents into SGL messages of at most
 /// [`SGES_PER_MSG`] entries each, splitting extents longer than
-/// [`SGE_MAX_LEN`]. Calls `emit(start, n, sges)` per message.
+/// [`SGE_CHUNK_LEN`]. Calls `emit(start, n, sges)` per message.
 pub fn chunk_sgl(extents: &[(u64, u64)], mut emit: impl FnMut(u32, u8, [WireSge; SGES_PER_MSG])) {
     let mut sges = [WireSge::default(); SGES_PER_MSG];
     let mut n = 0usize;
@@ -1163,7 +1169,7 @@ pub fn chunk_sgl(extents: &[(u64, u64)], mut emit: impl FnMut(u32, u8, [WireSge;
     for &(off, len) in extents {
         let mut done = 0u64;
         while done < len {
-            let piece = (len - done).min(u64::from(SGE_MAX_LEN));
+            let piece = (len - done).min(u64::from(SGE_CHUNK_LEN));
             if n == 0 {
                 msg_start = pos;
             }
