@@ -45,7 +45,7 @@ pub const SGE_MAX_LEN: u32 = (1 << 24) - 1;
 /// target's storage check accepts (each at least a grain, and the pieces
 /// of an extent all whole grains but its last).
 pub const SGE_CHUNK_LEN: u32 = SGE_MAX_LEN / 64 * 64;
-const _: () = assert!(SGE_CHUNK_LEN as u64 % super::region::GRAIN == 0);
+const _: () = assert!((SGE_CHUNK_LEN as u64).is_multiple_of(super::region::GRAIN));
 /// Largest window offset of an SGL entry (40 bits).
 pub const SGE_MAX_OFFSET: u64 = (1 << 40) - 1;
 
