@@ -204,6 +204,12 @@ fn each_kind_of_bad_message_is_counted_and_dropped() {
             enc(Msg::Done { op: 12345, len: 10 }),
             DropKind::UnknownOp,
         ),
+        // An acknowledgement of no revocation (forged or repeated).
+        (
+            Ring::Cq,
+            enc(Msg::RevokeAck { rkey: 4242 }),
+            DropKind::UnknownOp,
+        ),
         (
             Ring::Tx,
             enc(Msg::Sgl {

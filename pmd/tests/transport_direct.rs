@@ -361,6 +361,58 @@ fn a_revoked_region_keeps_its_memory_until_the_peer_acknowledges() {
     EmuFabric::destroy_in(dir.path(), "revoke").unwrap();
 }
 
+/// A write-with-immediate whose notice arrives after the target's
+/// application deregistered the region (the data landed first): the notice
+/// is dropped, not counted as an access violation of the honest writer.
+#[test]
+fn a_notice_that_arrives_after_its_region_was_deregistered_is_not_blamed_on_the_writer() {
+    let dir = TestDir::new("late-notice");
+    let (_f, mut ts) = hosts(&dir, "late-notice", 2);
+    let free0 = ts[1].region_area_free();
+    let region = ts[1].register_region(4096, Access::ALL).unwrap();
+    learn(&mut ts, 0, 1, region);
+    let q01 = ts[0].create_qp(1).unwrap();
+    let q10 = ts[1].create_qp(0).unwrap();
+    let to = RemoteAddr {
+        key: region,
+        offset: 0,
+    };
+    ts[0]
+        .post_write_direct(q01, &[9; 64], to, Some(77), 1)
+        .unwrap();
+    // The notice is in port 1's ring, unread, when it deregisters.
+    ts[1].deregister_region(region).unwrap();
+    let mut comps = vec![Completion::default(); 16];
+    let mut notices = 0;
+    let mut poll_1 = |t: &mut Transport| {
+        let n = t.poll_completions(&mut comps);
+        comps[..n]
+            .iter()
+            .filter(|c| c.op == OpKind::WriteImm)
+            .count()
+    };
+    // Until the revocation is over (port 0 acknowledged), then a while
+    // more: the notice, sent before the acknowledgement, is taken by then.
+    let end = Instant::now() + LONG;
+    while ts[1].region_area_free() != free0 {
+        ts[0].progress();
+        notices += poll_1(&mut ts[1]);
+        assert!(Instant::now() < end, "the revocation never ended");
+    }
+    for _ in 0..100 {
+        ts[0].progress();
+        notices += poll_1(&mut ts[1]);
+    }
+    assert_eq!(notices, 0, "a notice for a deregistered region");
+    assert_eq!(
+        ts[1].counters(q10).dropped(DropKind::Access),
+        0,
+        "the late notice was counted against the writer"
+    );
+    drop(ts);
+    EmuFabric::destroy_in(dir.path(), "late-notice").unwrap();
+}
+
 /// A peer's notices come unasked: an application that runs `progress` but
 /// never polls its completions holds at most `cq_depth` of them. Past it
 /// they are refused and counted, the data still lands, nothing of the

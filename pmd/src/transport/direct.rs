@@ -12,13 +12,18 @@
 //! bytes return to the area only once every peer has answered `RevokeAck`
 //! or is gone (left, restarted, or connected again, which it does only
 //! once its side of the old connection has ended), so a late write never
-//! lands in reused memory.
+//! lands in reused memory. One limit: a peer whose link dropped and that
+//! never comes back is taken for gone after two operation timeouts
+//! (`Config::op_timeout`); a peer stalled longer than that and then
+//! resumed could still write the old bytes.
 //!
 //! Threat model: on an NTB a peer can write anywhere in a window it maps;
 //! what the target guarantees is that nothing a peer writes makes it read
 //! or write outside its window, panic, hang or corrupt its control state —
 //! not that region contents are private. A `WriteImm` for a region not
-//! registered for that peer is dropped and counted.
+//! registered for that peer is dropped and counted, unless the region was
+//! deregistered lately (one of the last `RETIRED_KEPT`): the notice of an
+//! honest write can arrive after its region's revocation ended.
 
 use crate::hw::{HwError, Port, WindowSpan};
 
@@ -43,7 +48,9 @@ impl Transport {
     /// peer takes it (still waiting in our backlog for the peer's credits,
     /// or unread in its ring), it is lost, though this write completed. The
     /// peer's application learns of the reset itself (its receives flushed,
-    /// its operations with this host failed), not of each lost notice.
+    /// its operations with this host failed), not of each lost notice. A
+    /// notice that reaches the peer after its application deregistered the
+    /// region is dropped there too (uncounted: nobody is at fault).
     ///
     /// Fails at once, writing nothing, when the peer has not advertised the
     /// key to us ([`TransportError::UnknownRemoteKey`]) or the range leaves
@@ -243,9 +250,12 @@ impl Transport {
         self.emit(p, Ring::Cq, &Msg::RevokeAck { rkey });
     }
 
-    /// `RevokeAck` from `p`.
+    /// `RevokeAck` from `p`. One for no revocation waiting on `p` (never
+    /// sent by an honest peer: a forged or repeated one) is counted.
     pub(crate) fn on_revoke_ack(&mut self, p: Port, rkey: u32) {
-        self.regions.revoke_acked(RegionKey(rkey), p);
+        if !self.regions.revoke_acked(RegionKey(rkey), p) {
+            self.count(p, DropKind::UnknownOp);
+        }
     }
 
     /// `WriteImm` from `p`: its one-sided write is in our region; tell the
@@ -260,6 +270,13 @@ impl Transport {
             .admitted(p, key, roff, u64::from(len), Access::REMOTE_WRITE)
             .is_err()
         {
+            // A notice for a region our application has deregistered since
+            // (the write landed before; the notice waited for credits, or
+            // behind the acknowledgement): not the writer's fault, and
+            // nobody to tell.
+            if self.regions.was_deregistered(key) {
+                return;
+            }
             return self.count(p, DropKind::Access);
         }
         if self.completions.len() >= self.cfg.cq_depth {

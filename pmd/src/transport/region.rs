@@ -140,6 +140,10 @@ pub(crate) const MAX_REMOTE_REGIONS: usize = 1 << 16;
 /// other half for everything else sent meanwhile.
 pub(crate) const MAX_ADVERTISED: usize = MAX_REMOTE_REGIONS / 2;
 
+/// How many keys of regions whose revocation ended the table remembers
+/// (see `RegionTable::retired`).
+pub const RETIRED_KEPT: usize = 64;
+
 /// The region table and the allocator of the region area.
 #[derive(Debug)]
 pub struct RegionTable {
@@ -150,6 +154,11 @@ pub struct RegionTable {
     /// bytes are not handed out again until the last peer acknowledges or
     /// is gone, so a late one-sided write never lands in reused memory.
     revoking: IdMap<u32, Revoking>,
+    /// The keys of the last [`RETIRED_KEPT`] regions whose revocation
+    /// ended, oldest first: a write-with-immediate notice sent before the
+    /// peer acknowledged can still arrive after (acknowledgements are taken
+    /// before notices), and is then not the writer's fault.
+    retired: std::collections::VecDeque<u32>,
     /// Rendezvous writes we granted and serve, per region key: the peer
     /// writes into the extents we sent it until its `Done` (or the
     /// operation's deadline, or its end), so a region deregistered meanwhile
@@ -203,6 +212,7 @@ impl RegionTable {
             free,
             regions: IdMap::default(),
             revoking: IdMap::default(),
+            retired: std::collections::VecDeque::new(),
             writers: IdMap::default(),
             keys: RandomState::new(),
             minted: 0,
@@ -394,19 +404,27 @@ impl RegionTable {
         }
     }
 
+    /// Whether `key` names a region deregistered lately: its revocation
+    /// still waits for peers, or is one of the last [`RETIRED_KEPT`] to
+    /// have ended.
+    pub fn was_deregistered(&self, key: RegionKey) -> bool {
+        self.revoking.contains_key(&key.0) || self.retired.contains(&key.0)
+    }
+
     /// `peer` acknowledged the revocation of `key` (or is gone): what was
     /// granted to it alone is withdrawn (once no rendezvous write into the
     /// region is served); once no peer is pending, the rest of the region's
-    /// grants are, and its bytes return to the area.
-    pub fn revoke_acked(&mut self, key: RegionKey, peer: Port) {
+    /// grants are, and its bytes return to the area. Whether `peer` was
+    /// one the revocation waited for (an honest peer acknowledges only
+    /// those).
+    pub fn revoke_acked(&mut self, key: RegionKey, peer: Port) -> bool {
         let Some((_, pending, grants)) = self.revoking.get_mut(&key.0) else {
-            return;
+            return false;
         };
         let before = pending.len();
         pending.retain(|&p| p != peer);
-        if pending.len() < before
-            && let Some(n) = self.advertised_count.get_mut(&peer)
-        {
+        let was_pending = pending.len() < before;
+        if was_pending && let Some(n) = self.advertised_count.get_mut(&peer) {
             *n = n.saturating_sub(1);
         }
         let done = pending.is_empty();
@@ -423,6 +441,7 @@ impl RegionTable {
         if done {
             self.retire_if_done(key);
         }
+        was_pending
     }
 
     /// Retires a deregistered region once no peer is pending and no write
@@ -437,6 +456,10 @@ impl RegionTable {
         }
         if let Some((extents, _, grants)) = self.revoking.remove(&key.0) {
             self.retire(extents, &grants);
+            if self.retired.len() == RETIRED_KEPT {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(key.0);
         }
     }
 
