@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Static checks of the project's shell scripts, then the bind and hugepage
-# scripts' tests.
+# Static checks of the project's shell scripts (their tests, of the bind and
+# hugepage scripts, run in scripts/test.sh).
 #
 # - POSIX scripts (#!/bin/sh: the bind script and the VM guest scripts, which
 #   run under busybox ash): `sh -n`, and `busybox sh -n` when busybox is
@@ -8,9 +8,6 @@
 # - bash scripts: `bash -n`.
 # - every script: shellcheck (Debian package shellcheck; installed here when
 #   missing and we are root), which picks the dialect from the #! line.
-# - scripts/tests/devbind-test.sh: ntbdk-devbind against a fake sysfs tree.
-# - scripts/tests/hugepages-test.sh: setup-hugepages.sh --setup against a
-#   fake hugepage pool (a partial reservation rolled back, or said exactly).
 #
 # Usage: scripts/check-shell.sh
 set -euo pipefail
@@ -57,8 +54,3 @@ for f in "${bashs[@]}"; do
 done
 echo "== shellcheck ($(shellcheck --version | sed -n 's/^version: //p'))"
 shellcheck "${posix[@]}" "${bashs[@]}"
-
-echo "== ntbdk-devbind on a fake sysfs (scripts/tests/devbind-test.sh)"
-scripts/tests/devbind-test.sh
-echo "== setup-hugepages.sh on a fake pool (scripts/tests/hugepages-test.sh)"
-scripts/tests/hugepages-test.sh

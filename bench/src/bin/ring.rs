@@ -484,7 +484,8 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .filter(|c| !is_control(c) && picked(c))
         .collect();
-    // The control pair, whole and last: with `rtrb push/pop` or when asked
+    // The control pair, whole, at the end of the list (runs rotate and
+    // reverse it like any pair): with `rtrb push/pop` or when asked
     // for by name.
     if cases.iter().any(|c| matches!(c, Case::RtrbSingle))
         || CASES.iter().any(|c| is_control(c) && picked(c))

@@ -501,6 +501,11 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         format!("{MSG} B send ping-pong / 2 reused slots, zero software"),
         "(no floor)",
     );
+    // The walk's own cost: the two zero-software rows, run side by side.
+    let mut walk = PairedFloor::new(
+        format!("{MSG} B message walking a 2-slot ring / on 2 reused slots, zero software"),
+        "(no floor)",
+    );
     for rep in 0..reps {
         // One-way ns of each row, indexed as the table's columns, run in
         // an order that keeps each floor's two rows (and the polled
@@ -568,8 +573,17 @@ fn paired(a: usize, b: usize, reps: u64, iters: Option<u64>, target: Duration) -
         reused.push(lines / floor, la);
         walked.push(ring / floor, ra);
         over_reused.push(s / lines, sl);
+        walk.push(ring / lines, span_of(2, 3));
     }
-    print_paired(&[polled, send, over_windows, reused, walked, over_reused]);
+    print_paired(&[
+        polled,
+        send,
+        over_windows,
+        reused,
+        walked,
+        over_reused,
+        walk,
+    ]);
     report_coupling(first, last);
     Ok(())
 }

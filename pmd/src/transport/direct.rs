@@ -50,7 +50,9 @@ impl Transport {
     /// peer's application learns of the reset itself (its receives flushed,
     /// its operations with this host failed), not of each lost notice. A
     /// notice that reaches the peer after its application deregistered the
-    /// region is dropped there too (uncounted: nobody is at fault).
+    /// region is dropped there too, uncounted (nobody is at fault) as long
+    /// as the region is among the peer's last 64 deregistered; past that it
+    /// counts as an access drop.
     ///
     /// Fails at once, writing nothing, when the peer has not advertised the
     /// key to us ([`TransportError::UnknownRemoteKey`]) or the range leaves

@@ -422,8 +422,13 @@ impl Transport {
     pub(crate) fn settle(&mut self, peer: Port) {
         self.peers[peer as usize].unsettled_since = None;
         self.regions.forget_peer(peer);
-        // Storage set aside because `peer` might still copy into it.
-        self.free_kept(|k| k.prev == peer);
+        // Our reads' destinations set aside because `peer`, their target,
+        // might still copy into them: it serves them within its connection
+        // with us, which is over. Not a chain link's storage (`origin` not
+        // us): the previous link forwards into it within its connection
+        // with the initiator, which ours with it says nothing about.
+        let me = self.me;
+        self.free_kept(|k| k.prev == peer && k.origin == me);
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
             .into_iter()
             .partition(|&(p, _, _)| p == peer);

@@ -230,7 +230,9 @@ impl ChainLink {
 /// ended), which its previous link may still forward into until its
 /// `ChainDone` or `ChainRelease`; and the destination of our read of
 /// unknown size that failed, which the target serves from when our request
-/// reached it and may still be copying into.
+/// reached it and may still be copying into. The read's target serves it
+/// within its connection with us, so a destination also goes once that
+/// target holds nothing of the connection any more (`settle`).
 #[derive(Debug)]
 pub(crate) struct KeptStorage {
     /// The operation's initiator (we, for a read's destination).

@@ -1514,7 +1514,7 @@ mod tests {
         });
         assert_eq!(i, ext.len(), "every extent consumed");
         assert_eq!(pos, ext.iter().map(|e| e.1).sum::<u64>());
-        // The long extent is split at SGE_MAX_LEN; every message but the
+        // The long extent is split at SGE_CHUNK_LEN; every message but the
         // last is full.
         assert_eq!(msgs.iter().map(|&n| n as usize).sum::<usize>(), 7);
         let (last, full) = msgs.split_last().unwrap();

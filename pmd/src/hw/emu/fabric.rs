@@ -666,33 +666,48 @@ mod tests {
         remove(&dir, "hdr", f);
     }
 
-    /// A control segment that others may write (as one planted by another
-    /// user would be), or one owned by another user, or a symlink to one,
-    /// is refused with the reason; the fabric's own file is attached.
+    /// In a directory others may write (as `/dev/shm`), a control segment
+    /// that others may access (as one planted by another user would be),
+    /// one owned by another user, or a symlink to one, is refused with the
+    /// reason; the fabric's own file is attached. In a directory only its
+    /// owner may write, nobody else could have planted the file, and its
+    /// mode is not checked.
     #[test]
-    fn a_control_segment_that_is_not_ours_alone_is_refused() {
+    fn a_control_segment_that_is_not_ours_alone_is_refused_where_others_write() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("ntbdk-own-{}", std::process::id()));
         let (f, _) = fabric(&dir, "own");
         let path = segment_path(&dir, "own");
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(&dir, 0o1777);
         drop(EmuFabric::attach_in(&dir, "own").unwrap());
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        mode(&path, 0o666);
         let e = EmuFabric::attach_in(&dir, "own").unwrap_err().to_string();
         assert!(e.contains("mode 666") && e.contains("NTBDK_SHM_DIR"), "{e}");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        // As root (CI), give the file to another user.
+        // A private directory: the same file is taken.
+        mode(&dir, 0o755);
+        drop(EmuFabric::attach_in(&dir, "own").unwrap());
+        mode(&dir, 0o1777);
+        mode(&path, 0o600);
+        // As root (CI), give the file to another user (where uid 65534 is
+        // mapped: not in every user namespace).
         if nix::unistd::geteuid().is_root() {
             let nobody = nix::unistd::Uid::from_raw(65534);
-            nix::unistd::chown(&path, Some(nobody), None).unwrap();
-            let e = EmuFabric::attach_in(&dir, "own").unwrap_err().to_string();
-            assert!(e.contains("owned by uid 65534"), "{e}");
-            nix::unistd::chown(&path, Some(nix::unistd::geteuid()), None).unwrap();
+            if nix::unistd::chown(&path, Some(nobody), None).is_ok() {
+                let e = EmuFabric::attach_in(&dir, "own").unwrap_err().to_string();
+                assert!(e.contains("owned by uid 65534"), "{e}");
+                nix::unistd::chown(&path, Some(nix::unistd::geteuid()), None).unwrap();
+            }
         }
         let link = segment_path(&dir, "link");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert!(EmuFabric::attach_in(&dir, "link").is_err());
+        let e = EmuFabric::attach_in(&dir, "link").unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
         std::fs::remove_file(&link).unwrap();
         drop(EmuFabric::attach_in(&dir, "own").unwrap());
+        mode(&dir, 0o755);
         remove(&dir, "own", f);
     }
 

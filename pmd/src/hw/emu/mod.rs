@@ -11,7 +11,9 @@
 //! A file `ntbdk-fabric-<name>` in [`shm_dir`] (`$NTBDK_SHM_DIR`, else
 //! `/dev/shm`), created with `O_CREAT | O_EXCL` and mode 0600 by the first
 //! process that asks (or by `ntb-tool create`). Attachers refuse a file
-//! that is not that: a symlink, another user's, or one others may access. The creator sizes it, writes
+//! that is not that (a symlink, another user's, or one others may access)
+//! in a directory others may write, where it could have been planted: a
+//! fabric is used by the user that created it. The creator sizes it, writes
 //! the header — layout version, header and slot sizes, geometry (slots,
 //! window size, scratchpads, doorbell bits, R-LUT entries) and timings — and
 //! writes the magic **last**, with release ordering. Attachers wait up to two

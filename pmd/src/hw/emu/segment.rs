@@ -157,6 +157,14 @@ impl Segment {
                     path.parent().unwrap_or(Path::new("")).display()
                 )));
             }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(HwError::Fabric(format!(
+                    "{} is a symbolic link, not a fabric's control segment (another \
+                     user may have planted it): use another fabric name, or set \
+                     NTBDK_SHM_DIR to a directory only you can write",
+                    path.display()
+                )));
+            }
             Err(e) => return Err(io(format!("opening control segment {}", path.display()))(e)),
         };
         check_ours(&file, path)?;
@@ -357,30 +365,45 @@ fn read_config(h: &Header) -> FabricConfig {
 }
 
 /// Refuses a control segment that is not what [`Segment::create`] makes: a
-/// regular file of this user with no access for anyone else. The shared
-/// memory directory is writable by every user, so another user could plant
-/// a file under a fabric's name (mode 0666, a valid header) and, once we
-/// attached, rewrite our slot word, ring our doorbells or shrink the file
-/// under us.
+/// regular file of this user with no access for anyone else. In a
+/// directory others may write (`/dev/shm` is writable by every user),
+/// another user could plant a file under a fabric's name (mode 0666, a
+/// valid header) and, once we attached, rewrite our slot word, ring our
+/// doorbells or shrink the file under us. A directory only its owner (us,
+/// or root) may write holds no such file, so there the file is taken as it
+/// is: some file systems (vfat, NFS with squashed owners) show no modes or
+/// owners worth checking.
 fn check_ours(file: &std::fs::File, path: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let private_dir = path
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+        .is_some_and(|d| d.mode() & 0o022 == 0 && (d.uid() == me || d.uid() == 0));
     let m = file
         .metadata()
         .map_err(io(format!("stat of control segment {}", path.display())))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if m.file_type().is_file() && m.uid() == me && m.mode() & 0o077 == 0 {
+    if !m.file_type().is_file() {
+        return Err(HwError::Fabric(format!(
+            "{} is not a regular file, so not a fabric's control segment (another \
+             user may have planted it): use another fabric name, or set NTBDK_SHM_DIR \
+             to a directory only you can write",
+            path.display()
+        )));
+    }
+    if private_dir || (m.uid() == me && m.mode() & 0o077 == 0) {
         return Ok(());
     }
-    let kind = if m.file_type().is_file() {
-        "regular file"
-    } else {
-        "special file"
-    };
     Err(HwError::Fabric(format!(
-        "{} is a {kind} owned by uid {} with mode {:o}, not a control segment of          this user (uid {me}, mode 600, as a fabric's creator makes it): another user          may have planted it. Use another fabric name, or set NTBDK_SHM_DIR to a          directory only you can write",
+        "{} is owned by uid {} with mode {:o}: a fabric's creator makes it mode 600, \
+         and only its own user (uid {}) may attach it here (this is uid {me}), since \
+         others may write this directory and could have planted it. Run as the \
+         fabric's user, use another fabric name, or set NTBDK_SHM_DIR to a directory \
+         only you can write",
         path.display(),
         m.uid(),
         m.mode() & 0o7777,
+        m.uid(),
     )))
 }
 
