@@ -81,7 +81,7 @@ fn has_line(out: &str, line: &str) -> bool {
 fn no_fabric_left(what: &str) {
     let name = format!("example-{what}-{}", std::process::id());
     let left = ntbdk_pmd::hw::emu::EmuFabric::list()
-        .unwrap_or_default()
+        .expect("listing the fabric directory")
         .into_iter()
         .any(|f| f.name == name);
     assert!(!left, "the {what} example left its fabric {name} behind");

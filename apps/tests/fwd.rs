@@ -559,8 +559,8 @@ fn rxonly_verify_fails_when_the_sender_leaves_without_its_end_marker() {
         &["--fabric", "ne", "--fwd-mode", "rxonly", "--verify"],
     );
     let mut tx = Run::start(&dir, "tx", &["--fabric", "ne", "--fwd-mode", "txonly"]);
-    std::thread::sleep(Duration::from_millis(1000));
-    assert!(tx.running());
+    // Sending (its first statistics come a period into the run).
+    tx.wait_for_stdout("statistics at");
     tx.signal(libc::SIGINT);
     assert_eq!(tx.finish().status.code(), Some(130));
     assert_fails_with(&rx.finish(), "without its end marker");
@@ -573,7 +573,7 @@ fn ctrl_c_ends_the_run_with_130_and_a_summary() {
     let mut rx = first(&dir, "rx", &["--fabric", "in", "--fwd-mode", "rxonly"]);
     let mut tx = Run::start(&dir, "tx", &["--fabric", "in", "--fwd-mode", "txonly"]);
     // Let traffic flow (past the first statistics).
-    std::thread::sleep(Duration::from_millis(1500));
+    tx.wait_for_stdout("statistics at");
     assert!(rx.running() && tx.running());
     tx.signal(libc::SIGINT);
     let tx = tx.finish();

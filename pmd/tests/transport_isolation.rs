@@ -611,17 +611,21 @@ impl OneSidedReset {
     }
 
     /// Polls A alone (B then still holds the old connection) until it has
-    /// reset the connection, or until `limit`: whether it did.
-    fn a_resets_alone(&mut self, limit: Duration) -> bool {
+    /// reset the connection, or until `limit`: when it did, the instant
+    /// just before the poll that reset it (so no later than the reset).
+    fn a_resets_alone(&mut self, limit: Duration) -> Option<Instant> {
         let qa = self.a.qp(1);
         let end = Instant::now() + limit;
-        while self.a.t.counters(qa).resyncs == 0 {
+        loop {
+            let before = Instant::now();
             self.a.pump();
-            if Instant::now() >= end {
-                return false;
+            if self.a.t.counters(qa).resyncs > 0 {
+                return Some(before);
+            }
+            if before >= end {
+                return None;
             }
         }
-        true
     }
 }
 
@@ -650,7 +654,8 @@ fn a_region_revoked_after_a_one_sided_reset_is_not_reused_while_the_peer_may_wri
         assert!(Instant::now() < end, "the region was never advertised");
     }
     r.wedge();
-    assert!(r.a_resets_alone(LONG), "the wedge was never detected");
+    r.a_resets_alone(LONG)
+        .expect("the wedge was never detected");
     // A deregisters the region and registers another; B, still writing
     // under the old connection, writes the first.
     let (a, b) = (&mut r.a, &mut r.b);
@@ -707,8 +712,11 @@ fn a_peer_that_never_comes_back_after_a_one_sided_reset_releases_its_regions() {
         assert!(Instant::now() < end, "the region was never advertised");
     }
     r.wedge();
-    assert!(r.a_resets_alone(LONG), "the wedge was never detected");
-    let reset = Instant::now();
+    // From before the reset: a pause of this thread after it must not make
+    // the hold look shorter than it was.
+    let reset = r
+        .a_resets_alone(LONG)
+        .expect("the wedge was never detected");
     r.a.t.deregister_region(region).unwrap();
     // B is never polled again.
     while r.a.t.region_area_free() != free_at_start {
@@ -762,7 +770,7 @@ fn a_write_served_when_we_reset_keeps_its_bytes_until_its_deadline() {
                 offset: 0,
             };
             r.b.t.post_write(qb, &sge, at, 7).unwrap();
-            if !r.a_resets_alone(timeout) {
+            if r.a_resets_alone(timeout).is_none() {
                 return None;
             }
             let (a, b) = (&mut r.a, &mut r.b);

@@ -1634,67 +1634,6 @@ fn a_region_deregistered_while_its_peer_is_down_is_held_until_it_reconnects() {
     assert!(ts[0].is_connected(1), "released before the peer answered");
 }
 
-/// The destination of a read of unknown size whose target's link drops
-/// while it serves: the target may only have stalled, and copy in when it
-/// wakes, so the storage is held (not reused for another region) until it
-/// has connected again, as for a reset.
-#[test]
-fn a_read_destination_whose_target_link_drops_is_held_until_it_reconnects() {
-    let (fabric, mut ts) = loopback(2, WIN, geo(2));
-    let q01 = ts[0].create_qp(1).unwrap();
-    let src = ts[1].register_region(64 << 10, Access::ALL).unwrap();
-    let free = ts[0].region_area_free();
-    let remote = RemoteAddr {
-        key: src,
-        offset: 0,
-    };
-    let end = Instant::now() + Duration::from_secs(10);
-    // Until the target has told the size and we hold the destination.
-    loop {
-        match ts[0].post_read_unknown(q01, remote, 1 << 20, 7) {
-            Ok(()) => break,
-            Err(TransportError::UnknownRemoteKey { .. } | TransportError::Busy { .. }) => {
-                ts[0].progress();
-                ts[1].progress();
-                assert!(Instant::now() < end, "the region was never advertised");
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    while ts[0].region_area_free() == free {
-        ts[1].progress();
-        ts[0].progress();
-        assert!(Instant::now() < end, "no destination was allocated");
-    }
-    // The target stops before it copies.
-    fabric.kill(1);
-    let mut comps = vec![Completion::default(); 8];
-    let c = loop {
-        let n = ts[0].poll_completions(&mut comps);
-        if let Some(c) = comps[..n].iter().find(|c| c.cookie == 7) {
-            break *c;
-        }
-        assert!(Instant::now() < end, "the read never completed");
-    };
-    assert_eq!((c.op, c.status), (OpKind::ReadUnknown, Status::PeerDown));
-    for _ in 0..1000 {
-        ts[0].progress();
-    }
-    assert!(
-        ts[0].region_area_free() < free,
-        "the destination was freed while its target may still copy in"
-    );
-    // Back, as it was; once connected again it holds nothing of the old
-    // connection, and the bytes are free.
-    fabric.revive(1);
-    while ts[0].region_area_free() != free {
-        ts[0].progress();
-        ts[1].progress();
-        assert!(Instant::now() < end, "the destination was never released");
-    }
-    assert!(ts[0].is_connected(1), "released before the target answered");
-}
-
 /// A peer that drains its old rings after we reset the connection (it had
 /// stopped polling, and takes its old messages before it reads our new
 /// hello) writes its old progress into the credit words our reset had

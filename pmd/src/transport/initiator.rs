@@ -206,16 +206,19 @@ impl Transport {
                     OpKind::Read
                 };
                 let region = match region {
-                    // We are gone from the fabric: our window is another
-                    // host's, nothing of ours is reused.
-                    Some(k) if self.lost => {
+                    // The target's link is down (or we are gone): freed at
+                    // once, so that a dead target's reads hold nothing. Not
+                    // covered: a target that had only stalled and copies in
+                    // when it wakes, before it sees the link change (the
+                    // transport cannot tell it from a dead one until the
+                    // device gives its place away).
+                    Some(k) if status == Status::PeerDown => {
                         let _ = self.regions.deregister(k);
                         None
                     }
                     Some(k) if !ok => {
                         // The target serves the read from when our request
-                        // reached it and may still be copying in, also when
-                        // its link dropped (it may only have stalled): the
+                        // reached it and may still be copying in: the
                         // storage is set aside, not reused, until the target
                         // holds nothing of this connection (`settle`) or two
                         // operation timeouts pass.
