@@ -770,9 +770,7 @@ fn a_write_served_when_we_reset_keeps_its_bytes_until_its_deadline() {
                 offset: 0,
             };
             r.b.t.post_write(qb, &sge, at, 7).unwrap();
-            if r.a_resets_alone(timeout).is_none() {
-                return None;
-            }
+            r.a_resets_alone(timeout)?;
             let (a, b) = (&mut r.a, &mut r.b);
             a.t.deregister_region(dst).unwrap();
             let fresh =
