@@ -26,7 +26,7 @@ const RLEN: usize = 2 << 20;
 /// Both sides beat; a side that stops is declared down after this.
 fn intel_cfg() -> IntelConfig {
     IntelConfig {
-        heartbeat_timeout: Some(Duration::from_millis(500)),
+        heartbeat_timeout: Some(Duration::from_secs(1)),
         ..IntelConfig::default()
     }
 }
