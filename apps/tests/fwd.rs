@@ -387,7 +387,10 @@ fn a_geometry_mismatch_is_a_clear_error() {
     let dir = Dir::new("mismatch");
     let (rx, tx) = pair(
         &dir,
-        &["--fabric", "mm", "--fwd-mode", "rxonly", "--timeout", "2"],
+        // Long enough that a slow start of one side on a loaded machine
+        // does not end the other's wait first (the mismatch is said when
+        // the wait ends).
+        &["--fabric", "mm", "--fwd-mode", "rxonly", "--timeout", "6"],
         &[
             "--fabric",
             "mm",
@@ -396,7 +399,7 @@ fn a_geometry_mismatch_is_a_clear_error() {
             "--nb-desc",
             "512",
             "--timeout",
-            "2",
+            "6",
         ],
     );
     assert_fails_with(
