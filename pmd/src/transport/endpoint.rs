@@ -458,7 +458,9 @@ impl Transport {
     /// polls always finds some waiting, and would otherwise never take
     /// credits, acknowledgements or its peers' messages.
     pub fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
-        if self.completions.is_empty() || self.polls_without_progress >= PROGRESS_AT_LEAST_EVERY {
+        // The 16th call in a row with completions waiting progresses.
+        if self.completions.is_empty() || self.polls_without_progress + 1 >= PROGRESS_AT_LEAST_EVERY
+        {
             self.polls_without_progress = 0;
             self.progress();
         } else {

@@ -440,6 +440,10 @@ impl Transport {
 
     /// Ends the connection with `peer` (if any): fails what involves it.
     pub(crate) fn teardown(&mut self, peer: Port, status: Status) {
+        // A reset asked for the connection ending here is done: it must not
+        // end the next one (a failed post, then the peer's new incarnation
+        // connected in the same poll, before the reset requests are taken).
+        self.doomed.retain(|&q| q != peer);
         self.forget_early(peer);
         self.parked.forget_peer(peer);
         let p = &mut self.peers[peer as usize];
