@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ntbdk_pmd::hw::NtbDevice;
 use ntbdk_pmd::hw::loopback::{LoopbackDevice, LoopbackFabric};
-use ntbdk_pmd::transport::wire::{self, Msg, SGES_PER_MSG, WireSge, WireStatus};
+use ntbdk_pmd::transport::wire::{self, INLINE_MAX, Msg, SGES_PER_MSG, WireSge, WireStatus};
 use ntbdk_pmd::transport::{
     Access, Completion, Config, DirectWr, DropKind, Geometry, MulticastMode, OpKind, Part, Qp,
     RegionKey, RemoteAddr, Sge, Status, Transport, TransportError, epoch,
@@ -203,6 +203,15 @@ fn each_kind_of_bad_message_is_counted_and_dropped() {
             Ring::Cq,
             enc(Msg::Done { op: 12345, len: 10 }),
             DropKind::UnknownOp,
+        ),
+        // An empty inline send: no sender makes one.
+        (
+            Ring::PostQ,
+            enc(Msg::SendInline {
+                len: 0,
+                data: [0; INLINE_MAX],
+            }),
+            DropKind::Malformed,
         ),
         // An acknowledgement of no revocation (forged or repeated).
         (

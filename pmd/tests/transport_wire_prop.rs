@@ -125,7 +125,7 @@ fn msg() -> impl Strategy<Value = Msg> {
         }),
         any::<u64>().prop_map(|op| Msg::Cancel { op }),
         (any::<u64>(), any::<u16>()).prop_map(|(op, origin)| Msg::ChainRelease { op, origin }),
-        (prop::collection::vec(any::<u8>(), 0..=INLINE_MAX)).prop_map(|v| {
+        (prop::collection::vec(any::<u8>(), 1..=INLINE_MAX)).prop_map(|v| {
             let mut data = [0u8; INLINE_MAX];
             data[..v.len()].copy_from_slice(&v);
             Msg::SendInline {
@@ -163,7 +163,9 @@ fn check(body: &Body, q: Ring) -> Result<(), TestCaseError> {
                 Msg::SendBuf { buf, len } => {
                     prop_assert!(buf < LIMITS.eager_count && (1..=LIMITS.eager_size).contains(&len))
                 }
-                Msg::SendInline { len, .. } => prop_assert!(len as usize <= INLINE_MAX),
+                Msg::SendInline { len, .. } => {
+                    prop_assert!((1..=INLINE_MAX).contains(&(len as usize)))
+                }
                 Msg::WriteReq { len, roff, .. } | Msg::ReadReq { len, roff, .. } => {
                     prop_assert!((1..=LIMITS.max_len).contains(&len));
                     prop_assert!(roff.checked_add(u64::from(len)).is_some());

@@ -667,7 +667,9 @@ pub fn inline_first_word(w0: u64) -> Option<Result<(usize, usize), WireError>> {
     let len = (w0 >> 8) as u8 as usize;
     let reserved_zero = w0 >> 16 == 0;
     let slots = match w0 as u8 {
-        code::SEND_INLINE if len <= INLINE_MAX => Some(1),
+        // No sender makes an empty send (`SendSize`), as none makes an
+        // empty `SendBuf`.
+        code::SEND_INLINE if (1..=INLINE_MAX).contains(&len) => Some(1),
         code::SEND_INLINE_LONG if len > INLINE_MAX => inline_slots(len),
         code::SEND_INLINE | code::SEND_INLINE_LONG => None,
         _ => return None,
