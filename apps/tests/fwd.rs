@@ -561,7 +561,7 @@ fn rxonly_verify_fails_when_the_sender_leaves_without_its_end_marker() {
         "rx",
         &["--fabric", "ne", "--fwd-mode", "rxonly", "--verify"],
     );
-    let mut tx = Run::start(&dir, "tx", &["--fabric", "ne", "--fwd-mode", "txonly"]);
+    let tx = Run::start(&dir, "tx", &["--fabric", "ne", "--fwd-mode", "txonly"]);
     // Sending (its first statistics come a period into the run).
     tx.wait_for_stdout("statistics at");
     tx.signal(libc::SIGINT);

@@ -16,14 +16,7 @@ use common::{DEADLINE, Dir, Run, assert_fails_with, assert_ok, run};
 
 /// Waits until a `--server` run holds its slot (it says so once it does).
 fn wait_until_serving(server: &Run) {
-    let t = Instant::now();
-    while !std::fs::read_to_string(&server.out)
-        .unwrap_or_default()
-        .contains("waiting for a client")
-    {
-        assert!(t.elapsed() < DEADLINE, "the server never joined its fabric");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    server.wait_for_stdout("waiting for a client");
 }
 
 /// perftest's bandwidth header (MB/sec), exactly as `ib_write_bw` prints it.
@@ -586,15 +579,22 @@ fn absent_peer_times_out() {
 
 /// A client asking for more servers than the fabric has other ports fails
 /// at once, saying how to make room, instead of waiting out its timeout.
+/// A server on `fabric` that outlives any slow client start (it is killed
+/// on drop), once it waits for a client.
+fn serving(dir: &Dir, fabric: &str) -> Run {
+    let server = Run::start(
+        dir,
+        "server",
+        &["--fabric", fabric, "--server", "--timeout", "60"],
+    );
+    wait_until_serving(&server);
+    server
+}
+
 #[test]
 fn more_servers_than_ports_is_refused_at_once() {
     let dir = Dir::new("qports");
-    let server = Run::start(
-        &dir,
-        "server",
-        &["--fabric", "qp", "--server", "--timeout", "60"],
-    );
-    wait_until_serving(&server);
+    let server = serving(&dir, "qp");
     let t = std::time::Instant::now();
     let d = run(&dir, &["--fabric", "qp", "-q", "2", "-s", "64"]);
     assert_fails_with(&d, "at most 1 server(s)");
@@ -608,12 +608,7 @@ fn more_servers_than_ports_is_refused_at_once() {
 #[test]
 fn busy_slot_is_refused() {
     let dir = Dir::new("busy");
-    let server = Run::start(
-        &dir,
-        "server",
-        &["--fabric", "b", "--server", "--timeout", "60"],
-    );
-    wait_until_serving(&server);
+    let server = serving(&dir, "b");
     let d = run(&dir, &["--fabric", "b", "--slot", "0", "-s", "64"]);
     assert_fails_with(&d, "slot 0");
     drop(server);
@@ -758,14 +753,7 @@ fn ctrl_c_ends_a_busy_server() {
             "--fabric", "bs", "--test", "bw", "--op", "send", "-s", "64", "-D", "20",
         ],
     );
-    let t = Instant::now();
-    while !std::fs::read_to_string(&client.out)
-        .unwrap_or_default()
-        .contains(BW_HEADER)
-    {
-        assert!(t.elapsed() < DEADLINE, "no bandwidth header");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    client.wait_for_stdout(BW_HEADER);
     std::thread::sleep(Duration::from_millis(300));
     let signalled = Instant::now();
     server.signal(libc::SIGINT);
@@ -1002,14 +990,7 @@ fn ctrl_c_during_a_latency_size_keeps_its_samples() {
             json.to_str().unwrap(),
         ],
     );
-    let t = Instant::now();
-    while !std::fs::read_to_string(&r.out)
-        .unwrap_or_default()
-        .contains(LAT_HEADER)
-    {
-        assert!(t.elapsed() < DEADLINE, "no latency header");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    r.wait_for_stdout(LAT_HEADER);
     std::thread::sleep(Duration::from_millis(300));
     r.signal(libc::SIGINT);
     let d = r.finish();
